@@ -1,0 +1,341 @@
+//! The REST router over a [`JobSource`], and its errors as JSON.
+//!
+//! The job routes (`/api/jobs`, `/api/job/{id}` and its sub-paths) are the
+//! same code in every mode; only the source differs. Errors use the
+//! scheduler's JSON body (`{"http_code", "reason", "error"}`) and never
+//! carry file paths: details go to the log.
+//!
+//! **Invariant:** a job id from a URL is only ever a key for the source;
+//! it is never joined into a path.
+
+use crate::source::{JSON, JobSource, Listing, Payload, Reply, TEXT};
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use ballista_api_types::dto::PlanFormat;
+use http::{StatusCode, header};
+use std::sync::Arc;
+
+/// An error answered as the scheduler's JSON error body.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// No such job (or no such response of it).
+    #[error("not found")]
+    NotFound,
+    /// A bad parameter.
+    #[error("{0}")]
+    BadRequest(String),
+    /// Something failed on our side; the message says what, without paths.
+    #[error("{0}")]
+    Internal(String),
+}
+
+#[derive(serde::Serialize)]
+struct ErrorBody {
+    http_code: u16,
+    reason: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+impl ApiError {
+    fn status(&self) -> StatusCode {
+        match self {
+            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let error = match self {
+            ApiError::NotFound => None,
+            ApiError::BadRequest(e) | ApiError::Internal(e) => Some(e),
+        };
+        let body = ErrorBody {
+            http_code: status.as_u16(),
+            reason: status.canonical_reason(),
+            error,
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+impl IntoResponse for Reply {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, self.body).into_response();
+        if let Some(ct) = self.content_type.and_then(|c| c.parse().ok()) {
+            response.headers_mut().insert(header::CONTENT_TYPE, ct);
+        }
+        response
+    }
+}
+
+/// The `?plan_format=` parameter, parsed exactly as the scheduler parses it
+/// so that an unknown value gets the same 400.
+#[derive(Debug, serde::Deserialize, Default)]
+pub struct FormatParams {
+    /// The plan format.
+    pub plan_format: Option<PlanFormat>,
+}
+
+type Source = Arc<dyn JobSource>;
+
+/// The job routes over `source`.
+pub fn job_routes(source: Source) -> Router {
+    Router::new()
+        .route("/api/jobs", get(list_jobs))
+        .route("/api/job/{job_id}", get(get_job).patch(cancel_job))
+        .route("/api/job/{job_id}/stages", get(get_stages))
+        .route("/api/job/{job_id}/config", get(get_config))
+        .route("/api/job/{job_id}/dot", get(get_dot))
+        .route("/api/job/{job_id}/stage/{stage_id}/dot", get(get_stage_dot))
+        .with_state(source)
+}
+
+async fn list_jobs(State(source): State<Source>) -> Result<Response, ApiError> {
+    let mut jobs = source.list().await?;
+    jobs.sort_by(Listing::order);
+    let mut body = Vec::with_capacity(jobs.iter().map(|j| j.entry.len() + 1).sum::<usize>() + 2);
+    body.push(b'[');
+    for (i, job) in jobs.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(&job.entry);
+    }
+    body.push(b']');
+    Ok(Reply::ok(JSON, body).into_response())
+}
+
+async fn answer(source: &Source, job_id: &str, payload: Payload) -> Result<Response, ApiError> {
+    match source.get(job_id, payload).await? {
+        Some(reply) => Ok(reply.into_response()),
+        None => Err(ApiError::NotFound),
+    }
+}
+
+async fn get_job(
+    State(source): State<Source>,
+    Path(job_id): Path<String>,
+    Query(params): Query<FormatParams>,
+) -> Result<Response, ApiError> {
+    answer(
+        &source,
+        &job_id,
+        Payload::Job(params.plan_format.unwrap_or_default()),
+    )
+    .await
+}
+
+async fn get_stages(
+    State(source): State<Source>,
+    Path(job_id): Path<String>,
+    Query(params): Query<FormatParams>,
+) -> Result<Response, ApiError> {
+    answer(
+        &source,
+        &job_id,
+        Payload::Stages(params.plan_format.unwrap_or_default()),
+    )
+    .await
+}
+
+async fn get_config(
+    State(source): State<Source>,
+    Path(job_id): Path<String>,
+) -> Result<Response, ApiError> {
+    answer(&source, &job_id, Payload::Config).await
+}
+
+async fn get_dot(
+    State(source): State<Source>,
+    Path(job_id): Path<String>,
+) -> Result<Response, ApiError> {
+    answer(&source, &job_id, Payload::Dot).await
+}
+
+async fn get_stage_dot(
+    State(source): State<Source>,
+    Path((job_id, stage_id)): Path<(String, usize)>,
+) -> Result<Response, ApiError> {
+    answer(&source, &job_id, Payload::StageDot(stage_id)).await
+}
+
+async fn cancel_job(
+    State(source): State<Source>,
+    Path(job_id): Path<String>,
+) -> Result<Response, ApiError> {
+    match source.cancel(&job_id).await? {
+        Some(reply) => Ok(reply.into_response()),
+        None => Err(ApiError::NotFound),
+    }
+}
+
+/// What a history-only server says about itself on `/api/state`.
+#[derive(Debug, serde::Serialize)]
+struct HistoryState {
+    started: u128,
+    scheduler_id: &'static str,
+    version: &'static str,
+    datafusion_version: &'static str,
+    substrait_support: bool,
+    keda_support: bool,
+    prometheus_support: bool,
+    graphviz_support: bool,
+    spark_support: bool,
+    scheduling_policy: &'static str,
+    enable_embedded_flight_proxy: bool,
+    history_only: bool,
+}
+
+/// The routes a history-only server adds to the job routes: state, version,
+/// executors (none), metrics and health. `ready` says whether the first
+/// index pass is done.
+pub fn history_routes(started: u128, ready: Arc<dyn Fn() -> bool + Send + Sync>) -> Router {
+    let state = move || async move {
+        Json(HistoryState {
+            started,
+            scheduler_id: "history-server",
+            version: ballista_core::BALLISTA_VERSION,
+            datafusion_version: datafusion::DATAFUSION_VERSION,
+            substrait_support: false,
+            keda_support: false,
+            prometheus_support: true,
+            graphviz_support: false,
+            spark_support: false,
+            scheduling_policy: "history-only",
+            enable_embedded_flight_proxy: false,
+            history_only: true,
+        })
+    };
+    Router::new()
+        .route("/api/state", get(state))
+        .route("/api/version", get(version))
+        .route("/api/executors", get(|| async { Json(Vec::<()>::new()) }))
+        .route("/api/metrics", get(metrics))
+        .route("/healthz", get(|| async { (StatusCode::OK, "ok") }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready.clone();
+                async move {
+                    if ready() {
+                        (StatusCode::OK, "ready: history index loaded\n")
+                    } else {
+                        (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "not ready: indexing event logs\n",
+                        )
+                    }
+                }
+            }),
+        )
+        .fallback(|| async { ApiError::NotFound })
+}
+
+async fn version() -> impl IntoResponse {
+    #[derive(serde::Serialize)]
+    struct Version {
+        version: &'static str,
+        datafusion_version: &'static str,
+    }
+    Json(Version {
+        version: ballista_core::BALLISTA_VERSION,
+        datafusion_version: datafusion::DATAFUSION_VERSION,
+    })
+}
+
+async fn metrics() -> Response {
+    use prometheus::Encoder;
+    let encoder = prometheus::TextEncoder::new();
+    let mut buf = Vec::new();
+    match encoder.encode(&prometheus::gather(), &mut buf) {
+        Ok(()) => (
+            [(header::CONTENT_TYPE, encoder.format_type().to_string())],
+            buf,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+/// `text/plain` answers for the health routes.
+pub const HEALTH_CONTENT_TYPE: &str = TEXT;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::HistoryMetrics;
+    use crate::source::DiskSource;
+    use crate::store::LogStore;
+    use axum::body::Body;
+    use http::Request;
+    use tower::ServiceExt;
+
+    fn router(dir: &std::path::Path) -> Router {
+        let store = Arc::new(LogStore::new(dir, Arc::new(HistoryMetrics::unregistered())));
+        store.rescan();
+        job_routes(Arc::new(DiskSource::new(store)))
+    }
+
+    async fn call(router: &Router, method: &str, uri: &str) -> (StatusCode, String) {
+        let response = router
+            .clone()
+            .oneshot(
+                Request::builder()
+                    .method(method)
+                    .uri(uri)
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn hostile_job_ids_get_404_with_the_scheduler_error_body() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("secret.txt"), "x").unwrap();
+        let r = router(dir.path());
+        let long = "a".repeat(10_000);
+        for id in [
+            "..%2F..%2Fetc%2Fpasswd",
+            "%2e%2e",
+            "%2Fetc%2Fpasswd",
+            "a%00b",
+            &long,
+            "secret.txt",
+        ] {
+            let (status, body) = call(&r, "GET", &format!("/api/job/{id}")).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{id}");
+            assert_eq!(body, r#"{"http_code":404,"reason":"Not Found"}"#);
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unknown_plan_format_is_a_400() {
+        let dir = tempfile::tempdir().unwrap();
+        let (status, body) = call(&router(dir.path()), "GET", "/api/job/x?plan_format=fancy").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(body.contains("plan_format"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn an_empty_directory_lists_no_jobs() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            call(&router(dir.path()), "GET", "/api/jobs").await,
+            (StatusCode::OK, "[]".into())
+        );
+    }
+}

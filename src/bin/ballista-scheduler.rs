@@ -1,0 +1,139 @@
+//! `ballista-scheduler`: the upstream scheduler's command line plus ours.
+//! It only parses flags and calls the library.
+
+use ballista_core::config::LogRotationPolicy;
+use ballista_job_history::redact::{DEFAULT_PATTERN, Redactor};
+use ballista_job_history::{HistoryOptions, run_history, run_scheduler};
+use ballista_scheduler::config::{Config, SchedulerConfig};
+use clap::Parser;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing_subscriber::EnvFilter;
+
+/// A Ballista scheduler that records every job to JSON Lines event logs and
+/// keeps serving finished jobs from them; or, with `--history-only`, a
+/// server of those logs alone.
+#[derive(Parser, Debug)]
+#[command(name = "ballista-scheduler", version, about)]
+struct Cli {
+    #[command(flatten)]
+    upstream: Config,
+
+    /// Serve the jobs recorded in --event-log-dir over the scheduler's REST
+    /// API, without running a scheduler (no cluster, no gRPC).
+    #[arg(long)]
+    history_only: bool,
+
+    /// How often the event-log directory is rescanned for new, changed and
+    /// deleted logs, in seconds; 0 scans once at startup.
+    #[arg(long, default_value_t = 10)]
+    update_interval_seconds: u64,
+
+    /// Progress records (finished tasks) that may wait for the writer before
+    /// new ones are dropped and counted. Job start and end records are never
+    /// dropped.
+    #[arg(long, default_value_t = 65_536)]
+    event_log_queue_capacity: usize,
+
+    /// Event-log files the writer keeps open at once.
+    #[arg(long, default_value_t = 256)]
+    event_log_max_open_files: usize,
+
+    /// Regular expression for session-config keys whose values are redacted
+    /// before they are written.
+    #[arg(long, default_value = DEFAULT_PATTERN)]
+    event_log_redact_pattern: String,
+}
+
+fn main() -> ExitCode {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(32 * 1024 * 1024)
+        .build()
+        .expect("a Tokio runtime");
+    match runtime.block_on(run(Cli::parse())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ballista-scheduler: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(opt: &Config) {
+    let filter = EnvFilter::new(
+        std::env::var(EnvFilter::DEFAULT_ENV).unwrap_or_else(|_| opt.log_level_setting.clone()),
+    );
+    let fmt = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_thread_names(opt.print_thread_info)
+        .with_thread_ids(opt.print_thread_info)
+        .with_env_filter(filter);
+    match &opt.log_dir {
+        Some(dir) => {
+            let prefix = format!(
+                "scheduler_{}_{}_{}",
+                opt.namespace, opt.external_host, opt.bind_port
+            );
+            let appender = match opt.log_rotation_policy {
+                LogRotationPolicy::Minutely => tracing_appender::rolling::minutely(dir, prefix),
+                LogRotationPolicy::Hourly => tracing_appender::rolling::hourly(dir, prefix),
+                LogRotationPolicy::Daily => tracing_appender::rolling::daily(dir, prefix),
+                LogRotationPolicy::Never => tracing_appender::rolling::never(dir, prefix),
+            };
+            fmt.with_writer(appender).init();
+        }
+        None => fmt.with_writer(std::io::stdout).init(),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("a SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+    init_logging(&cli.upstream);
+    let redactor = Redactor::new(&cli.event_log_redact_pattern)
+        .map_err(|e| format!("--event-log-redact-pattern: {e}"))?;
+    let history = cli.upstream.event_log_dir.clone().map(|dir| {
+        let mut options = HistoryOptions::new(dir);
+        options.update_interval = Duration::from_secs(cli.update_interval_seconds);
+        options.queue_capacity = cli.event_log_queue_capacity;
+        options.max_open_files = cli.event_log_max_open_files;
+        options.redactor = redactor;
+        options
+    });
+    let addr = format!("{}:{}", cli.upstream.bind_host, cli.upstream.bind_port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+
+    if cli.history_only {
+        let history = history.ok_or("--history-only needs --event-log-dir DIR")?;
+        run_history(listener, history, shutdown_signal()).await?;
+        return Ok(());
+    }
+
+    let config: SchedulerConfig = cli.upstream.try_into()?;
+    let config = config
+        .with_override_config_producer(Arc::new(
+            ballista_core::object_store::session_config_with_s3_support,
+        ))
+        .with_override_session_builder(Arc::new(
+            ballista_core::object_store::session_state_with_s3_support,
+        ));
+    run_scheduler(listener, config, history, shutdown_signal()).await?;
+    Ok(())
+}

@@ -1,0 +1,16 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+pub mod api;
+pub mod capture;
+pub mod listener;
+pub mod live;
+pub mod metrics;
+pub mod record;
+pub mod redact;
+pub mod server;
+pub mod source;
+pub mod store;
+pub mod writer;
+
+pub use server::{HistoryOptions, ServerError, run_history, run_scheduler};

@@ -1,0 +1,115 @@
+//! In-process access to the live scheduler: its own REST router, called
+//! without a socket, and the parts of its state that are public.
+//!
+//! Rendering a job's responses through the scheduler's own router is what
+//! makes a stored response identical to the live one: there is no second
+//! implementation of the responses to drift.
+
+use axum::body::Body;
+use ballista_core::serde::protobuf::{JobStatus, job_status};
+use ballista_scheduler::scheduler_server::SchedulerServer;
+use bytes::Bytes;
+use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
+use http::{Method, Request, StatusCode, header};
+use std::sync::Arc;
+use tower::ServiceExt;
+
+/// The scheduler type this crate assembles: Ballista's default plan codecs'
+/// node types. Custom codecs plug in through the scheduler config's
+/// overrides, not through these type parameters.
+pub type Scheduler = SchedulerServer<LogicalPlanNode, PhysicalPlanNode>;
+
+/// One answer of the live router, whole.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// `Content-Type`, if any.
+    pub content_type: Option<String>,
+    /// Body bytes.
+    pub body: Bytes,
+}
+
+impl Answer {
+    /// The body as UTF-8 text, if it is.
+    pub fn text(&self) -> Option<&str> {
+        std::str::from_utf8(&self.body).ok()
+    }
+}
+
+/// The live scheduler, as seen through its public API.
+#[derive(Clone)]
+pub struct LiveApi {
+    scheduler: Arc<Scheduler>,
+    router: axum::Router,
+}
+
+impl LiveApi {
+    /// Wraps a started scheduler.
+    pub fn new(scheduler: Arc<Scheduler>) -> Self {
+        let router = ballista_scheduler::api::get_routes(scheduler.clone());
+        Self { scheduler, router }
+    }
+
+    /// The scheduler itself.
+    pub fn scheduler(&self) -> &Arc<Scheduler> {
+        &self.scheduler
+    }
+
+    /// The scheduler's own REST router.
+    pub fn router(&self) -> axum::Router {
+        self.router.clone()
+    }
+
+    /// Calls the scheduler's router in process.
+    pub async fn call(&self, method: Method, path_and_query: &str) -> Answer {
+        let request = Request::builder()
+            .method(method)
+            .uri(path_and_query)
+            .body(Body::empty())
+            .expect("a path is a valid URI");
+        let response = match self.router.clone().oneshot(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        };
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap_or_default();
+        Answer {
+            status,
+            content_type,
+            body,
+        }
+    }
+
+    /// `GET` through the scheduler's router.
+    pub async fn get(&self, path_and_query: &str) -> Answer {
+        self.call(Method::GET, path_and_query).await
+    }
+
+    /// The job's status as the scheduler holds it, if it holds the job.
+    pub async fn job_status(&self, job_id: &str) -> Option<JobStatus> {
+        self.scheduler
+            .state
+            .task_manager
+            .get_job_status(&job_id.to_string().into())
+            .await
+            .ok()
+            .flatten()
+    }
+}
+
+/// Whether a status is terminal (succeeded or failed; a cancelled job is a
+/// failed one to the scheduler).
+pub fn is_terminal(status: &JobStatus) -> bool {
+    matches!(
+        status.status,
+        Some(job_status::Status::Successful(_)) | Some(job_status::Status::Failed(_))
+    )
+}

@@ -1,0 +1,77 @@
+//! Counters for the recording and serving halves, exported with the
+//! scheduler's own metrics on `GET /api/metrics`.
+//!
+//! They live in Prometheus' default registry, which is the one the
+//! scheduler's collector gathers from, so no second endpoint is needed.
+
+use prometheus::{IntCounter, Opts, Registry};
+
+/// The counters. One instance per process is registered; tests use
+/// [`HistoryMetrics::unregistered`].
+#[derive(Debug, Clone)]
+pub struct HistoryMetrics {
+    /// Progress records dropped because the writer's queue was full.
+    pub dropped_records: IntCounter,
+    /// Failed file operations of the writer.
+    pub write_errors: IntCounter,
+    /// Completed logs written.
+    pub jobs_recorded: IntCounter,
+    /// Logs that could not be indexed (corrupt, truncated, newer schema).
+    pub unreadable_logs: IntCounter,
+}
+
+fn counter(name: &str, help: &str) -> IntCounter {
+    IntCounter::with_opts(Opts::new(name, help)).expect("valid metric name")
+}
+
+impl HistoryMetrics {
+    /// Counters registered nowhere.
+    pub fn unregistered() -> Self {
+        Self {
+            dropped_records: counter(
+                "ballista_job_history_dropped_records_total",
+                "Event-log progress records dropped because the writer's queue was full",
+            ),
+            write_errors: counter(
+                "ballista_job_history_write_errors_total",
+                "Event-log file operations that failed (the affected job's log is lost)",
+            ),
+            jobs_recorded: counter(
+                "ballista_job_history_jobs_recorded_total",
+                "Completed event logs written",
+            ),
+            unreadable_logs: counter(
+                "ballista_job_history_unreadable_logs_total",
+                "Event logs skipped by the index because they could not be read",
+            ),
+        }
+    }
+
+    /// The process-wide counters, registered in Prometheus' default registry
+    /// on first use.
+    pub fn global() -> std::sync::Arc<Self> {
+        static GLOBAL: std::sync::OnceLock<std::sync::Arc<HistoryMetrics>> =
+            std::sync::OnceLock::new();
+        GLOBAL
+            .get_or_init(|| {
+                let metrics = Self::unregistered();
+                if let Err(e) = metrics.register(prometheus::default_registry()) {
+                    log::warn!("job history metrics are not exported: {e}");
+                }
+                std::sync::Arc::new(metrics)
+            })
+            .clone()
+    }
+
+    fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        for c in [
+            &self.dropped_records,
+            &self.write_errors,
+            &self.jobs_recorded,
+            &self.unreadable_logs,
+        ] {
+            registry.register(Box::new(c.clone()))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,439 @@
+//! The on-disk schema: one JSON object per line, in upstream Ballista's
+//! "schema v1" envelope `{"ev": KIND, "version": N, "data": {...}}`.
+//!
+//! **Compatibility.** Every record kind upstream defines (`JobStart`,
+//! `StageStart`, `StageEnd`, `TaskEnd`, `JobEnd`) is written with every field
+//! upstream's reader requires, so `ballista_history::reader` reads our logs.
+//! What we add is either an extra field (which upstream ignores, and which we
+//! read with a default so upstream's logs parse here) or a record kind of our
+//! own (`Footer`), which upstream's reader skips. A reader accepts any record
+//! whose `version` is at most [`SCHEMA_VERSION`]; a newer terminal record is
+//! reported with a message saying to upgrade, never guessed at.
+//!
+//! **Invariant:** stored REST responses are raw JSON ([`RawValue`]): they are
+//! relayed byte for byte and never parsed into a typed struct or
+//! re-serialized.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use std::collections::BTreeMap;
+
+/// The schema version stamped on every record we write.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Record kinds, as written to the `ev` field.
+pub mod kind {
+    /// First record of every log.
+    pub const JOB_START: &str = "JobStart";
+    /// A stage of the job, with its start time.
+    pub const STAGE_START: &str = "StageStart";
+    /// A stage's terminal status.
+    pub const STAGE_END: &str = "StageEnd";
+    /// One finished task attempt.
+    pub const TASK_END: &str = "TaskEnd";
+    /// The terminal record, carrying the job's final REST responses.
+    pub const JOB_END: &str = "JobEnd";
+    /// Ours: the last line of a completed log, locating `JobEnd` by byte range.
+    pub const FOOTER: &str = "Footer";
+}
+
+/// One line of a log, with its payload left unparsed so that a reader can
+/// route on `ev` and check `version` before committing to a shape.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Envelope<'a> {
+    /// Record kind.
+    pub ev: String,
+    /// Schema version the record was written with.
+    pub version: u32,
+    /// Kind-specific payload.
+    #[serde(borrow)]
+    pub data: &'a RawValue,
+}
+
+/// Serializes one record as a JSON line (with its trailing newline).
+pub fn encode_line<T: Serialize>(ev: &str, data: &T) -> serde_json::Result<Vec<u8>> {
+    #[derive(Serialize)]
+    struct Out<'a, T> {
+        ev: &'a str,
+        version: u32,
+        data: &'a T,
+    }
+    let mut line = serde_json::to_vec(&Out {
+        ev,
+        version: SCHEMA_VERSION,
+        data,
+    })?;
+    line.push(b'\n');
+    Ok(line)
+}
+
+/// `JobStart`: written when the scheduler accepts a job.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct JobStart {
+    /// Job identifier; equals the log's file stem.
+    pub job_id: String,
+    /// The job name given by the client (may be empty).
+    pub job_name: String,
+    /// When the job entered the queue (epoch millis).
+    pub queued_at: u64,
+    /// When planning finished and the job was submitted (epoch millis).
+    pub submitted_at: u64,
+    /// The scheduler that accepted the job.
+    #[serde(default)]
+    pub scheduler_id: Option<String>,
+    /// Logical plan text, if the job got as far as planning.
+    #[serde(default)]
+    pub logical_plan: Option<String>,
+    /// Physical plan text, if the job got as far as planning.
+    #[serde(default)]
+    pub physical_plan: Option<String>,
+}
+
+/// `StageStart`: a stage of the job.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct StageStart {
+    /// Stage identifier within the job.
+    pub stage_id: u32,
+    /// Number of input partitions the stage's tasks covered.
+    pub partitions: u32,
+    /// Ours: the first launch time of any of the stage's tasks (epoch millis,
+    /// 0 when no task launched).
+    #[serde(default)]
+    pub start_time: u64,
+}
+
+/// `StageEnd`: a stage's terminal status.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct StageEnd {
+    /// Stage identifier within the job.
+    pub stage_id: u32,
+    /// Terminal status, as the scheduler names it (e.g. `Successful`).
+    pub status: String,
+    /// Ours: the last finish time of any of the stage's tasks (epoch millis).
+    #[serde(default)]
+    pub end_time: u64,
+}
+
+/// The outcome of one task attempt, in the REST API's wire shape
+/// (`"Successful"` or `{"Failed":{"reason":..,"error":..}}`).
+pub type TaskOutcome = ballista_api_types::dto::TaskStatus;
+
+/// Row counts and compute time of one task.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub struct TaskMetrics {
+    /// Rows read by the stage's leaf operator.
+    pub input_rows: u64,
+    /// Rows written by the stage's root operator (the shuffle writer).
+    pub output_rows: u64,
+    /// Compute time summed over the task's operators, in nanoseconds.
+    pub elapsed_compute_nanos: u64,
+}
+
+/// `TaskEnd`: one finished task attempt.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskEnd {
+    /// Stage the task belonged to.
+    pub stage_id: u32,
+    /// The task's id within its stage.
+    pub task_id: u32,
+    /// Executor that ran it.
+    pub executor_id: String,
+    /// Outcome.
+    pub status: TaskOutcome,
+    /// When the scheduler launched it (epoch millis).
+    pub launch_time: u64,
+    /// When the executor started it (epoch millis).
+    pub start_exec_time: u64,
+    /// When the executor finished it (epoch millis).
+    pub end_exec_time: u64,
+    /// Rows and compute time.
+    pub metrics: TaskMetrics,
+    /// Ours: which attempt of the stage this task belonged to.
+    #[serde(default)]
+    pub stage_attempt: u32,
+}
+
+/// How a job ended. Serialized as upstream does: `"Succeeded"`,
+/// `{"Failed":"message"}`, `"Cancelled"`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub enum JobEndStatus {
+    /// Completed successfully.
+    Succeeded,
+    /// Failed, with the scheduler's message.
+    Failed(String),
+    /// Cancelled by a user.
+    Cancelled,
+}
+
+/// The list summary of a completed job: exactly the fields one entry of
+/// `GET /api/jobs` carries, so the list is served without touching payloads.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub struct JobIndex {
+    /// Job identifier.
+    pub job_id: String,
+    /// Job name.
+    pub job_name: String,
+    /// Short status word (`Completed`, `Failed`, ...).
+    pub status: String,
+    /// Long status text.
+    pub job_status: String,
+    /// Start time (epoch millis).
+    pub start_time: u64,
+    /// End time (epoch millis).
+    pub end_time: u64,
+    /// Number of stages.
+    pub num_stages: usize,
+    /// Number of completed stages.
+    pub completed_stages: usize,
+    /// Percentage of completed stages.
+    pub percent_complete: u8,
+}
+
+/// How a `?plan_format=` variant of a response is stored: either the whole
+/// response, or the default response's bytes with the values of its plan
+/// strings replaced (the formats differ only in those strings, so the
+/// per-task detail is stored once). The splice is verified against the real
+/// variant when the log is written, so what is served is byte-identical.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Variant {
+    /// Identical to the default response.
+    Same,
+    /// The default response with the JSON string values of `key` replaced, in
+    /// order, by these raw JSON string tokens.
+    Splice {
+        /// The object key whose string values differ (`physical_plan`,
+        /// `stage_plan`).
+        key: String,
+        /// Replacement tokens, raw JSON strings including their quotes.
+        values: Vec<Box<RawValue>>,
+    },
+    /// The whole response.
+    Whole(Box<RawValue>),
+}
+
+/// Ours: everything the live REST API answered for this job beyond the
+/// upstream fields of `JobEnd`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Responses {
+    /// `?plan_format=` variants of `GET /api/job/{id}`, by format name.
+    #[serde(default)]
+    pub job: BTreeMap<String, Variant>,
+    /// `?plan_format=` variants of `GET /api/job/{id}/stages`, by format name.
+    #[serde(default)]
+    pub stages: BTreeMap<String, Variant>,
+    /// `GET /api/job/{id}/stage/{n}/dot`, by stage id.
+    #[serde(default)]
+    pub stage_dots: BTreeMap<String, String>,
+    /// Routes that had no answer when the job ended (for example `job` for a
+    /// job that failed during planning, which never had an execution graph);
+    /// history answers them 404 as the live scheduler did.
+    #[serde(default)]
+    pub missing: Vec<String>,
+}
+
+/// `JobEnd`: the terminal record. The upstream fields first, then ours.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct JobEnd {
+    /// How the job ended.
+    pub status: JobEndStatus,
+    /// When the job was queued.
+    pub queued_at: u64,
+    /// When the job started running.
+    pub started_at: u64,
+    /// When the job reached its terminal state.
+    pub completed_at: u64,
+    /// The list summary.
+    pub index: JobIndex,
+    /// `GET /api/job/{id}`, verbatim.
+    pub job: Box<RawValue>,
+    /// `GET /api/job/{id}/stages`, verbatim.
+    pub stages: Box<RawValue>,
+    /// `GET /api/job/{id}/config`, verbatim after redaction.
+    pub config: Box<RawValue>,
+    /// `GET /api/job/{id}/dot`.
+    pub dot: String,
+    /// Ours: progress records dropped for this job under backpressure.
+    #[serde(default)]
+    pub dropped_records: u64,
+    /// Ours: the other responses.
+    #[serde(default)]
+    pub responses: Responses,
+}
+
+/// The fields of `JobEnd` needed to list a job, and nothing else: decoding
+/// into this skips the payloads without allocating them.
+#[derive(Debug, Deserialize)]
+pub struct JobEndSummary {
+    /// How the job ended.
+    pub status: JobEndStatus,
+    /// When the job was queued.
+    #[serde(default)]
+    pub queued_at: u64,
+    /// The list summary.
+    pub index: JobIndex,
+    /// Progress records dropped.
+    #[serde(default)]
+    pub dropped_records: u64,
+}
+
+/// Ours: the last line of a completed log. It locates the `JobEnd` line so a
+/// reader finds the terminal record with one small read from the end of the
+/// file. Upstream's reader stops at `JobEnd` and never sees it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Footer {
+    /// Byte offset of the `JobEnd` line.
+    pub job_end_offset: u64,
+    /// Length of the `JobEnd` line, without its newline.
+    pub job_end_len: u64,
+    /// A copy of `JobEnd.status`.
+    pub status: JobEndStatus,
+    /// A copy of `JobEnd.queued_at`.
+    pub queued_at: u64,
+    /// A copy of `JobEnd.index`, so listing a job reads only this line.
+    pub index: JobIndex,
+    /// A copy of `JobEnd.dropped_records`.
+    pub dropped_records: u64,
+}
+
+/// Finds the raw JSON string tokens that are values of `"key"` in `json`, as
+/// byte ranges (including the quotes), in document order.
+///
+/// Inside a JSON string every `"` is escaped, so the byte sequence
+/// `"key":"` can only occur where `key` really is an object key followed by
+/// a string value; no tokenizer is needed to tell the two apart.
+pub fn string_values_of(json: &[u8], key: &str) -> Vec<std::ops::Range<usize>> {
+    let needle = format!("\"{key}\":\"");
+    let needle = needle.as_bytes();
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(found) = find(&json[at..], needle) {
+        let start = at + found + needle.len() - 1;
+        let mut i = start + 1;
+        while i < json.len() {
+            match json[i] {
+                b'\\' => i += 2,
+                b'"' => break,
+                _ => i += 1,
+            }
+        }
+        if i >= json.len() {
+            break;
+        }
+        out.push(start..i + 1);
+        at = i + 1;
+    }
+    out
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+impl Variant {
+    /// Stores `variant` relative to `base`: [`Variant::Same`] when equal, a
+    /// splice of `key`'s string values when that reproduces it exactly, and
+    /// the whole response otherwise.
+    pub fn diff(base: &str, variant: &str, key: &str) -> Variant {
+        if base == variant {
+            return Variant::Same;
+        }
+        let values: Vec<Box<RawValue>> = string_values_of(variant.as_bytes(), key)
+            .into_iter()
+            .filter_map(|r| RawValue::from_string(variant[r].to_string()).ok())
+            .collect();
+        let splice = Variant::Splice {
+            key: key.to_string(),
+            values,
+        };
+        match splice.apply(base) {
+            Some(rebuilt) if rebuilt == variant => splice,
+            _ => Variant::Whole(raw_or_null(variant)),
+        }
+    }
+
+    /// Rebuilds the variant's bytes from the default response's bytes.
+    /// `None` when the stored splice does not fit `base`.
+    pub fn apply(&self, base: &str) -> Option<String> {
+        match self {
+            Variant::Same => Some(base.to_string()),
+            Variant::Whole(raw) => Some(raw.get().to_string()),
+            Variant::Splice { key, values } => {
+                let ranges = string_values_of(base.as_bytes(), key);
+                if ranges.len() != values.len() {
+                    return None;
+                }
+                let mut out = String::with_capacity(base.len());
+                let mut at = 0;
+                for (range, value) in ranges.into_iter().zip(values) {
+                    out.push_str(&base[at..range.start]);
+                    out.push_str(value.get());
+                    at = range.end;
+                }
+                out.push_str(&base[at..]);
+                Some(out)
+            }
+        }
+    }
+}
+
+/// Wraps bytes known to be one JSON value; anything else becomes `null`
+/// rather than corrupting the line it is embedded in.
+pub fn raw_or_null(json: &str) -> Box<RawValue> {
+    RawValue::from_string(json.to_string())
+        .unwrap_or_else(|_| RawValue::from_string("null".to_string()).expect("valid JSON"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string_values_skip_escaped_lookalikes_inside_strings() {
+        let json =
+            r#"{"a":"x\"stage_plan\":\"no","stage_plan":"one\\","s":[{"stage_plan":"two\"q"}]}"#;
+        let found: Vec<&str> = string_values_of(json.as_bytes(), "stage_plan")
+            .into_iter()
+            .map(|r| &json[r])
+            .collect();
+        assert_eq!(found, vec![r#""one\\""#, r#""two\"q""#]);
+    }
+
+    #[test]
+    fn a_splice_rebuilds_the_variant_byte_for_byte() {
+        let base = r#"{"stages":[{"stage_plan":"A\n  B","tasks":[1,2]},{"stage_plan":"C"}]}"#;
+        let variant = r#"{"stages":[{"stage_plan":"┌─A─┐","tasks":[1,2]},{"stage_plan":"C2"}]}"#;
+        let stored = Variant::diff(base, variant, "stage_plan");
+        assert!(matches!(stored, Variant::Splice { .. }));
+        assert_eq!(stored.apply(base).unwrap(), variant);
+        let json = serde_json::to_string(&stored).unwrap();
+        let back: Variant = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.apply(base).unwrap(), variant);
+    }
+
+    #[test]
+    fn a_variant_differing_elsewhere_is_stored_whole() {
+        let base = r#"{"stage_plan":"A","x":1}"#;
+        let variant = r#"{"stage_plan":"B","x":2}"#;
+        let stored = Variant::diff(base, variant, "stage_plan");
+        assert!(matches!(stored, Variant::Whole(_)));
+        assert_eq!(stored.apply(base).unwrap(), variant);
+    }
+
+    #[test]
+    fn identical_variants_are_stored_as_same() {
+        assert!(matches!(Variant::diff("{}", "{}", "k"), Variant::Same));
+    }
+
+    #[test]
+    fn job_end_status_serializes_as_upstream_does() {
+        assert_eq!(
+            serde_json::to_string(&JobEndStatus::Failed("boom".into())).unwrap(),
+            r#"{"Failed":"boom"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&JobEndStatus::Succeeded).unwrap(),
+            r#""Succeeded""#
+        );
+    }
+}

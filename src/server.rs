@@ -1,0 +1,377 @@
+//! Process assembly: a live scheduler that records (and never forgets), or a
+//! history-only server. Both serve on an already-bound listener until a
+//! shutdown future resolves.
+//!
+//! A live scheduler is assembled as upstream's `start_grpc_service` does
+//! (gRPC, Flight proxy, REST and health on one port), with three changes:
+//! the metrics collector is wrapped by the [`EventLogListener`], the gRPC
+//! service by the [`TaskTap`], and the job routes are ours, over a
+//! [`Layered`] source, with the scheduler's own router behind them for
+//! everything else. Upstream's built-in event-log writer is always off.
+
+use crate::api::{self, ApiError};
+use crate::capture::Capturer;
+use crate::listener::{EventLogListener, TappedScheduler, TaskTap};
+use crate::live::LiveApi;
+use crate::metrics::HistoryMetrics;
+use crate::redact::Redactor;
+use crate::source::{DiskSource, JobSource, Layered, LiveSource};
+use crate::store::LogStore;
+use crate::writer::{self, WriterConfig, WriterMsg};
+use arrow_flight::flight_service_server::FlightServiceServer;
+use axum::Router;
+use axum::response::IntoResponse;
+use ballista_core::BALLISTA_VERSION;
+use ballista_core::extension::BallistaConfigGrpcEndpoint;
+use ballista_core::flight_proxy_service::BallistaFlightProxyService;
+use ballista_core::serde::protobuf::scheduler_grpc_server::SchedulerGrpcServer;
+use ballista_core::serde::{
+    BallistaCodec, BallistaLogicalExtensionCodec, BallistaPhysicalExtensionCodec,
+};
+use ballista_scheduler::cluster::BallistaCluster;
+use ballista_scheduler::config::SchedulerConfig;
+use ballista_scheduler::scheduler_server::SchedulerServer;
+use http::{HeaderName, HeaderValue, StatusCode};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer};
+use tower_http::set_header::SetResponseHeaderLayer;
+
+/// Why a server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The scheduler could not be built or initialized.
+    #[error("scheduler: {0}")]
+    Scheduler(#[from] ballista_core::error::BallistaError),
+    /// Serving failed.
+    #[error("serving: {0}")]
+    Io(#[from] std::io::Error),
+    /// A bad option.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// Recording and history options shared by both modes.
+#[derive(Debug, Clone)]
+pub struct HistoryOptions {
+    /// The event-log directory.
+    pub event_log_dir: PathBuf,
+    /// How often the directory is rescanned; zero pins the list to startup.
+    pub update_interval: Duration,
+    /// Writer queue capacity (progress messages).
+    pub queue_capacity: usize,
+    /// Files the writer keeps open at once.
+    pub max_open_files: usize,
+    /// Config keys to redact.
+    pub redactor: Redactor,
+}
+
+impl HistoryOptions {
+    /// Defaults for `dir`: rescans every 10 s.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        let defaults = WriterConfig::new("");
+        Self {
+            event_log_dir: dir.into(),
+            update_interval: Duration::from_secs(10),
+            queue_capacity: defaults.queue_capacity,
+            max_open_files: defaults.max_open_files,
+            redactor: Redactor::default(),
+        }
+    }
+}
+
+/// Adds the `Server` and `X-Powered-By` headers the scheduler sends.
+fn with_version_headers(router: Router) -> Router {
+    router
+        .layer(SetResponseHeaderLayer::overriding(
+            http::header::SERVER,
+            HeaderValue::from_str(&format!("ballista/{BALLISTA_VERSION}")).expect("valid header"),
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            HeaderName::from_static("x-powered-by"),
+            HeaderValue::from_str(&format!("datafusion/{}", datafusion::DATAFUSION_VERSION))
+                .expect("valid header"),
+        ))
+}
+
+/// The CORS policy of the scheduler's REST API, from its config: the listed
+/// origins and methods, `*` for any, and the scheduler's defaults when empty.
+fn cors(config: &SchedulerConfig) -> CorsLayer {
+    let origins: Vec<HeaderValue> = config
+        .cors_allowed_origins
+        .split(',')
+        .filter_map(|o| o.trim().parse().ok())
+        .filter(|o: &HeaderValue| !o.is_empty())
+        .collect();
+    let origins = match config.cors_allowed_origins.trim() {
+        "*" => AllowOrigin::any(),
+        _ if origins.is_empty() => AllowOrigin::list([
+            HeaderValue::from_static("http://localhost:8080"),
+            HeaderValue::from_static("https://nightlies.apache.org"),
+        ]),
+        _ => AllowOrigin::list(origins),
+    };
+    let methods: Vec<http::Method> = config
+        .cors_allowed_methods
+        .split(',')
+        .filter_map(|m| m.trim().parse().ok())
+        .filter(|m: &http::Method| !m.as_str().is_empty())
+        .collect();
+    let methods = match config.cors_allowed_methods.trim() {
+        "*" => AllowMethods::any(),
+        _ if methods.is_empty() => AllowMethods::list([
+            http::Method::GET,
+            http::Method::OPTIONS,
+            http::Method::PATCH,
+        ]),
+        _ => AllowMethods::list(methods),
+    };
+    CorsLayer::new()
+        .allow_origin(origins)
+        .allow_methods(methods)
+        .allow_headers(AllowHeaders::any())
+}
+
+/// Runs a full scheduler on `listener` until `shutdown` resolves. With
+/// `history`, every job is recorded to its directory and finished jobs stay
+/// visible from there; without it the scheduler behaves as upstream's.
+///
+/// On shutdown, jobs whose end was already reported are still recorded and
+/// the writer's queue is drained and flushed before this returns.
+pub async fn run_scheduler(
+    listener: TcpListener,
+    mut config: SchedulerConfig,
+    history: Option<HistoryOptions>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    // Our writer records jobs; upstream's must not record them a second time.
+    config.event_log_dir = None;
+    config.validate()?;
+    let cluster = BallistaCluster::new_from_config(&config).await?;
+    let config = Arc::new(config);
+
+    let logical = config
+        .override_logical_codec
+        .clone()
+        .unwrap_or_else(|| Arc::new(BallistaLogicalExtensionCodec::default()));
+    let physical = config
+        .override_physical_codec
+        .clone()
+        .unwrap_or_else(|| Arc::new(BallistaPhysicalExtensionCodec::default()));
+    let codec = BallistaCodec::new(logical, physical);
+    let default_collector = ballista_scheduler::metrics::default_metrics_collector()?;
+
+    // Recording: the writer thread, and the channel from the listener to
+    // the capturer.
+    let recording = match &history {
+        Some(options) => {
+            let metrics = HistoryMetrics::global();
+            let mut wc = WriterConfig::new(&options.event_log_dir);
+            wc.queue_capacity = options.queue_capacity;
+            wc.max_open_files = options.max_open_files;
+            let (writer, thread) = writer::spawn(wc, metrics.clone())?;
+            let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
+            Some((writer, thread, events_tx, events_rx, metrics))
+        }
+        None => None,
+    };
+    let collector: Arc<dyn ballista_scheduler::metrics::SchedulerMetricsCollector> =
+        match &recording {
+            Some((_, _, events_tx, _, _)) => {
+                Arc::new(EventLogListener::new(default_collector, events_tx.clone()))
+            }
+            None => default_collector,
+        };
+
+    let mut scheduler = SchedulerServer::new(
+        config.scheduler_endpoint(),
+        cluster,
+        codec,
+        config.clone(),
+        collector,
+    );
+    scheduler.init().await?;
+    let scheduler = Arc::new(scheduler);
+    let api = LiveApi::new(scheduler.clone());
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+
+    let mut source: Arc<dyn JobSource> = Arc::new(LiveSource::new(api.clone()));
+    let mut tap = None;
+    let mut background = Vec::new();
+    let mut writer_parts = None;
+    if let (Some(options), Some((writer, thread, _events_tx, events_rx, metrics))) =
+        (&history, recording)
+    {
+        let capturer = Capturer::new(api.clone(), writer.clone(), options.redactor.clone());
+        background.push(tokio::spawn(capturer.run(events_rx, stopped())));
+        let store = Arc::new(LogStore::new(&options.event_log_dir, metrics));
+        background.push(tokio::spawn(
+            store
+                .clone()
+                .rescan_every(options.update_interval, stopped()),
+        ));
+        source = Arc::new(Layered::new(
+            LiveSource::new(api.clone()),
+            DiskSource::new(store),
+        ));
+        tap = Some(TaskTap::new(writer.clone()));
+        writer_parts = Some((writer, thread));
+    }
+
+    let router = live_router(&scheduler, &config, api, source, tap);
+    log::info!(
+        "Ballista scheduler v{BALLISTA_VERSION} listening on {:?}{}",
+        listener.local_addr().ok(),
+        match &history {
+            Some(h) => format!(", recording jobs to {}", h.event_log_dir.display()),
+            None => String::new(),
+        }
+    );
+    let served = axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await;
+
+    let _ = stop_tx.send(true);
+    for task in background {
+        let _ = task.await;
+    }
+    if let Some((writer, thread)) = writer_parts {
+        writer.send(WriterMsg::Shutdown);
+        drop(writer);
+        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+    }
+    served.map_err(ServerError::from)
+}
+
+fn live_router(
+    scheduler: &Arc<
+        SchedulerServer<
+            datafusion_proto::protobuf::LogicalPlanNode,
+            datafusion_proto::protobuf::PhysicalPlanNode,
+        >,
+    >,
+    config: &Arc<SchedulerConfig>,
+    api: LiveApi,
+    source: Arc<dyn JobSource>,
+    tap: Option<TaskTap>,
+) -> Router {
+    let max_decoding = config.grpc_server_max_decoding_message_size as usize;
+    let max_encoding = config.grpc_server_max_encoding_message_size as usize;
+    let grpc = SchedulerGrpcServer::new(TappedScheduler::new(scheduler.as_ref().clone(), tap))
+        .max_encoding_message_size(max_encoding)
+        .max_decoding_message_size(max_decoding);
+    let mut routes = tonic::service::RoutesBuilder::default();
+    routes.add_service(grpc);
+    if config.enable_embedded_flight_proxy {
+        let endpoint = config
+            .override_create_grpc_client_endpoint
+            .clone()
+            .map(|f| Arc::new(BallistaConfigGrpcEndpoint::new(f)));
+        let proxy =
+            BallistaFlightProxyService::new(max_decoding, max_encoding, config.use_tls, endpoint);
+        routes.add_service(
+            FlightServiceServer::new(proxy)
+                .max_decoding_message_size(max_decoding)
+                .max_encoding_message_size(max_encoding),
+        );
+    }
+    let grpc = routes.routes().into_axum_router();
+
+    let ready_scheduler = scheduler.clone();
+    let health = Router::new()
+        .route(
+            "/healthz",
+            axum::routing::get(|| async { (StatusCode::OK, "ok") }),
+        )
+        .route(
+            "/readyz",
+            axum::routing::get(move || {
+                let s = ready_scheduler.clone();
+                async move {
+                    let required = s.state.config.min_ready_executors;
+                    if s.is_ready() {
+                        (StatusCode::OK, "ready\n".to_string())
+                    } else {
+                        (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            format!("not ready: fewer than {required} executors registered\n"),
+                        )
+                    }
+                }
+            }),
+        );
+
+    // Unmatched requests fall through: our job routes and health first,
+    // then the scheduler's own REST routes, then gRPC, then a JSON 404.
+    let grpc = grpc.fallback(|| async { ApiError::NotFound });
+    let front = if config.disable_rest_api {
+        health.route(
+            "/api/{*path}",
+            axum::routing::any(|| async { ApiError::NotFound.into_response() }),
+        )
+    } else {
+        api::job_routes(source).layer(cors(config)).merge(health)
+    };
+    let behind = if config.disable_rest_api {
+        grpc
+    } else {
+        api.router().fallback_service(grpc)
+    };
+    with_version_headers(front.fallback_service(behind))
+}
+
+/// Runs a history-only server on `listener` until `shutdown` resolves: the
+/// job routes over the directory, plus state, version, executors (none),
+/// metrics and health. No cluster, no gRPC.
+pub async fn run_history(
+    listener: TcpListener,
+    options: HistoryOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let metrics = HistoryMetrics::global();
+    let store = Arc::new(LogStore::new(&options.event_log_dir, metrics));
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let rescans = tokio::spawn(
+        store
+            .clone()
+            .rescan_every(options.update_interval, async move {
+                let _ = stop_rx.wait_for(|s| *s).await;
+            }),
+    );
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    let ready_store = store.clone();
+    let router = api::job_routes(Arc::new(DiskSource::new(store)))
+        .merge(api::history_routes(
+            started,
+            Arc::new(move || ready_store.is_ready()),
+        ))
+        .layer(cors(&SchedulerConfig::default()));
+    log::info!(
+        "Ballista job history server listening on {:?}, serving {}",
+        listener.local_addr().ok(),
+        options.event_log_dir.display()
+    );
+    let served = axum::serve(listener, with_version_headers(router))
+        .with_graceful_shutdown(shutdown)
+        .await;
+    let _ = stop_tx.send(true);
+    let _ = rescans.await;
+    served.map_err(ServerError::from)
+}

@@ -1,0 +1,765 @@
+//! The background writer: one thread that owns every file of the log
+//! directory, fed by one channel.
+//!
+//! Per job it appends JSON lines to `DIR/<job_id>.eventlog.running`. At the
+//! terminal record it writes `JobEnd` and a `Footer`, flushes, fsyncs the
+//! file, renames it to `DIR/<job_id>.eventlog` and fsyncs the directory.
+//!
+//! **Invariant:** nothing here is ever awaited by the scheduler. Senders use
+//! [`WriterHandle::try_progress`], which never blocks: progress records beyond
+//! the queue's capacity are dropped and counted; terminal records are never
+//! dropped (they bypass the capacity check, and there is one per job).
+//!
+//! **Invariant:** the channel is FIFO, so every progress record accepted
+//! before a job's `JobEnd` was handed over is written before it.
+//!
+//! **Invariant:** at most [`WriterConfig::max_open_files`] files are open at
+//! once; a job whose file was closed to make room is reopened in append mode.
+//!
+//! A failing directory (missing, read-only, full) costs the affected jobs
+//! their logs, never the scheduler its progress: errors are counted, logged
+//! once per burst, and the next job tries again.
+
+use crate::metrics::HistoryMetrics;
+use crate::record::{self, Footer, JobEnd, JobStart, TaskEnd, kind};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Suffix of a log still being written.
+pub const RUNNING_SUFFIX: &str = ".eventlog.running";
+/// Suffix of a completed log.
+pub const COMPLETED_SUFFIX: &str = ".eventlog";
+
+/// How the writer behaves.
+#[derive(Debug, Clone)]
+pub struct WriterConfig {
+    /// The log directory.
+    pub dir: PathBuf,
+    /// Progress messages that may wait in the queue before new ones are
+    /// dropped.
+    pub queue_capacity: usize,
+    /// Files kept open at once.
+    pub max_open_files: usize,
+    /// How often buffered progress is flushed to the file.
+    pub flush_interval: Duration,
+}
+
+impl WriterConfig {
+    /// Defaults for `dir`: 65,536 queued messages, 256 open files, flushed
+    /// every 500 ms.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            queue_capacity: 65_536,
+            max_open_files: 256,
+            flush_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+/// A message for the writer thread.
+#[derive(Debug)]
+pub enum WriterMsg {
+    /// The job's `JobStart`. Records that arrive before it are held back, so
+    /// it is always the first line.
+    Start(JobStart),
+    /// Finished tasks of one job.
+    Tasks {
+        /// The job.
+        job_id: String,
+        /// Its finished tasks.
+        tasks: Vec<TaskEnd>,
+    },
+    /// The job's terminal record, with its stage records. Closes the log.
+    End {
+        /// The job.
+        job_id: String,
+        /// A `JobStart` to write first if none was written (a job that failed
+        /// during planning never had one).
+        fallback_start: JobStart,
+        /// Stage records, written before `JobEnd`.
+        stages: Vec<(record::StageStart, record::StageEnd)>,
+        /// The terminal record.
+        end: Box<JobEnd>,
+    },
+    /// Flush and acknowledge: everything sent before it is then on disk.
+    Flush(mpsc::Sender<()>),
+    /// Flush and stop. Logs of unfinished jobs stay `.running`.
+    Shutdown,
+}
+
+impl WriterMsg {
+    fn is_progress(&self) -> bool {
+        matches!(self, WriterMsg::Tasks { .. })
+    }
+}
+
+/// The sending side, cheap to clone. Never blocks.
+#[derive(Clone)]
+pub struct WriterHandle {
+    tx: mpsc::Sender<WriterMsg>,
+    queued: Arc<AtomicUsize>,
+    capacity: usize,
+    metrics: Arc<HistoryMetrics>,
+    drops: Arc<parking_lot::Mutex<HashMap<String, u64>>>,
+}
+
+impl WriterHandle {
+    /// Hands over a progress message, or drops and counts it when the queue
+    /// is full. Returns whether it was accepted.
+    pub fn try_progress(&self, msg: WriterMsg) -> bool {
+        let job_id = match &msg {
+            WriterMsg::Tasks { job_id, .. } => job_id.clone(),
+            _ => return self.send(msg),
+        };
+        let records = match &msg {
+            WriterMsg::Tasks { tasks, .. } => tasks.len() as u64,
+            _ => 1,
+        };
+        if self.queued.fetch_add(1, Ordering::AcqRel) >= self.capacity {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            self.count_drop(&job_id, records);
+            return false;
+        }
+        if self.tx.send(msg).is_err() {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    /// Hands over a control message (start, end, flush). These bypass the
+    /// capacity limit: there are at most two per job.
+    pub fn send(&self, msg: WriterMsg) -> bool {
+        self.tx.send(msg).is_ok()
+    }
+
+    fn count_drop(&self, job_id: &str, records: u64) {
+        *self.drops.lock().entry(job_id.to_string()).or_default() += records;
+        self.metrics.dropped_records.inc_by(records);
+    }
+
+    /// Records dropped so far for `job_id`, removing the count.
+    pub fn take_drops(&self, job_id: &str) -> u64 {
+        self.drops.lock().remove(job_id).unwrap_or(0)
+    }
+
+    /// Waits until everything sent before this call is written and flushed.
+    pub async fn flush(&self) {
+        let (tx, rx) = mpsc::channel();
+        if self.send(WriterMsg::Flush(tx)) {
+            let _ = tokio::task::spawn_blocking(move || rx.recv()).await;
+        }
+    }
+}
+
+/// Starts the writer thread. It runs until every [`WriterHandle`] is dropped,
+/// then drains the queue, flushes and returns; join the returned handle to
+/// wait for that.
+pub fn spawn(
+    config: WriterConfig,
+    metrics: Arc<HistoryMetrics>,
+) -> std::io::Result<(WriterHandle, std::thread::JoinHandle<()>)> {
+    let (tx, rx) = mpsc::channel();
+    let queued = Arc::new(AtomicUsize::new(0));
+    let handle = WriterHandle {
+        tx,
+        queued: queued.clone(),
+        capacity: config.queue_capacity.max(1),
+        metrics: metrics.clone(),
+        drops: Default::default(),
+    };
+    let mut writer = Writer::new(config, metrics, handle.drops.clone());
+    let thread = std::thread::Builder::new()
+        .name("event-log-writer".into())
+        .spawn(move || writer.run(rx, queued))?;
+    Ok((handle, thread))
+}
+
+/// A job whose log is being written.
+struct OpenJob {
+    /// `None` while closed to respect the open-file limit.
+    file: Option<BufWriter<File>>,
+    /// Bytes written to the file so far (the next record's offset).
+    len: u64,
+    /// Whether `JobStart` has been written.
+    started: bool,
+    /// Lines that arrived before `JobStart`.
+    held: Vec<Vec<u8>>,
+    /// Set after a write error: the job's log is abandoned.
+    broken: bool,
+    last_used: u64,
+    dirty: bool,
+}
+
+/// Progress lines held per job while its `JobStart` is pending.
+const MAX_HELD_LINES: usize = 100_000;
+/// Finished job ids remembered to drop late records.
+const FINISHED_MEMORY: usize = 100_000;
+
+struct Writer {
+    config: WriterConfig,
+    metrics: Arc<HistoryMetrics>,
+    drops: Arc<parking_lot::Mutex<HashMap<String, u64>>>,
+    jobs: HashMap<String, OpenJob>,
+    open_files: usize,
+    tick: u64,
+    finished: HashSet<String>,
+    finished_order: VecDeque<String>,
+    errors: ErrorLog,
+}
+
+/// Logs I/O errors without flooding: the first of a burst in full, then a
+/// count at most once a minute.
+struct ErrorLog {
+    last_logged: Option<Instant>,
+    suppressed: u64,
+}
+
+impl ErrorLog {
+    fn report(&mut self, metrics: &HistoryMetrics, what: &str, err: &std::io::Error) {
+        metrics.write_errors.inc();
+        let now = Instant::now();
+        match self.last_logged {
+            Some(at) if now.duration_since(at) < Duration::from_secs(60) => {
+                self.suppressed += 1;
+            }
+            _ => {
+                log::error!(
+                    "event log: {what}: {err}; the job's history is lost, scheduling \
+                     continues ({} similar errors suppressed since the last report)",
+                    self.suppressed
+                );
+                self.last_logged = Some(now);
+                self.suppressed = 0;
+            }
+        }
+    }
+}
+
+impl Writer {
+    fn new(
+        config: WriterConfig,
+        metrics: Arc<HistoryMetrics>,
+        drops: Arc<parking_lot::Mutex<HashMap<String, u64>>>,
+    ) -> Self {
+        Self {
+            config,
+            metrics,
+            drops,
+            jobs: HashMap::new(),
+            open_files: 0,
+            tick: 0,
+            finished: HashSet::new(),
+            finished_order: VecDeque::new(),
+            errors: ErrorLog {
+                last_logged: None,
+                suppressed: 0,
+            },
+        }
+    }
+
+    fn run(&mut self, rx: mpsc::Receiver<WriterMsg>, queued: Arc<AtomicUsize>) {
+        let mut last_flush = Instant::now();
+        loop {
+            let timeout = self
+                .config
+                .flush_interval
+                .saturating_sub(last_flush.elapsed());
+            match rx.recv_timeout(timeout) {
+                Ok(WriterMsg::Shutdown) => break,
+                Ok(msg) => {
+                    if msg.is_progress() {
+                        queued.fetch_sub(1, Ordering::AcqRel);
+                    }
+                    self.handle(msg);
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+            if last_flush.elapsed() >= self.config.flush_interval {
+                self.flush_all();
+                last_flush = Instant::now();
+            }
+        }
+        self.flush_all();
+    }
+
+    fn handle(&mut self, msg: WriterMsg) {
+        match msg {
+            WriterMsg::Start(start) => self.start(start),
+            WriterMsg::Tasks { job_id, tasks } => {
+                if self.finished.contains(&job_id) {
+                    return;
+                }
+                let lines = tasks
+                    .iter()
+                    .filter_map(|t| record::encode_line(kind::TASK_END, t).ok());
+                let lines: Vec<Vec<u8>> = lines.collect();
+                let job = self.job(&job_id);
+                if !job.started {
+                    let room = MAX_HELD_LINES.saturating_sub(job.held.len());
+                    let dropped = lines.len().saturating_sub(room) as u64;
+                    job.held.extend(lines.into_iter().take(room));
+                    if dropped > 0 {
+                        *self.drops.lock().entry(job_id).or_default() += dropped;
+                        self.metrics.dropped_records.inc_by(dropped);
+                    }
+                    return;
+                }
+                for line in lines {
+                    self.append(&job_id, &line);
+                }
+            }
+            WriterMsg::End {
+                job_id,
+                fallback_start,
+                stages,
+                end,
+            } => self.end(job_id, fallback_start, stages, end),
+            WriterMsg::Flush(ack) => {
+                self.flush_all();
+                let _ = ack.send(());
+            }
+            WriterMsg::Shutdown => {}
+        }
+    }
+
+    fn job(&mut self, job_id: &str) -> &mut OpenJob {
+        self.jobs.entry(job_id.to_string()).or_insert(OpenJob {
+            file: None,
+            len: 0,
+            started: false,
+            held: Vec::new(),
+            broken: false,
+            last_used: 0,
+            dirty: false,
+        })
+    }
+
+    fn start(&mut self, start: JobStart) {
+        let job_id = start.job_id.clone();
+        if self.finished.contains(&job_id) {
+            return;
+        }
+        if self.job(&job_id).started {
+            return;
+        }
+        match record::encode_line(kind::JOB_START, &start) {
+            Ok(line) => {
+                self.job(&job_id).started = true;
+                self.append(&job_id, &line);
+                let held = std::mem::take(&mut self.job(&job_id).held);
+                for line in held {
+                    self.append(&job_id, &line);
+                }
+            }
+            Err(e) => log::error!("event log: cannot encode JobStart of {job_id}: {e}"),
+        }
+    }
+
+    /// Appends one line to the job's file, opening it (or reopening it) if
+    /// needed. Errors mark the job broken so later lines are skipped.
+    fn append(&mut self, job_id: &str, line: &[u8]) {
+        if self.ensure_open(job_id).is_err() {
+            return;
+        }
+        self.tick += 1;
+        let tick = self.tick;
+        let job = self.jobs.get_mut(job_id).expect("job is open");
+        let file = job.file.as_mut().expect("file is open");
+        match file.write_all(line) {
+            Ok(()) => {
+                job.len += line.len() as u64;
+                job.last_used = tick;
+                job.dirty = true;
+            }
+            Err(e) => {
+                job.broken = true;
+                self.errors
+                    .report(&self.metrics, &format!("writing the log of {job_id}"), &e);
+            }
+        }
+    }
+
+    fn ensure_open(&mut self, job_id: &str) -> Result<(), ()> {
+        let job = self.jobs.get(job_id).ok_or(())?;
+        if job.broken {
+            return Err(());
+        }
+        if job.file.is_some() {
+            return Ok(());
+        }
+        if self.open_files >= self.config.max_open_files.max(1) {
+            self.close_least_recently_used();
+        }
+        let path = self.path(job_id, RUNNING_SUFFIX);
+        let fresh = self.jobs[job_id].len == 0;
+        let opened = if fresh {
+            std::fs::create_dir_all(&self.config.dir).and_then(|()| {
+                OpenOptions::new()
+                    .create(true)
+                    .write(true)
+                    .truncate(true)
+                    .open(&path)
+            })
+        } else {
+            OpenOptions::new().append(true).open(&path)
+        };
+        let job = self.jobs.get_mut(job_id).expect("job exists");
+        match opened {
+            Ok(file) => {
+                job.file = Some(BufWriter::with_capacity(16 * 1024, file));
+                self.open_files += 1;
+                Ok(())
+            }
+            Err(e) => {
+                job.broken = true;
+                self.errors
+                    .report(&self.metrics, &format!("creating {}", path.display()), &e);
+                Err(())
+            }
+        }
+    }
+
+    fn close_least_recently_used(&mut self) {
+        let victim = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.file.is_some())
+            .min_by_key(|(_, j)| j.last_used)
+            .map(|(id, _)| id.clone());
+        if let Some(id) = victim {
+            let job = self.jobs.get_mut(&id).expect("victim exists");
+            if let Some(mut file) = job.file.take() {
+                if let Err(e) = file.flush() {
+                    job.broken = true;
+                    self.errors
+                        .report(&self.metrics, &format!("flushing the log of {id}"), &e);
+                }
+                self.open_files -= 1;
+            }
+        }
+    }
+
+    fn flush_all(&mut self) {
+        let mut failed = Vec::new();
+        for (id, job) in self.jobs.iter_mut() {
+            if job.dirty
+                && let Some(file) = job.file.as_mut()
+            {
+                job.dirty = false;
+                if let Err(e) = file.flush() {
+                    job.broken = true;
+                    failed.push((id.clone(), e));
+                }
+            }
+        }
+        for (id, e) in failed {
+            self.errors
+                .report(&self.metrics, &format!("flushing the log of {id}"), &e);
+        }
+    }
+
+    fn path(&self, job_id: &str, suffix: &str) -> PathBuf {
+        self.config.dir.join(format!("{job_id}{suffix}"))
+    }
+
+    fn end(
+        &mut self,
+        job_id: String,
+        fallback_start: JobStart,
+        stages: Vec<(record::StageStart, record::StageEnd)>,
+        mut end: Box<JobEnd>,
+    ) {
+        if self.finished.contains(&job_id) {
+            return;
+        }
+        if !self.job(&job_id).started {
+            self.start(fallback_start);
+        }
+        end.dropped_records += self.drops.lock().remove(&job_id).unwrap_or(0);
+        for (start, stage_end) in &stages {
+            for line in [
+                record::encode_line(kind::STAGE_START, start),
+                record::encode_line(kind::STAGE_END, stage_end),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                self.append(&job_id, &line);
+            }
+        }
+        let result = record::encode_line(kind::JOB_END, &end)
+            .map_err(std::io::Error::other)
+            .and_then(|line| {
+                let offset = self.jobs[&job_id].len;
+                self.append(&job_id, &line);
+                let footer = Footer {
+                    job_end_offset: offset,
+                    job_end_len: line.len() as u64 - 1,
+                    status: end.status.clone(),
+                    queued_at: end.queued_at,
+                    index: end.index.clone(),
+                    dropped_records: end.dropped_records,
+                };
+                let footer = record::encode_line(kind::FOOTER, &footer)?;
+                self.append(&job_id, &footer);
+                self.complete(&job_id)
+            });
+        self.remember_finished(&job_id);
+        if let Some(job) = self.jobs.remove(&job_id)
+            && job.file.is_some()
+        {
+            self.open_files -= 1;
+        }
+        match result {
+            Ok(()) => self.metrics.jobs_recorded.inc(),
+            Err(e) => self.errors.report(
+                &self.metrics,
+                &format!("completing the log of {job_id}"),
+                &e,
+            ),
+        }
+    }
+
+    /// Flush, fsync, rename to the completed name, fsync the directory: a
+    /// file named `.eventlog` is always whole and durable.
+    fn complete(&mut self, job_id: &str) -> std::io::Result<()> {
+        let job = self.jobs.get_mut(job_id).expect("job exists");
+        if job.broken {
+            return Err(std::io::Error::other("an earlier write of this log failed"));
+        }
+        let file = job
+            .file
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("not open"))?;
+        file.flush()?;
+        file.get_ref().sync_all()?;
+        let from = self.path(job_id, RUNNING_SUFFIX);
+        let to = self.path(job_id, COMPLETED_SUFFIX);
+        std::fs::rename(&from, &to)?;
+        sync_dir(&self.config.dir)
+    }
+
+    fn remember_finished(&mut self, job_id: &str) {
+        if self.finished.insert(job_id.to_string()) {
+            self.finished_order.push_back(job_id.to_string());
+            if self.finished_order.len() > FINISHED_MEMORY
+                && let Some(old) = self.finished_order.pop_front()
+            {
+                self.finished.remove(&old);
+            }
+        }
+    }
+}
+
+/// Makes a rename in `dir` durable.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{JobEndStatus, JobIndex, raw_or_null};
+
+    fn end(job_id: &str) -> Box<JobEnd> {
+        Box::new(JobEnd {
+            status: JobEndStatus::Succeeded,
+            queued_at: 1,
+            started_at: 2,
+            completed_at: 3,
+            index: JobIndex {
+                job_id: job_id.into(),
+                ..Default::default()
+            },
+            job: raw_or_null("{}"),
+            stages: raw_or_null(r#"{"stages":[]}"#),
+            config: raw_or_null("{}"),
+            dot: String::new(),
+            dropped_records: 0,
+            responses: Default::default(),
+        })
+    }
+
+    fn task(stage_id: u32, task_id: u32) -> TaskEnd {
+        TaskEnd {
+            stage_id,
+            task_id,
+            executor_id: "e".into(),
+            status: ballista_api_types::dto::TaskStatus::Successful,
+            launch_time: 1,
+            start_exec_time: 2,
+            end_exec_time: 3,
+            metrics: Default::default(),
+            stage_attempt: 0,
+        }
+    }
+
+    fn start(job_id: &str) -> JobStart {
+        JobStart {
+            job_id: job_id.into(),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn tasks_before_job_start_are_written_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Arc::new(HistoryMetrics::unregistered());
+        let (handle, thread) = spawn(WriterConfig::new(dir.path()), metrics).unwrap();
+        handle.try_progress(WriterMsg::Tasks {
+            job_id: "j1".into(),
+            tasks: vec![task(1, 0)],
+        });
+        handle.send(WriterMsg::Start(start("j1")));
+        handle.send(WriterMsg::End {
+            job_id: "j1".into(),
+            fallback_start: start("j1"),
+            stages: vec![],
+            end: end("j1"),
+        });
+        drop(handle);
+        thread.join().unwrap();
+        let text = std::fs::read_to_string(dir.path().join("j1.eventlog")).unwrap();
+        let kinds: Vec<String> = text
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["ev"].to_string())
+            .collect();
+        assert_eq!(
+            kinds,
+            vec!["\"JobStart\"", "\"TaskEnd\"", "\"JobEnd\"", "\"Footer\""]
+        );
+        assert!(!dir.path().join("j1.eventlog.running").exists());
+    }
+
+    #[tokio::test]
+    async fn full_queue_drops_progress_but_keeps_job_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Arc::new(HistoryMetrics::unregistered());
+        let mut config = WriterConfig::new(dir.path());
+        config.queue_capacity = 1;
+        // Build the handle without a running thread so the queue stays full.
+        let (tx, rx) = mpsc::channel();
+        let handle = WriterHandle {
+            tx,
+            queued: Arc::new(AtomicUsize::new(0)),
+            capacity: 1,
+            metrics: metrics.clone(),
+            drops: Default::default(),
+        };
+        handle.send(WriterMsg::Start(start("j")));
+        let accepted: Vec<bool> = (0..5)
+            .map(|i| {
+                handle.try_progress(WriterMsg::Tasks {
+                    job_id: "j".into(),
+                    tasks: vec![task(1, i)],
+                })
+            })
+            .collect();
+        assert_eq!(accepted, vec![true, false, false, false, false]);
+        assert!(handle.send(WriterMsg::End {
+            job_id: "j".into(),
+            fallback_start: start("j"),
+            stages: vec![],
+            end: end("j"),
+        }));
+        let mut writer = Writer::new(config, metrics.clone(), handle.drops.clone());
+        let queued = handle.queued.clone();
+        drop(handle);
+        writer.run(rx, queued);
+        let text = std::fs::read_to_string(dir.path().join("j.eventlog")).unwrap();
+        assert_eq!(text.matches("\"TaskEnd\"").count(), 1);
+        assert!(text.contains("\"dropped_records\":4"));
+        assert_eq!(metrics.dropped_records.get(), 4);
+    }
+
+    #[tokio::test]
+    async fn open_files_stay_under_the_limit_and_reopen_in_append_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Arc::new(HistoryMetrics::unregistered());
+        let mut config = WriterConfig::new(dir.path());
+        config.max_open_files = 2;
+        let (handle, thread) = spawn(config, metrics).unwrap();
+        for round in 0..3 {
+            for j in 0..10 {
+                let id = format!("job{j}");
+                if round == 0 {
+                    handle.send(WriterMsg::Start(start(&id)));
+                }
+                handle.try_progress(WriterMsg::Tasks {
+                    job_id: id,
+                    tasks: vec![task(1, round)],
+                });
+            }
+        }
+        for j in 0..10 {
+            let id = format!("job{j}");
+            handle.send(WriterMsg::End {
+                job_id: id.clone(),
+                fallback_start: start(&id),
+                stages: vec![],
+                end: end(&id),
+            });
+        }
+        drop(handle);
+        thread.join().unwrap();
+        for j in 0..10 {
+            let text =
+                std::fs::read_to_string(dir.path().join(format!("job{j}.eventlog"))).unwrap();
+            assert_eq!(text.matches("\"TaskEnd\"").count(), 3, "job{j}: {text}");
+            assert!(text.starts_with("{\"ev\":\"JobStart\""));
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unwritable_directory_is_counted_not_fatal() {
+        let dir = tempfile::tempdir().unwrap();
+        let blocker = dir.path().join("not-a-dir");
+        std::fs::write(&blocker, b"file").unwrap();
+        let metrics = Arc::new(HistoryMetrics::unregistered());
+        let (handle, thread) = spawn(WriterConfig::new(&blocker), metrics.clone()).unwrap();
+        handle.send(WriterMsg::Start(start("j")));
+        handle.send(WriterMsg::End {
+            job_id: "j".into(),
+            fallback_start: start("j"),
+            stages: vec![],
+            end: end("j"),
+        });
+        handle.flush().await;
+        assert!(metrics.write_errors.get() >= 1);
+        drop(handle);
+        thread.join().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_late_record_never_reopens_a_finished_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Arc::new(HistoryMetrics::unregistered());
+        let (handle, thread) = spawn(WriterConfig::new(dir.path()), metrics).unwrap();
+        handle.send(WriterMsg::Start(start("j")));
+        handle.send(WriterMsg::End {
+            job_id: "j".into(),
+            fallback_start: start("j"),
+            stages: vec![],
+            end: end("j"),
+        });
+        handle.try_progress(WriterMsg::Tasks {
+            job_id: "j".into(),
+            tasks: vec![task(1, 9)],
+        });
+        drop(handle);
+        thread.join().unwrap();
+        assert!(!dir.path().join("j.eventlog.running").exists());
+        let text = std::fs::read_to_string(dir.path().join("j.eventlog")).unwrap();
+        assert!(text.trim_end().ends_with('}'));
+        assert!(text.lines().last().unwrap().contains("\"Footer\""));
+    }
+}

@@ -1,0 +1,327 @@
+//! Real components for the integration tests: our `ballista-scheduler`
+//! binary as a process, an in-process executor from the `ballista-executor`
+//! crate, the `ballista` client, and HTTP over TCP.
+
+use ballista::prelude::*;
+use ballista_core::serde::BallistaCodec;
+use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::prelude::{CsvReadOptions, SessionConfig, SessionContext};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long any wait for the system under test may take before the test
+/// fails. Generous: CI machines are slow, and a wait ends as soon as its
+/// condition holds.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Our binary, running as a child process; killed on drop.
+pub struct Proc {
+    child: Child,
+    /// The port it serves on.
+    pub port: u16,
+}
+
+impl Proc {
+    /// `ballista-scheduler` with `args`, on a fresh loopback port.
+    pub fn spawn(args: &[&str]) -> Proc {
+        let port = free_port();
+        let port_s = port.to_string();
+        let mut all = vec![
+            "--bind-host",
+            "127.0.0.1",
+            "--external-host",
+            "127.0.0.1",
+            "--bind-port",
+            &port_s,
+        ];
+        all.extend_from_slice(args);
+        let child = Command::new(env!("CARGO_BIN_EXE_ballista-scheduler"))
+            .args(&all)
+            .env(
+                "RUST_LOG",
+                std::env::var("TEST_SCHEDULER_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("the binary starts");
+        Proc { child, port }
+    }
+
+    /// A recording scheduler on `dir`, pull-staged (as the in-process
+    /// executor polls for work).
+    pub fn scheduler(dir: &Path, extra: &[&str]) -> Proc {
+        let dir = dir.to_str().unwrap();
+        let mut args = vec!["--event-log-dir", dir, "--scheduler-policy", "pull-staged"];
+        args.extend_from_slice(extra);
+        Proc::spawn(&args)
+    }
+
+    /// A history-only server on `dir`.
+    pub fn history(dir: &Path, extra: &[&str]) -> Proc {
+        let dir = dir.to_str().unwrap();
+        let mut args = vec!["--history-only", "--event-log-dir", dir];
+        args.extend_from_slice(extra);
+        Proc::spawn(&args)
+    }
+
+    /// `http://127.0.0.1:PORT{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Waits until `/healthz` answers.
+    pub async fn wait_healthy(&mut self) {
+        let client = http_client();
+        eventually("the server answers /healthz", || {
+            let client = client.clone();
+            let url = self.url("/healthz");
+            async move { matches!(client.get(url).send().await, Ok(r) if r.status().is_success()) }
+        })
+        .await;
+        assert!(
+            self.child.try_wait().unwrap().is_none(),
+            "the server exited"
+        );
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, and wait for a clean exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Polls `condition` until it holds, failing the test after [`DEADLINE`].
+pub async fn eventually<F, Fut>(what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    wait_for(what, || {
+        let fut = condition();
+        async move { fut.await.then_some(()) }
+    })
+    .await
+}
+
+/// Polls `probe` until it yields a value, failing the test after
+/// [`DEADLINE`].
+pub async fn wait_for<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(10);
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(start.elapsed() < DEADLINE, "timed out waiting until {what}");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(250));
+    }
+}
+
+/// A plain HTTP client.
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+/// A `GET`: status, content type, body.
+pub async fn get(url: &str) -> (u16, String, Vec<u8>) {
+    let r = http_client()
+        .get(url)
+        .send()
+        .await
+        .expect("the request is answered");
+    let status = r.status().as_u16();
+    let ct = r
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (status, ct, r.bytes().await.unwrap().to_vec())
+}
+
+/// A `GET` of JSON.
+pub async fn get_json(url: &str) -> serde_json::Value {
+    let (status, _, body) = get(url).await;
+    assert_eq!(status, 200, "{url}: {}", String::from_utf8_lossy(&body));
+    serde_json::from_slice(&body).unwrap()
+}
+
+/// Starts an executor of the `ballista-executor` crate in this process,
+/// registered with the scheduler on `port`.
+pub async fn start_executor(port: u16) {
+    let url = format!("http://127.0.0.1:{port}");
+    let start = Instant::now();
+    let client = loop {
+        match SchedulerGrpcClient::connect(url.clone()).await {
+            Ok(c) => break c,
+            Err(e) => {
+                assert!(
+                    start.elapsed() < DEADLINE,
+                    "cannot reach the scheduler: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    ballista_executor::new_standalone_executor(client, 2, BallistaCodec::default())
+        .await
+        .expect("the executor starts");
+}
+
+/// A `ballista` client session with Ballista's S3 options available (so
+/// their credential keys can be set), and the test table `t` registered.
+pub async fn client(port: u16, data: &Path) -> SessionContext {
+    client_with(port, data, &[]).await
+}
+
+/// [`client`], with session config options set.
+pub async fn client_with(port: u16, data: &Path, options: &[(&str, &str)]) -> SessionContext {
+    let mut config: SessionConfig = ballista_core::object_store::session_config_with_s3_support();
+    for (k, v) in options {
+        config.options_mut().set(k, v).expect("a known config key");
+    }
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_default_features()
+        .build();
+    let ctx = SessionContext::remote_with_state(&format!("df://127.0.0.1:{port}"), state)
+        .await
+        .expect("the client connects");
+    ctx.register_csv("t", data.to_str().unwrap(), CsvReadOptions::new())
+        .await
+        .unwrap();
+    ctx
+}
+
+/// Writes the test table: `k` (0..100), `v` and a text column `s`.
+pub fn write_csv(dir: &Path, name: &str, rows: usize) -> PathBuf {
+    let mut text = String::from("k,v,s\n");
+    for i in 0..rows {
+        text.push_str(&format!("{},{},x{}\n", i % 100, i, i));
+    }
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Job ids the scheduler lists.
+pub async fn job_ids(proc: &Proc) -> Vec<String> {
+    get_json(&proc.url("/api/jobs"))
+        .await
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["job_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Runs `sql` and returns the new job's id and whether the query succeeded.
+pub async fn run_job(
+    proc: &Proc,
+    ctx: &SessionContext,
+    sql: &str,
+) -> (String, Result<usize, String>) {
+    let before = job_ids(proc).await;
+    let result = async {
+        let batches = ctx.sql(sql).await?.collect().await?;
+        Ok::<usize, datafusion::error::DataFusionError>(batches.iter().map(|b| b.num_rows()).sum())
+    }
+    .await
+    .map_err(|e| e.to_string());
+    let mut new: Vec<String> = wait_for("the job is listed", || {
+        let before = before.clone();
+        async move {
+            let new: Vec<String> = job_ids(proc)
+                .await
+                .into_iter()
+                .filter(|j| !before.contains(j))
+                .collect();
+            (!new.is_empty()).then_some(new)
+        }
+    })
+    .await;
+    assert_eq!(new.len(), 1, "one new job per query: {new:?}");
+    (new.remove(0), result)
+}
+
+/// Waits for `<job_id>.eventlog` in `dir` and returns its lines.
+pub async fn completed_log(dir: &Path, job_id: &str) -> Vec<String> {
+    let path = dir.join(format!("{job_id}.eventlog"));
+    eventually(&format!("{job_id}.eventlog exists"), || {
+        let exists = path.exists();
+        async move { exists }
+    })
+    .await;
+    std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The `data` of the log's `JobEnd` record, with raw payloads.
+pub fn job_end(lines: &[String]) -> serde_json::Map<String, serde_json::Value> {
+    let line = lines
+        .iter()
+        .find(|l| l.starts_with("{\"ev\":\"JobEnd\""))
+        .expect("a JobEnd record");
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    v["data"].as_object().unwrap().clone()
+}
+
+/// A stored raw payload's exact bytes, read from the line itself (not
+/// re-serialized).
+pub fn raw_field(lines: &[String], field: &str) -> String {
+    #[derive(serde::Deserialize)]
+    struct Env<'a> {
+        #[serde(borrow)]
+        data: std::collections::HashMap<&'a str, &'a serde_json::value::RawValue>,
+    }
+    let line = lines
+        .iter()
+        .find(|l| l.starts_with("{\"ev\":\"JobEnd\""))
+        .expect("a JobEnd record");
+    let env: Env = serde_json::from_str(line).unwrap();
+    env.data[field].get().to_string()
+}
+
+/// The record kinds of a log, in order.
+pub fn kinds(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["ev"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
