@@ -71,6 +71,12 @@ impl IntoResponse for Reply {
         if let Some(ct) = self.content_type.and_then(|c| c.parse().ok()) {
             response.headers_mut().insert(header::CONTENT_TYPE, ct);
         }
+        if self.from_log {
+            response.headers_mut().insert(
+                crate::source::FROM_LOG_HEADER,
+                http::HeaderValue::from_static("event-log"),
+            );
+        }
         response
     }
 }

@@ -47,7 +47,13 @@ pub struct Reply {
     pub content_type: Option<String>,
     /// Body bytes.
     pub body: Bytes,
+    /// Whether the answer came from an event log rather than the live
+    /// scheduler (sent as the `x-ballista-history` header).
+    pub from_log: bool,
 }
+
+/// Header set on answers served from an event log.
+pub const FROM_LOG_HEADER: &str = "x-ballista-history";
 
 /// Content type of JSON responses, as axum's `Json` sets it.
 pub const JSON: &str = "application/json";
@@ -61,7 +67,13 @@ impl Reply {
             status: StatusCode::OK,
             content_type: Some(content_type.to_string()),
             body: body.into(),
+            from_log: false,
         }
+    }
+
+    fn logged(mut self) -> Self {
+        self.from_log = true;
+        self
     }
 }
 
@@ -181,6 +193,7 @@ impl JobSource for LiveSource {
             status: answer.status,
             content_type: answer.content_type,
             body: answer.body,
+            from_log: false,
         }))
     }
 
@@ -196,6 +209,7 @@ impl JobSource for LiveSource {
             status: answer.status,
             content_type: answer.content_type,
             body: answer.body,
+            from_log: false,
         }))
     }
 }
@@ -321,7 +335,7 @@ impl JobSource for DiskSource {
                 None => return Err(ApiError::NotFound),
             },
         };
-        Ok(Some(reply))
+        Ok(Some(reply.logged()))
     }
 
     async fn cancel(&self, job_id: &str) -> Result<Option<Reply>, ApiError> {
@@ -333,9 +347,12 @@ impl JobSource for DiskSource {
             crate::record::JobEndStatus::Failed(_) => "The job has failed",
             crate::record::JobEndStatus::Cancelled => "The job was cancelled",
         };
-        Ok(Some(conflict(&format!(
-            "{reason}; it is known only from the event log, which is read-only"
-        ))))
+        Ok(Some(
+            conflict(&format!(
+                "{reason}; it is known only from the event log, which is read-only"
+            ))
+            .logged(),
+        ))
     }
 }
 
@@ -355,6 +372,7 @@ pub fn conflict(reason: &str) -> Reply {
         })
         .unwrap_or_default()
         .into(),
+        from_log: false,
     }
 }
 

@@ -42,7 +42,8 @@ pub struct WriterConfig {
     /// The log directory.
     pub dir: PathBuf,
     /// Progress messages that may wait in the queue before new ones are
-    /// dropped.
+    /// dropped. Zero keeps no progress records at all (job start and end
+    /// only).
     pub queue_capacity: usize,
     /// Files kept open at once.
     pub max_open_files: usize,
@@ -171,7 +172,7 @@ pub fn spawn(
     let handle = WriterHandle {
         tx,
         queued: queued.clone(),
-        capacity: config.queue_capacity.max(1),
+        capacity: config.queue_capacity,
         metrics: metrics.clone(),
         drops: Default::default(),
     };

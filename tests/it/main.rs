@@ -1,5 +1,8 @@
 //! Integration tests: one binary, one module per area. They drive the real
 //! `ballista-scheduler` binary, a real executor and the `ballista` client.
 
+mod crash;
 mod harness;
+mod history;
+mod live;
 mod record;

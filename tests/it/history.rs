@@ -1,0 +1,259 @@
+//! `--history-only`: the real binary serving a directory over HTTP.
+
+use crate::harness::*;
+use ballista_api_types::dto::{JobResponse, QueryStagesResponse};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/upstream");
+
+/// A live answer: status, content type, body.
+type Captured = (u16, String, Vec<u8>);
+
+/// Every route of one job, as the live scheduler answers it.
+async fn capture_routes(
+    proc: &Proc,
+    job_id: &str,
+    stages: &[String],
+) -> BTreeMap<String, Captured> {
+    let mut paths = vec![
+        format!("/api/job/{job_id}"),
+        format!("/api/job/{job_id}?plan_format=default"),
+        format!("/api/job/{job_id}?plan_format=tree"),
+        format!("/api/job/{job_id}?plan_format=metrics"),
+        format!("/api/job/{job_id}/stages"),
+        format!("/api/job/{job_id}/stages?plan_format=tree"),
+        format!("/api/job/{job_id}/stages?plan_format=metrics"),
+        format!("/api/job/{job_id}/dot"),
+        format!("/api/job/{job_id}?plan_format=bogus"),
+    ];
+    for s in stages {
+        paths.push(format!("/api/job/{job_id}/stage/{s}/dot"));
+    }
+    let mut out = BTreeMap::new();
+    for path in paths {
+        out.insert(path.clone(), get(&proc.url(&path)).await);
+    }
+    out
+}
+
+fn copy_fixtures(to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(FIXTURES).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "eventlog") {
+            std::fs::copy(&path, to.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_history_server_serves_recorded_jobs_byte_for_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let logs = tmp.path().join("logs");
+    let data = write_csv(tmp.path(), "t.csv", 2000);
+    let mut sched = Proc::scheduler(&logs, &[]);
+    sched.wait_healthy().await;
+    start_executor(sched.port).await;
+    let ctx = client(sched.port, &data).await;
+
+    let (ok_id, result) = run_job(
+        &sched,
+        &ctx,
+        "SELECT k, sum(v) FROM t GROUP BY k ORDER BY k",
+    )
+    .await;
+    assert!(result.is_ok());
+    let lines = completed_log(&logs, &ok_id).await;
+    let stage_ids: Vec<String> = job_end(&lines)["responses"]["stage_dots"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    let live = capture_routes(&sched, &ok_id, &stage_ids).await;
+    let (bad_id, _) = run_job(&sched, &ctx, "SELECT CAST(s AS INT) FROM t").await;
+    completed_log(&logs, &bad_id).await;
+    let (_, _, live_bad) = get(&sched.url(&format!("/api/job/{bad_id}"))).await;
+
+    // Damage that must hide nothing else.
+    copy_fixtures(&logs);
+    std::fs::write(
+        logs.join("garbage.eventlog"),
+        [0xde, 0xad, 0xbe, 0xef, b'\n'],
+    )
+    .unwrap();
+    std::fs::write(logs.join("empty.eventlog"), b"").unwrap();
+    std::fs::write(
+        logs.join("future.eventlog"),
+        "{\"ev\":\"JobEnd\",\"version\":99,\"data\":{}}\n",
+    )
+    .unwrap();
+    std::fs::write(logs.join("orphan.eventlog.running"), "{\"ev\":\"JobStart\"").unwrap();
+    std::fs::create_dir(logs.join("a-directory.eventlog")).unwrap();
+
+    let mut hist = Proc::history(&logs, &["--update-interval-seconds", "1"]);
+    hist.wait_healthy().await;
+    eventually("the index is ready", || async {
+        get(&hist.url("/readyz")).await.0 == 200
+    })
+    .await;
+
+    // Every route answers with the live scheduler's exact bytes.
+    for (path, (status, ct, body)) in &live {
+        let (h_status, h_ct, h_body) = get(&hist.url(path)).await;
+        assert_eq!(h_status, *status, "{path}");
+        if *status == 200 {
+            assert_eq!(&h_ct, ct, "{path}");
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&h_body),
+            String::from_utf8_lossy(body),
+            "{path} differs from the live response"
+        );
+    }
+    let (_, _, h_bad) = get(&hist.url(&format!("/api/job/{bad_id}"))).await;
+    assert_eq!(h_bad, live_bad);
+
+    // The wire types the TUI uses read every answer.
+    let (_, _, list) = get(&hist.url("/api/jobs")).await;
+    let jobs: Vec<JobResponse> = serde_json::from_slice(&list).unwrap();
+    let ids: Vec<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
+    for id in [
+        ok_id.as_str(),
+        bad_id.as_str(),
+        "038HEXYE9M000",
+        "038HEXYEEG000",
+        "038HEXYEMR000",
+        "038HEY2RDJ000",
+        "038HEY38ER000",
+        "golden-v1",
+    ] {
+        assert!(ids.contains(&id), "{id} missing from {ids:?}");
+    }
+    assert_eq!(
+        jobs.len(),
+        8,
+        "damaged and unfinished logs are not listed: {ids:?}"
+    );
+    let starts: Vec<u64> = jobs.iter().map(|j| j.start_time).collect();
+    assert!(
+        starts.windows(2).all(|w| w[0] >= w[1]),
+        "newest first: {starts:?}"
+    );
+    let _: JobResponse =
+        serde_json::from_slice(&get(&hist.url(&format!("/api/job/{ok_id}"))).await.2).unwrap();
+    let _: QueryStagesResponse =
+        serde_json::from_slice(&get(&hist.url(&format!("/api/job/{ok_id}/stages"))).await.2)
+            .unwrap();
+    let _: BTreeMap<String, String> =
+        serde_json::from_slice(&get(&hist.url(&format!("/api/job/{ok_id}/config"))).await.2)
+            .unwrap();
+    let (status, _, _) = get(&hist.url(&format!("/api/job/{ok_id}/config"))).await;
+    assert_eq!(status, 200);
+
+    // Upstream's logs are served from their stored responses.
+    for id in ["038HEXYE9M000", "038HEY38ER000", "golden-v1"] {
+        let (status, ct, body) = get(&hist.url(&format!("/api/job/{id}"))).await;
+        assert_eq!((status, ct.as_str()), (200, "application/json"));
+        let stored = ballista_history::reader::read_completed_job(
+            &Path::new(FIXTURES).join(format!("{id}.eventlog")),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(String::from_utf8(body).unwrap(), stored.job.get());
+        let (_, _, dot) = get(&hist.url(&format!("/api/job/{id}/dot"))).await;
+        assert_eq!(String::from_utf8(dot).unwrap(), stored.dot);
+    }
+
+    // The history server's own routes.
+    assert_eq!(
+        get_json(&hist.url("/api/executors")).await,
+        serde_json::json!([])
+    );
+    let state = get_json(&hist.url("/api/state")).await;
+    assert_eq!(state["history_only"], true);
+    assert!(state["version"].is_string() && state["started"].is_u64());
+    assert!(get_json(&hist.url("/api/version")).await["version"].is_string());
+    let metrics = String::from_utf8(get(&hist.url("/api/metrics")).await.2).unwrap();
+    assert!(
+        metrics.contains("ballista_job_history_unreadable_logs_total 3"),
+        "{metrics}"
+    );
+
+    // Read-only: cancelling is a conflict, with a reason.
+    let r = http_client()
+        .patch(hist.url(&format!("/api/job/{ok_id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["cancelled"], false);
+    assert!(body["reason"].as_str().unwrap().contains("read-only"));
+
+    // Unknown and hostile ids: 404 with the scheduler's body, no paths.
+    let long = "x".repeat(10_000);
+    for id in [
+        "nope",
+        "..%2F..%2Fetc%2Fpasswd",
+        "%2e%2e",
+        "%2Fetc%2Fpasswd",
+        "a%00b",
+        &long,
+        "garbage",
+        "orphan",
+    ] {
+        let (status, _, body) = get(&hist.url(&format!("/api/job/{id}/config"))).await;
+        assert_eq!(status, 404, "{id}");
+        assert_eq!(body, br#"{"http_code":404,"reason":"Not Found"}"#);
+    }
+
+    // A job finished after startup appears after a rescan; a deleted log
+    // disappears.
+    let (new_id, _) = run_job(&sched, &ctx, "SELECT count(*) FROM t").await;
+    completed_log(&logs, &new_id).await;
+    let mut pinned = Proc::history(&logs, &["--update-interval-seconds", "0"]);
+    pinned.wait_healthy().await;
+    eventually("the new job is listed", || async {
+        get(&hist.url(&format!("/api/job/{new_id}"))).await.0 == 200
+    })
+    .await;
+    std::fs::remove_file(logs.join(format!("{bad_id}.eventlog"))).unwrap();
+    eventually("the deleted job leaves the list", || async {
+        get(&hist.url(&format!("/api/job/{bad_id}"))).await.0 == 404
+    })
+    .await;
+    // The pinned server still lists what it saw at startup.
+    let (_, _, pinned_list) = get(&pinned.url("/api/jobs")).await;
+    let pinned_jobs: Vec<JobResponse> = serde_json::from_slice(&pinned_list).unwrap();
+    assert!(pinned_jobs.iter().any(|j| j.job_id == bad_id));
+    let (ok_status, _, _) = get(&pinned.url(&format!("/api/job/{new_id}"))).await;
+    assert_eq!(
+        ok_status, 200,
+        "the pinned index was built after the new job ended"
+    );
+    let (gone_status, _, gone_body) = get(&pinned.url(&format!("/api/job/{bad_id}"))).await;
+    assert_eq!(
+        gone_status, 500,
+        "a log deleted behind a pinned index fails that request"
+    );
+    assert!(
+        !String::from_utf8_lossy(&gone_body).contains(logs.to_str().unwrap()),
+        "no paths in errors"
+    );
+}
+
+#[tokio::test]
+async fn a_history_server_starts_before_its_directory_exists() {
+    let tmp = tempfile::tempdir().unwrap();
+    let logs = tmp.path().join("not-yet");
+    let mut hist = Proc::history(&logs, &["--update-interval-seconds", "1"]);
+    hist.wait_healthy().await;
+    assert_eq!(get(&hist.url("/api/jobs")).await.2, b"[]");
+    copy_fixtures(&logs);
+    eventually("the fixtures are listed", || async {
+        get(&hist.url("/api/job/golden-v1")).await.0 == 200
+    })
+    .await;
+}

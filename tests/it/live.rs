@@ -1,0 +1,141 @@
+//! The live scheduler never forgets: cleanup, restarts, and live jobs.
+
+use crate::harness::*;
+use ballista_api_types::dto::JobResponse;
+
+const FROM_LOG: &str = ballista_job_history::source::FROM_LOG_HEADER;
+
+async fn from_log(url: &str) -> Option<bool> {
+    let r = http_client().get(url).send().await.ok()?;
+    (r.status() == 200).then(|| r.headers().contains_key(FROM_LOG))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn finished_jobs_stay_visible_after_cleanup_and_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let logs = tmp.path().join("logs");
+    let data = write_csv(tmp.path(), "t.csv", 2000);
+    let cleanup = ["--finished-job-state-clean-up-interval-seconds", "2"];
+    let mut sched = Proc::scheduler(&logs, &cleanup);
+    sched.wait_healthy().await;
+    start_executor(sched.port).await;
+    let ctx = client(sched.port, &data).await;
+
+    let (job_id, result) = run_job(&sched, &ctx, "SELECT k, avg(v) FROM t GROUP BY k").await;
+    assert!(result.is_ok());
+    let routes = [
+        format!("/api/job/{job_id}"),
+        format!("/api/job/{job_id}?plan_format=tree"),
+        format!("/api/job/{job_id}/stages"),
+        format!("/api/job/{job_id}/stages?plan_format=metrics"),
+        format!("/api/job/{job_id}/dot"),
+    ];
+    // While the scheduler holds the job, the live state answers.
+    let mut live = Vec::new();
+    for r in &routes {
+        assert_eq!(from_log(&sched.url(r)).await, Some(false), "{r}");
+        live.push(get(&sched.url(r)).await);
+    }
+    let live_entry = get_json(&sched.url("/api/jobs")).await;
+    completed_log(&logs, &job_id).await;
+
+    // The scheduler forgets the job; the log answers, with the same bytes.
+    eventually("the scheduler has cleaned the job up", || async {
+        from_log(&sched.url(&format!("/api/job/{job_id}"))).await == Some(true)
+    })
+    .await;
+    for (r, before) in routes.iter().zip(&live) {
+        let after = get(&sched.url(r)).await;
+        assert_eq!(after.0, 200, "{r}");
+        assert_eq!(
+            String::from_utf8_lossy(&after.2),
+            String::from_utf8_lossy(&before.2),
+            "{r} changed after cleanup"
+        );
+    }
+    let listed = get_json(&sched.url("/api/jobs")).await;
+    assert_eq!(
+        listed, live_entry,
+        "the list entry is the same before and after cleanup"
+    );
+
+    // Cancelling a job known only from history is a conflict.
+    let r = http_client()
+        .patch(sched.url(&format!("/api/job/{job_id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+
+    // After a restart, the job is still listed and browsable.
+    assert!(sched.terminate().success(), "a clean shutdown on SIGTERM");
+    let mut again = Proc::scheduler(&logs, &cleanup);
+    again.wait_healthy().await;
+    eventually("the restarted scheduler lists the job", || async {
+        job_ids(&again).await.contains(&job_id)
+    })
+    .await;
+    let after = get(&again.url(&routes[0])).await;
+    assert_eq!(after.2, live[0].2);
+
+    // A running job is listed once, with its live status, next to history.
+    start_executor(again.port).await;
+    let ctx = client(again.port, &data).await;
+    let heavy = {
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            ctx.sql("SELECT count(*) FROM t a CROSS JOIN t b CROSS JOIN t c")
+                .await?
+                .collect()
+                .await
+        })
+    };
+    let running: String = wait_for("a job is running", || async {
+        let jobs: Vec<JobResponse> =
+            serde_json::from_slice(&get(&again.url("/api/jobs")).await.2).unwrap();
+        jobs.iter()
+            .find(|j| j.status == "Running")
+            .map(|j| j.job_id.clone())
+    })
+    .await;
+    let jobs: Vec<JobResponse> =
+        serde_json::from_slice(&get(&again.url("/api/jobs")).await.2).unwrap();
+    assert_eq!(jobs.iter().filter(|j| j.job_id == running).count(), 1);
+    assert_eq!(jobs.iter().filter(|j| j.job_id == job_id).count(), 1);
+    assert_eq!(jobs[0].job_id, running, "a running job is the newest");
+    let r = http_client()
+        .patch(again.url(&format!("/api/job/{running}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "live jobs can still be cancelled");
+    assert!(heavy.await.unwrap().is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_an_event_log_dir_nothing_is_recorded_or_remembered() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = write_csv(tmp.path(), "t.csv", 100);
+    let mut sched = Proc::spawn(&[
+        "--scheduler-policy",
+        "pull-staged",
+        "--finished-job-state-clean-up-interval-seconds",
+        "1",
+    ]);
+    sched.wait_healthy().await;
+    start_executor(sched.port).await;
+    let ctx = client(sched.port, &data).await;
+    let (job_id, result) = run_job(&sched, &ctx, "SELECT count(*) FROM t").await;
+    assert_eq!(result, Ok(1));
+    eventually(
+        "the scheduler forgets the job, as upstream's does",
+        || async { get(&sched.url(&format!("/api/job/{job_id}"))).await.0 == 404 },
+    )
+    .await;
+    assert!(!job_ids(&sched).await.contains(&job_id));
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        1,
+        "only the data file"
+    );
+}
