@@ -1,0 +1,178 @@
+//! A deterministic corpus of event logs, written through our own writer.
+//! Shared by the benches (`mod corpus;`).
+
+#![allow(dead_code)]
+
+use ballista_api_types::dto::TaskStatus;
+use ballista_job_history::metrics::HistoryMetrics;
+use ballista_job_history::record::{
+    JobEnd, JobEndStatus, JobIndex, JobStart, StageEnd, StageStart, TaskEnd, TaskMetrics,
+    raw_or_null,
+};
+use ballista_job_history::writer::{self, WriterConfig, WriterMsg};
+use std::path::Path;
+use std::sync::Arc;
+
+/// A tiny deterministic generator (64-bit LCG).
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407))
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+const PLAN_LINE: &str = "  ProjectionExec: expr=[k@0 as k, count(Int64(1))@1 as count(*), avg(t.v)@2 as avg(t.v)]\n";
+
+fn plan(lines: usize) -> String {
+    PLAN_LINE.repeat(lines)
+}
+
+/// Task counts of a realistic mix: most jobs 8-64 tasks, some thousands,
+/// and (when `big` is set) a few of 50,000.
+pub fn mixed_task_count(rng: &mut Rng, big: bool) -> usize {
+    match rng.below(100) {
+        0 if big => 50_000,
+        1..=4 => 1_000 + rng.below(4_000) as usize,
+        _ => 8 + rng.below(57) as usize,
+    }
+}
+
+/// The `/stages` response of a job with `tasks` tasks in one stage.
+fn stages_json(tasks: usize, start: u64) -> String {
+    let mut s = String::from(r#"{"stages":[{"stage_id":"1","stage_status":"Successful","input_rows":1000,"output_rows":100,"elapsed_compute":"12ms","stage_plan":""#);
+    s.push_str(&plan(8).replace('\n', "\\n"));
+    s.push_str(r#"","tasks":["#);
+    for t in 0..tasks {
+        if t > 0 {
+            s.push(',');
+        }
+        s.push_str(&format!(
+            r#"{{"id":{t},"status":"Successful","partition_id":[{t}],"scheduled_time":{start},"launch_time":{},"start_exec_time":{},"end_exec_time":{},"exec_duration":3,"finish_time":{},"input_rows":1000,"output_rows":100}}"#,
+            start + 1,
+            start + 2,
+            start + 5,
+            start + 6
+        ));
+    }
+    s.push_str("]}]}");
+    s
+}
+
+fn config_json(keys: usize) -> String {
+    let entries: Vec<String> = (0..keys)
+        .map(|i| format!(r#""datafusion.execution.option_{i:02}":"value-{i}""#))
+        .collect();
+    format!("{{{}}}", entries.join(","))
+}
+
+/// Writes one job with `tasks` tasks into `dir` through the writer.
+fn job_messages(id: &str, tasks: usize, start: u64) -> Vec<WriterMsg> {
+    let mut out = vec![WriterMsg::Start(JobStart {
+        job_id: id.to_string(),
+        job_name: format!("query {id}"),
+        queued_at: start,
+        submitted_at: start + 1,
+        scheduler_id: Some("scheduler".into()),
+        logical_plan: Some(plan(12)),
+        physical_plan: Some(plan(20)),
+    })];
+    for chunk in (0..tasks).collect::<Vec<_>>().chunks(64) {
+        out.push(WriterMsg::Tasks {
+            job_id: id.to_string(),
+            tasks: chunk
+                .iter()
+                .map(|&t| TaskEnd {
+                    stage_id: 1,
+                    task_id: t as u32,
+                    executor_id: "executor-0a1b2c3d".into(),
+                    status: TaskStatus::Successful,
+                    launch_time: start + 1,
+                    start_exec_time: start + 2,
+                    end_exec_time: start + 5,
+                    metrics: TaskMetrics {
+                        input_rows: 1000,
+                        output_rows: 100,
+                        elapsed_compute_nanos: 3_000_000,
+                    },
+                    stage_attempt: 0,
+                })
+                .collect(),
+        });
+    }
+    let job = format!(
+        r#"{{"job_id":"{id}","job_name":"query {id}","job_status":"Completed. Produced 1 partition containing 100 rows. Elapsed time: 9 ms.","status":"Completed","num_stages":1,"completed_stages":1,"percent_complete":100,"start_time":{start},"end_time":{},"logical_plan":"{}","physical_plan":"{}","stage_plan":"{}"}}"#,
+        start + 9,
+        plan(12).replace('\n', "\\n"),
+        plan(20).replace('\n', "\\n"),
+        plan(30).replace('\n', "\\n"),
+    );
+    out.push(WriterMsg::End {
+        job_id: id.to_string(),
+        fallback_start: JobStart::default(),
+        stages: vec![(
+            StageStart {
+                stage_id: 1,
+                partitions: tasks as u32,
+                start_time: start + 1,
+            },
+            StageEnd {
+                stage_id: 1,
+                status: "Successful".into(),
+                end_time: start + 6,
+            },
+        )],
+        end: Box::new(JobEnd {
+            status: JobEndStatus::Succeeded,
+            queued_at: start,
+            started_at: start,
+            completed_at: start + 9,
+            index: JobIndex {
+                job_id: id.to_string(),
+                job_name: format!("query {id}"),
+                status: "Completed".into(),
+                job_status: "Completed.".into(),
+                start_time: start,
+                end_time: start + 9,
+                num_stages: 1,
+                completed_stages: 1,
+                percent_complete: 100,
+            },
+            job: raw_or_null(&job),
+            stages: raw_or_null(&stages_json(tasks, start)),
+            config: raw_or_null(&config_json(60)),
+            dot: "digraph G {\n  stage_1;\n}\n".into(),
+            dropped_records: 0,
+            responses: Default::default(),
+        }),
+    });
+    out
+}
+
+/// Writes `jobs` logs into `dir`, with task counts from `tasks_of`.
+pub fn write_corpus(dir: &Path, jobs: usize, seed: u64, mut tasks_of: impl FnMut(&mut Rng) -> usize) {
+    let mut rng = Rng::new(seed);
+    let mut config = WriterConfig::new(dir);
+    config.queue_capacity = usize::MAX;
+    let (handle, thread) = writer::spawn(config, Arc::new(HistoryMetrics::unregistered())).unwrap();
+    for j in 0..jobs {
+        let tasks = tasks_of(&mut rng);
+        for msg in job_messages(&format!("job{j:07}"), tasks, 1_700_000_000_000 + j as u64 * 1000) {
+            if matches!(msg, WriterMsg::Tasks { .. }) {
+                handle.try_progress(msg);
+            } else {
+                handle.send(msg);
+            }
+        }
+    }
+    handle.send(WriterMsg::Shutdown);
+    drop(handle);
+    thread.join().unwrap();
+}
