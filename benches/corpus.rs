@@ -18,10 +18,16 @@ pub struct Rng(u64);
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407))
+        Self(
+            seed.wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407),
+        )
     }
     pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
     pub fn below(&mut self, n: u64) -> u64 {
@@ -29,7 +35,8 @@ impl Rng {
     }
 }
 
-const PLAN_LINE: &str = "  ProjectionExec: expr=[k@0 as k, count(Int64(1))@1 as count(*), avg(t.v)@2 as avg(t.v)]\n";
+const PLAN_LINE: &str =
+    "  ProjectionExec: expr=[k@0 as k, count(Int64(1))@1 as count(*), avg(t.v)@2 as avg(t.v)]\n";
 
 fn plan(lines: usize) -> String {
     PLAN_LINE.repeat(lines)
@@ -47,7 +54,9 @@ pub fn mixed_task_count(rng: &mut Rng, big: bool) -> usize {
 
 /// The `/stages` response of a job with `tasks` tasks in one stage.
 fn stages_json(tasks: usize, start: u64) -> String {
-    let mut s = String::from(r#"{"stages":[{"stage_id":"1","stage_status":"Successful","input_rows":1000,"output_rows":100,"elapsed_compute":"12ms","stage_plan":""#);
+    let mut s = String::from(
+        r#"{"stages":[{"stage_id":"1","stage_status":"Successful","input_rows":1000,"output_rows":100,"elapsed_compute":"12ms","stage_plan":""#,
+    );
     s.push_str(&plan(8).replace('\n', "\\n"));
     s.push_str(r#"","tasks":["#);
     for t in 0..tasks {
@@ -157,14 +166,23 @@ fn job_messages(id: &str, tasks: usize, start: u64) -> Vec<WriterMsg> {
 }
 
 /// Writes `jobs` logs into `dir`, with task counts from `tasks_of`.
-pub fn write_corpus(dir: &Path, jobs: usize, seed: u64, mut tasks_of: impl FnMut(&mut Rng) -> usize) {
+pub fn write_corpus(
+    dir: &Path,
+    jobs: usize,
+    seed: u64,
+    mut tasks_of: impl FnMut(&mut Rng) -> usize,
+) {
     let mut rng = Rng::new(seed);
     let mut config = WriterConfig::new(dir);
     config.queue_capacity = usize::MAX;
     let (handle, thread) = writer::spawn(config, Arc::new(HistoryMetrics::unregistered())).unwrap();
     for j in 0..jobs {
         let tasks = tasks_of(&mut rng);
-        for msg in job_messages(&format!("job{j:07}"), tasks, 1_700_000_000_000 + j as u64 * 1000) {
+        for msg in job_messages(
+            &format!("job{j:07}"),
+            tasks,
+            1_700_000_000_000 + j as u64 * 1000,
+        ) {
             if matches!(msg, WriterMsg::Tasks { .. }) {
                 handle.try_progress(msg);
             } else {

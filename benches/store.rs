@@ -13,7 +13,9 @@ use std::sync::Arc;
 
 fn index(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
-    corpus::write_corpus(dir.path(), 500, 7, |rng| corpus::mixed_task_count(rng, false));
+    corpus::write_corpus(dir.path(), 500, 7, |rng| {
+        corpus::mixed_task_count(rng, false)
+    });
     let mut group = c.benchmark_group("index 500 mixed jobs");
     group.sample_size(10);
     group.bench_function("ours: LogStore::rescan", |b| {

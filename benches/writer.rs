@@ -28,9 +28,11 @@ fn status(task_id: u32) -> pb::TaskStatus {
 
 fn hook(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
-    let (handle, thread) =
-        writer::spawn(WriterConfig::new(dir.path()), Arc::new(HistoryMetrics::unregistered()))
-            .unwrap();
+    let (handle, thread) = writer::spawn(
+        WriterConfig::new(dir.path()),
+        Arc::new(HistoryMetrics::unregistered()),
+    )
+    .unwrap();
     handle.send(WriterMsg::Start(JobStart {
         job_id: "job".into(),
         ..Default::default()

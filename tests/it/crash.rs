@@ -2,23 +2,15 @@
 
 use crate::harness::*;
 
-/// Every line of a completed log parses, and it ends with the terminal
-/// record and its footer.
-fn assert_whole(lines: &[String]) {
-    let kinds = kinds(lines);
-    assert_eq!(kinds.first().map(String::as_str), Some("JobStart"));
-    assert_eq!(&kinds[kinds.len() - 2..], ["JobEnd", "Footer"]);
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigkill_mid_job_leaves_running_files_and_whole_completed_logs() {
-    let tmp = tempfile::tempdir().unwrap();
-    let logs = tmp.path().join("logs");
-    let data = write_csv(tmp.path(), "t.csv", 2000);
-    let mut sched = Proc::scheduler(&logs, &[]);
-    sched.wait_healthy().await;
-    start_executor(sched.port).await;
-    let ctx = client(sched.port, &data).await;
+    let Cluster {
+        tmp: _tmp,
+        logs,
+        mut sched,
+        ctx,
+        ..
+    } = Cluster::start(&[]).await;
 
     let mut finished = Vec::new();
     for sql in [
@@ -31,15 +23,7 @@ async fn sigkill_mid_job_leaves_running_files_and_whole_completed_logs() {
         finished.push(id);
     }
     let before = job_ids(&sched).await;
-    let heavy = {
-        let ctx = ctx.clone();
-        tokio::spawn(async move {
-            ctx.sql("SELECT count(*) FROM t a CROSS JOIN t b CROSS JOIN t c")
-                .await?
-                .collect()
-                .await
-        })
-    };
+    let heavy = spawn_heavy(&ctx);
     let running: String = wait_for("the heavy job's log is on disk", || {
         let before = before.clone();
         let logs = logs.clone();
@@ -80,15 +64,15 @@ async fn sigkill_mid_job_leaves_running_files_and_whole_completed_logs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_full_queue_drops_and_counts_progress_but_every_job_ends() {
-    let tmp = tempfile::tempdir().unwrap();
-    let logs = tmp.path().join("logs");
-    let data = write_csv(tmp.path(), "t.csv", 2000);
     // A queue of zero keeps no progress record at all: every task report is
     // dropped, deterministically.
-    let mut sched = Proc::scheduler(&logs, &["--event-log-queue-capacity", "0"]);
-    sched.wait_healthy().await;
-    start_executor(sched.port).await;
-    let ctx = client(sched.port, &data).await;
+    let Cluster {
+        tmp: _tmp,
+        logs,
+        sched,
+        ctx,
+        ..
+    } = Cluster::start(&["--event-log-queue-capacity", "0"]).await;
     let mut total_dropped = 0;
     for _ in 0..3 {
         let (id, result) = run_job(&sched, &ctx, "SELECT k, count(*) FROM t GROUP BY k").await;

@@ -325,3 +325,61 @@ pub fn kinds(lines: &[String]) -> Vec<String> {
         })
         .collect()
 }
+
+/// A recording scheduler process with an executor and a client session,
+/// over a 2,000-row table `t` in a temporary directory.
+pub struct Cluster {
+    /// Keeps the directory alive.
+    pub tmp: tempfile::TempDir,
+    /// The event-log directory.
+    pub logs: PathBuf,
+    /// The table's CSV file.
+    pub data: PathBuf,
+    /// The scheduler.
+    pub sched: Proc,
+    /// A client session.
+    pub ctx: SessionContext,
+}
+
+impl Cluster {
+    /// Starts it; `extra` are more scheduler flags.
+    pub async fn start(extra: &[&str]) -> Cluster {
+        let tmp = tempfile::tempdir().unwrap();
+        let logs = tmp.path().join("logs");
+        let data = write_csv(tmp.path(), "t.csv", 2000);
+        let mut sched = Proc::scheduler(&logs, extra);
+        sched.wait_healthy().await;
+        start_executor(sched.port).await;
+        let ctx = client(sched.port, &data).await;
+        Cluster {
+            tmp,
+            logs,
+            data,
+            sched,
+            ctx,
+        }
+    }
+}
+
+/// A query on `t` that would run for hours (a triple cross join), started
+/// in the background.
+pub fn spawn_heavy(
+    ctx: &SessionContext,
+) -> tokio::task::JoinHandle<datafusion::error::Result<Vec<datafusion::arrow::array::RecordBatch>>>
+{
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        ctx.sql("SELECT count(*) FROM t a CROSS JOIN t b CROSS JOIN t c")
+            .await?
+            .collect()
+            .await
+    })
+}
+
+/// Every line of a completed log parses, and it starts with `JobStart` and
+/// ends with the terminal record and its footer.
+pub fn assert_whole(lines: &[String]) {
+    let kinds = kinds(lines);
+    assert_eq!(kinds.first().map(String::as_str), Some("JobStart"));
+    assert_eq!(&kinds[kinds.len() - 2..], ["JobEnd", "Footer"]);
+}

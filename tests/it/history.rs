@@ -49,13 +49,13 @@ fn copy_fixtures(to: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_history_server_serves_recorded_jobs_byte_for_byte() {
-    let tmp = tempfile::tempdir().unwrap();
-    let logs = tmp.path().join("logs");
-    let data = write_csv(tmp.path(), "t.csv", 2000);
-    let mut sched = Proc::scheduler(&logs, &[]);
-    sched.wait_healthy().await;
-    start_executor(sched.port).await;
-    let ctx = client(sched.port, &data).await;
+    let Cluster {
+        tmp: _tmp,
+        logs,
+        sched,
+        ctx,
+        ..
+    } = Cluster::start(&[]).await;
 
     let (ok_id, result) = run_job(
         &sched,

@@ -12,14 +12,14 @@ async fn from_log(url: &str) -> Option<bool> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn finished_jobs_stay_visible_after_cleanup_and_restart() {
-    let tmp = tempfile::tempdir().unwrap();
-    let logs = tmp.path().join("logs");
-    let data = write_csv(tmp.path(), "t.csv", 2000);
     let cleanup = ["--finished-job-state-clean-up-interval-seconds", "2"];
-    let mut sched = Proc::scheduler(&logs, &cleanup);
-    sched.wait_healthy().await;
-    start_executor(sched.port).await;
-    let ctx = client(sched.port, &data).await;
+    let Cluster {
+        tmp: _tmp,
+        logs,
+        data,
+        mut sched,
+        ctx,
+    } = Cluster::start(&cleanup).await;
 
     let (job_id, result) = run_job(&sched, &ctx, "SELECT k, avg(v) FROM t GROUP BY k").await;
     assert!(result.is_ok());
@@ -81,15 +81,7 @@ async fn finished_jobs_stay_visible_after_cleanup_and_restart() {
     // A running job is listed once, with its live status, next to history.
     start_executor(again.port).await;
     let ctx = client(again.port, &data).await;
-    let heavy = {
-        let ctx = ctx.clone();
-        tokio::spawn(async move {
-            ctx.sql("SELECT count(*) FROM t a CROSS JOIN t b CROSS JOIN t c")
-                .await?
-                .collect()
-                .await
-        })
-    };
+    let heavy = spawn_heavy(&ctx);
     let running: String = wait_for("a job is running", || async {
         let jobs: Vec<JobResponse> =
             serde_json::from_slice(&get(&again.url("/api/jobs")).await.2).unwrap();

@@ -39,13 +39,13 @@ fn upstream_reads(dir: &Path, job_id: &str) -> ballista_history::reader::Replaye
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_job_is_recorded_with_its_live_responses() {
-    let tmp = tempfile::tempdir().unwrap();
-    let logs = tmp.path().join("logs");
-    let data = write_csv(tmp.path(), "t.csv", 2000);
-    let mut sched = Proc::scheduler(&logs, &[]);
-    sched.wait_healthy().await;
-    start_executor(sched.port).await;
-    let ctx = client(sched.port, &data).await;
+    let Cluster {
+        tmp: _tmp,
+        logs,
+        data,
+        sched,
+        ctx,
+    } = Cluster::start(&[]).await;
 
     // A successful job.
     let (ok_id, result) = run_job(
@@ -138,15 +138,7 @@ async fn every_job_is_recorded_with_its_live_responses() {
 
     // A cancelled job: a cross join that would run for hours.
     let before = job_ids(&sched).await;
-    let heavy = {
-        let ctx = ctx.clone();
-        tokio::spawn(async move {
-            ctx.sql("SELECT count(*) FROM t a CROSS JOIN t b CROSS JOIN t c")
-                .await?
-                .collect()
-                .await
-        })
-    };
+    let heavy = spawn_heavy(&ctx);
     let cancel_id: String = wait_for("the heavy job is running", || {
         let before = before.clone();
         let url = sched.url("/api/jobs");
