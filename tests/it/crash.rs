@@ -102,3 +102,36 @@ async fn a_full_queue_drops_and_counts_progress_but_every_job_ends() {
     let counted: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
     assert_eq!(counted, total_dropped);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unusable_log_directory_never_stops_scheduling() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = write_csv(tmp.path(), "t.csv", 500);
+    // The log directory's parent is a regular file: nothing can be created.
+    let blocker = tmp.path().join("a-file");
+    std::fs::write(&blocker, b"not a directory").unwrap();
+    let logs = blocker.join("logs");
+    let mut sched = Proc::scheduler(&logs, &[]);
+    sched.wait_healthy().await;
+    start_executor(sched.port).await;
+    let ctx = client(sched.port, &data).await;
+    for _ in 0..3 {
+        let (_, result) = run_job(&sched, &ctx, "SELECT k, count(*) FROM t GROUP BY k").await;
+        assert_eq!(result, Ok(100), "jobs complete for their client");
+    }
+    let errors: u64 = wait_for("the failures are counted", || async {
+        let metrics = String::from_utf8(get(&sched.url("/api/metrics")).await.2).unwrap();
+        let n: u64 = metrics
+            .lines()
+            .find(|l| l.starts_with("ballista_job_history_write_errors_total "))?
+            .rsplit(' ')
+            .next()?
+            .parse()
+            .ok()?;
+        (n >= 3).then_some(n)
+    })
+    .await;
+    assert!(errors >= 3);
+    // The live scheduler still serves its jobs.
+    assert_eq!(job_ids(&sched).await.len(), 3);
+}
