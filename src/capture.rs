@@ -52,33 +52,63 @@ impl Capturer {
     }
 
     /// Handles job events until `events` closes or `stop` resolves, then
-    /// waits for the captures already under way.
+    /// waits for the captures already under way. At shutdown, a job the
+    /// scheduler already shows as finished is recorded even if its end event
+    /// has not reached us yet (the client may have its answer first).
     pub async fn run(
         self,
         mut events: UnboundedReceiver<JobEvent>,
         stop: impl std::future::Future<Output = ()>,
     ) {
         let mut running = JoinSet::new();
+        let mut open = std::collections::HashSet::new();
         tokio::pin!(stop);
         loop {
             tokio::select! {
                 event = events.recv() => match event {
-                    Some(event) => {
-                        let this = self.clone();
-                        running.spawn(async move { this.handle(event).await });
-                    }
+                    Some(event) => self.dispatch(event, &mut open, &mut running),
                     None => break,
                 },
                 Some(_) = running.join_next(), if !running.is_empty() => {}
                 () = &mut stop => break,
             }
         }
-        // Events already queued are jobs that started or ended: record them.
         while let Ok(event) = events.try_recv() {
-            let this = self.clone();
-            running.spawn(async move { this.handle(event).await });
+            self.dispatch(event, &mut open, &mut running);
+        }
+        for job_id in std::mem::take(&mut open) {
+            let ending = match self.api.job_status(&job_id).await.and_then(|s| s.status) {
+                Some(job_status::Status::Successful(_)) => Ending::Completed,
+                Some(job_status::Status::Failed(_)) => Ending::Failed,
+                _ => continue,
+            };
+            let event = JobEvent::Ended {
+                job_id,
+                ending,
+                queued_at: 0,
+                at: crate::listener::now_millis(),
+            };
+            self.dispatch(event, &mut open, &mut running);
         }
         while running.join_next().await.is_some() {}
+    }
+
+    fn dispatch(
+        &self,
+        event: JobEvent,
+        open: &mut std::collections::HashSet<String>,
+        running: &mut JoinSet<()>,
+    ) {
+        match &event {
+            JobEvent::Submitted { job_id, .. } => {
+                open.insert(job_id.clone());
+            }
+            JobEvent::Ended { job_id, .. } => {
+                open.remove(job_id);
+            }
+        }
+        let this = self.clone();
+        running.spawn(async move { this.handle(event).await });
     }
 
     async fn handle(&self, event: JobEvent) {

@@ -140,7 +140,7 @@ fn cors(config: &SchedulerConfig) -> CorsLayer {
 /// `history`, every job is recorded to its directory and finished jobs stay
 /// visible from there; without it the scheduler behaves as upstream's.
 ///
-/// On shutdown, jobs whose end was already reported are still recorded and
+/// On shutdown, every job the scheduler shows as finished is recorded and
 /// the writer's queue is drained and flushed before this returns.
 pub async fn run_scheduler(
     listener: TcpListener,

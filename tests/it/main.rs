@@ -4,5 +4,6 @@
 mod crash;
 mod harness;
 mod history;
+mod library;
 mod live;
 mod record;
