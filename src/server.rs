@@ -169,6 +169,14 @@ pub async fn run_scheduler(
     // the capturer.
     let recording = match &history {
         Some(options) => {
+            // Created now so a newcomer sees it; a failure is not fatal (the
+            // writer retries per job and counts its errors).
+            if let Err(e) = std::fs::create_dir_all(&options.event_log_dir) {
+                log::error!(
+                    "event log: cannot create {}: {e}; jobs run but are not recorded until it can be",
+                    options.event_log_dir.display()
+                );
+            }
             let metrics = HistoryMetrics::global();
             let mut wc = WriterConfig::new(&options.event_log_dir);
             wc.queue_capacity = options.queue_capacity;
