@@ -8,7 +8,7 @@
 //! **Invariant:** a job id from a URL is only ever a key for the source;
 //! it is never joined into a path.
 
-use crate::source::{JSON, JobSource, Listing, Payload, Reply, TEXT};
+use crate::source::{JSON, JobSource, Listing, Payload, Reply};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -269,9 +269,6 @@ async fn metrics() -> Response {
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }
-
-/// `text/plain` answers for the health routes.
-pub const HEALTH_CONTENT_TYPE: &str = TEXT;
 
 #[cfg(test)]
 mod tests {

@@ -186,15 +186,7 @@ impl JobSource for LiveSource {
             Payload::StageDot(n) => format!("/stage/{n}/dot"),
         };
         let answer = self.api.get(&crate::capture::job_path(job_id, &rest)).await;
-        if answer.status == StatusCode::NOT_FOUND {
-            return Ok(None);
-        }
-        Ok(Some(Reply {
-            status: answer.status,
-            content_type: answer.content_type,
-            body: answer.body,
-            from_log: false,
-        }))
+        Ok(relay(answer))
     }
 
     async fn cancel(&self, job_id: &str) -> Result<Option<Reply>, ApiError> {
@@ -202,16 +194,19 @@ impl JobSource for LiveSource {
             .api
             .call(Method::PATCH, &crate::capture::job_path(job_id, ""))
             .await;
-        if answer.status == StatusCode::NOT_FOUND {
-            return Ok(None);
-        }
-        Ok(Some(Reply {
-            status: answer.status,
-            content_type: answer.content_type,
-            body: answer.body,
-            from_log: false,
-        }))
+        Ok(relay(answer))
     }
+}
+
+/// The live answer to relay; `None` for a 404 (the scheduler does not hold
+/// the job), so a layered source can ask the log instead.
+fn relay(answer: crate::live::Answer) -> Option<Reply> {
+    (answer.status != StatusCode::NOT_FOUND).then(|| Reply {
+        status: answer.status,
+        content_type: answer.content_type,
+        body: answer.body,
+        from_log: false,
+    })
 }
 
 /// A log directory.

@@ -88,6 +88,8 @@ pub struct LogStore {
     inner: RwLock<Index>,
     ready: AtomicBool,
     metrics: Arc<HistoryMetrics>,
+    /// The last error listing the directory, so a lasting one is logged once.
+    list_error: parking_lot::Mutex<Option<String>>,
 }
 
 #[derive(Default)]
@@ -118,6 +120,7 @@ impl LogStore {
             inner: RwLock::new(Index::default()),
             ready: AtomicBool::new(false),
             metrics,
+            list_error: parking_lot::Mutex::new(None),
         }
     }
 
@@ -138,9 +141,13 @@ impl LogStore {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(entries) => entries,
             Err(e) => {
-                if e.kind() != std::io::ErrorKind::NotFound {
+                let message = e.to_string();
+                let mut last = self.list_error.lock();
+                if e.kind() != std::io::ErrorKind::NotFound && last.as_ref() != Some(&message) {
                     log::warn!("history: cannot list {}: {e}", self.dir.display());
                 }
+                *last = Some(message);
+                drop(last);
                 let mut index = self.inner.write();
                 report.removed = index.jobs.len();
                 index.jobs.clear();
@@ -149,6 +156,7 @@ impl LogStore {
                 return report;
             }
         };
+        *self.list_error.lock() = None;
         // Snapshot what is known, then stat outside the lock.
         let known: HashMap<Arc<str>, (String, Stamp)> = {
             let index = self.inner.read();
@@ -373,7 +381,7 @@ pub const MAX_LINE: u64 = 512 * 1024 * 1024;
 struct TailLine {
     file_len: u64,
     /// The last non-blank line, without its newline.
-    line: Option<Vec<u8>>,
+    line: Vec<u8>,
 }
 
 impl TailLine {
@@ -400,13 +408,13 @@ impl TailLine {
             if let Some(nl) = content.iter().rposition(|&b| b == b'\n') {
                 return Ok(Self {
                     file_len,
-                    line: Some(content[nl + 1..].to_vec()),
+                    line: content[nl + 1..].to_vec(),
                 });
             }
             if start == 0 {
                 return Ok(Self {
                     file_len,
-                    line: Some(content.to_vec()),
+                    line: content.to_vec(),
                 });
             }
             if file_len - start > MAX_LINE {
@@ -420,9 +428,7 @@ impl TailLine {
 
     /// The footer, when the last line is one.
     fn footer(&self) -> Result<Option<Footer>, StoreError> {
-        let Some(line) = &self.line else {
-            return Ok(None);
-        };
+        let line = &self.line;
         #[derive(serde::Deserialize)]
         struct Kind<'a> {
             #[serde(borrow)]
@@ -448,10 +454,10 @@ impl TailLine {
     /// The `JobEnd` line of a log without a footer: the last line when it
     /// is one, else found by a forward scan.
     fn job_end_line(&self, path: &Path) -> Result<Vec<u8>, StoreError> {
-        match &self.line {
-            Some(line) if is_job_end_line(line) => Ok(line.clone()),
-            Some(line) if line.starts_with(b"{\"ev\":\"JobEnd\"") => Ok(line.clone()),
-            _ => forward_scan(path),
+        if is_job_end_line(&self.line) {
+            Ok(self.line.clone())
+        } else {
+            forward_scan(path)
         }
     }
 }
