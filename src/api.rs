@@ -8,7 +8,9 @@
 //! **Invariant:** a job id from a URL is only ever a key for the source;
 //! it is never joined into a path.
 
-use crate::source::{JSON, JobSource, Listing, Payload, Reply};
+use crate::query::ListQuery;
+use crate::source::{JSON, JobSource, Payload, Reply, TimelineRequest};
+use crate::timeline::TimelineParams;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -23,6 +25,9 @@ pub enum ApiError {
     /// No such job (or no such response of it).
     #[error("not found")]
     NotFound,
+    /// Not found, with a reason worth telling the client.
+    #[error("{0}")]
+    Missing(String),
     /// A bad parameter.
     #[error("{0}")]
     BadRequest(String),
@@ -42,7 +47,7 @@ struct ErrorBody {
 impl ApiError {
     fn status(&self) -> StatusCode {
         match self {
-            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::NotFound | ApiError::Missing(_) => StatusCode::NOT_FOUND,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -54,7 +59,7 @@ impl IntoResponse for ApiError {
         let status = self.status();
         let error = match self {
             ApiError::NotFound => None,
-            ApiError::BadRequest(e) | ApiError::Internal(e) => Some(e),
+            ApiError::Missing(e) | ApiError::BadRequest(e) | ApiError::Internal(e) => Some(e),
         };
         let body = ErrorBody {
             http_code: status.as_u16(),
@@ -100,22 +105,81 @@ pub fn job_routes(source: Source) -> Router {
         .route("/api/job/{job_id}/config", get(get_config))
         .route("/api/job/{job_id}/dot", get(get_dot))
         .route("/api/job/{job_id}/stage/{stage_id}/dot", get(get_stage_dot))
+        .route("/api/job/{job_id}/timeline", get(get_timeline))
+        .route("/api/job/{job_id}/timeline.svg", get(get_timeline_svg))
         .with_state(source)
 }
 
-async fn list_jobs(State(source): State<Source>) -> Result<Response, ApiError> {
-    let mut jobs = source.list().await?;
-    jobs.sort_by(Listing::order);
-    let mut body = Vec::with_capacity(jobs.iter().map(|j| j.entry.len() + 1).sum::<usize>() + 2);
+/// Header with the number of jobs matching the filters, over all pages.
+pub const TOTAL_COUNT_HEADER: &str = "x-total-count";
+/// Header with the cursor of the next page (`after=` its value), present
+/// when more jobs follow.
+pub const NEXT_AFTER_HEADER: &str = "x-next-after";
+
+type Pairs = Query<Vec<(String, String)>>;
+
+async fn list_jobs(
+    State(source): State<Source>,
+    Query(pairs): Pairs,
+) -> Result<Response, ApiError> {
+    let query = ListQuery::parse(&pairs)?;
+    let cursor = match &query.after {
+        Some(id) => Some(source.facts(id).await?.ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "invalid value {id:?} for parameter `after`: no such job (it may have been \
+                 deleted); expected a job id from a previous page"
+            ))
+        })?),
+        None => None,
+    };
+    let page = source.list(&query, cursor.as_ref()).await?;
+    let mut body =
+        Vec::with_capacity(page.rows.iter().map(|r| r.entry.len() + 1).sum::<usize>() + 2);
     body.push(b'[');
-    for (i, job) in jobs.iter().enumerate() {
+    for (i, row) in page.rows.iter().enumerate() {
         if i > 0 {
             body.push(b',');
         }
-        body.extend_from_slice(&job.entry);
+        body.extend_from_slice(&row.entry);
     }
     body.push(b']');
-    Ok(Reply::ok(JSON, body).into_response())
+    let mut response = Reply::ok(JSON, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(TOTAL_COUNT_HEADER, page.total.into());
+    if let (Some(limit), Some(last)) = (query.limit, page.rows.last())
+        && page.rows.len() == limit
+        && let Ok(value) = http::HeaderValue::from_str(&last.facts.job_id)
+    {
+        headers.insert(NEXT_AFTER_HEADER, value);
+    }
+    Ok(response)
+}
+
+async fn get_timeline(
+    State(source): State<Source>,
+    Path(job_id): Path<String>,
+    Query(pairs): Pairs,
+) -> Result<Response, ApiError> {
+    let params = TimelineParams::parse(&pairs)?;
+    timeline(&source, &job_id, TimelineRequest::Json(params)).await
+}
+
+async fn get_timeline_svg(
+    State(source): State<Source>,
+    Path(job_id): Path<String>,
+) -> Result<Response, ApiError> {
+    timeline(&source, &job_id, TimelineRequest::Svg).await
+}
+
+async fn timeline(
+    source: &Source,
+    job_id: &str,
+    request: TimelineRequest,
+) -> Result<Response, ApiError> {
+    match source.timeline(job_id, request).await? {
+        Some(reply) => Ok(reply.into_response()),
+        None => Err(ApiError::NotFound),
+    }
 }
 
 async fn answer(source: &Source, job_id: &str, payload: Payload) -> Result<Response, ApiError> {

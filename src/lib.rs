@@ -6,11 +6,13 @@ pub mod capture;
 pub mod listener;
 pub mod live;
 pub mod metrics;
+pub mod query;
 pub mod record;
 pub mod redact;
 pub mod server;
 pub mod source;
 pub mod store;
+pub mod timeline;
 pub mod writer;
 
 pub use server::{HistoryOptions, ServerError, run_history, run_scheduler};

@@ -68,6 +68,9 @@ pub struct HistoryOptions {
     pub max_open_files: usize,
     /// Config keys to redact.
     pub redactor: Redactor,
+    /// How long a `.running` log may go unwritten before its job is listed
+    /// as abandoned.
+    pub abandoned_after: Duration,
 }
 
 impl HistoryOptions {
@@ -80,6 +83,7 @@ impl HistoryOptions {
             queue_capacity: defaults.queue_capacity,
             max_open_files: defaults.max_open_files,
             redactor: Redactor::default(),
+            abandoned_after: crate::store::DEFAULT_ABANDONED_AFTER,
         }
     }
 }
@@ -223,7 +227,10 @@ pub async fn run_scheduler(
     {
         let capturer = Capturer::new(api.clone(), writer.clone(), options.redactor.clone());
         background.push(tokio::spawn(capturer.run(events_rx, stopped())));
-        let store = Arc::new(LogStore::new(&options.event_log_dir, metrics));
+        let store = Arc::new(
+            LogStore::new(&options.event_log_dir, metrics)
+                .with_abandoned_after(options.abandoned_after),
+        );
         background.push(tokio::spawn(
             store
                 .clone()
@@ -351,7 +358,10 @@ pub async fn run_history(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     let metrics = HistoryMetrics::global();
-    let store = Arc::new(LogStore::new(&options.event_log_dir, metrics));
+    let store = Arc::new(
+        LogStore::new(&options.event_log_dir, metrics)
+            .with_abandoned_after(options.abandoned_after),
+    );
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let rescans = tokio::spawn(
         store

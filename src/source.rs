@@ -13,10 +13,12 @@
 
 use crate::api::ApiError;
 use crate::live::LiveApi;
+use crate::query::{Facts, JobState, ListQuery, Page, Row};
 use crate::record::{JobEnd, Variant};
-use crate::store::LogStore;
+use crate::store::{LogStore, Unfinished, read_job_start};
+use crate::timeline::{JobHeader, TimelineParams, read_timeline, render_svg};
 use async_trait::async_trait;
-use ballista_api_types::dto::{JobResponse, PlanFormat};
+use ballista_api_types::dto::PlanFormat;
 use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde::Deserialize;
@@ -59,6 +61,8 @@ pub const FROM_LOG_HEADER: &str = "x-ballista-history";
 pub const JSON: &str = "application/json";
 /// Content type of text responses, as axum sets it for a `String`.
 pub const TEXT: &str = "text/plain; charset=utf-8";
+/// Content type of the timeline picture.
+pub const SVG: &str = "image/svg+xml";
 
 impl Reply {
     /// A 200 with `body` of `content_type`.
@@ -77,42 +81,39 @@ impl Reply {
     }
 }
 
-/// One entry of `GET /api/jobs`.
-#[derive(Debug, Clone)]
-pub struct Listing {
-    /// The job.
-    pub job_id: String,
-    /// Start time (epoch millis; 0 while queued).
-    pub start_time: u64,
-    /// The entry's JSON bytes.
-    pub entry: Bytes,
-}
-
-impl Listing {
-    /// Newest first: jobs not yet started count as newest; ties by job id.
-    pub fn order(a: &Listing, b: &Listing) -> std::cmp::Ordering {
-        let key = |l: &Listing| {
-            if l.start_time == 0 {
-                u64::MAX
-            } else {
-                l.start_time
-            }
-        };
-        key(b).cmp(&key(a)).then_with(|| a.job_id.cmp(&b.job_id))
-    }
+/// Which timeline of a job is asked for.
+#[derive(Debug, Clone, Copy)]
+pub enum TimelineRequest {
+    /// `GET /api/job/{id}/timeline`, one page.
+    Json(TimelineParams),
+    /// `GET /api/job/{id}/timeline.svg`.
+    Svg,
 }
 
 /// What the REST router reads jobs from.
 #[async_trait]
 pub trait JobSource: Send + Sync {
-    /// Every job this source knows.
-    async fn list(&self) -> Result<Vec<Listing>, ApiError>;
+    /// One page of the jobs this source knows, after `cursor` when given.
+    async fn list(&self, query: &ListQuery, cursor: Option<&Facts>) -> Result<Page, ApiError>;
+
+    /// The list facts of one job (to resolve an `after=` cursor).
+    async fn facts(&self, job_id: &str) -> Result<Option<Facts>, ApiError>;
 
     /// One response of one job; `Ok(None)` when the job is unknown here.
     async fn get(&self, job_id: &str, payload: Payload) -> Result<Option<Reply>, ApiError>;
 
     /// Cancels a job; `Ok(None)` when the job is unknown here.
     async fn cancel(&self, job_id: &str) -> Result<Option<Reply>, ApiError>;
+
+    /// The job's recorded timeline; `Ok(None)` when this source has none.
+    async fn timeline(
+        &self,
+        job_id: &str,
+        request: TimelineRequest,
+    ) -> Result<Option<Reply>, ApiError> {
+        let _ = (job_id, request);
+        Ok(None)
+    }
 }
 
 /// The running scheduler.
@@ -145,15 +146,22 @@ fn format_name(format: PlanFormat) -> Option<&'static str> {
 }
 
 #[derive(Deserialize)]
-struct EntryKeys {
-    job_id: String,
+struct EntryKeys<'a> {
+    #[serde(borrow)]
+    job_id: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    job_name: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    status: std::borrow::Cow<'a, str>,
     #[serde(default)]
     start_time: u64,
+    #[serde(default)]
+    end_time: u64,
 }
 
-#[async_trait]
-impl JobSource for LiveSource {
-    async fn list(&self) -> Result<Vec<Listing>, ApiError> {
+impl LiveSource {
+    /// Every job the scheduler holds, as list rows.
+    async fn rows(&self) -> Result<Vec<Row>, ApiError> {
         let answer = self.api.get("/api/jobs").await;
         if answer.status != StatusCode::OK {
             return Err(ApiError::Internal(
@@ -168,13 +176,34 @@ impl JobSource for LiveSource {
             .into_iter()
             .filter_map(|raw| {
                 let keys: EntryKeys = serde_json::from_str(raw.get()).ok()?;
-                Some(Listing {
-                    job_id: keys.job_id,
-                    start_time: keys.start_time,
+                Some(Row {
+                    facts: Facts {
+                        job_id: Arc::from(&*keys.job_id),
+                        job_name: Arc::from(&*keys.job_name),
+                        state: JobState::from_status_word(&keys.status),
+                        start_time: keys.start_time,
+                        end_time: keys.end_time,
+                    },
                     entry: Bytes::copy_from_slice(raw.get().as_bytes()),
                 })
             })
             .collect())
+    }
+}
+
+#[async_trait]
+impl JobSource for LiveSource {
+    async fn list(&self, query: &ListQuery, cursor: Option<&Facts>) -> Result<Page, ApiError> {
+        Ok(query.select(self.rows().await?, cursor))
+    }
+
+    async fn facts(&self, job_id: &str) -> Result<Option<Facts>, ApiError> {
+        Ok(self
+            .rows()
+            .await?
+            .into_iter()
+            .find(|r| &*r.facts.job_id == job_id)
+            .map(|r| r.facts))
     }
 
     async fn get(&self, job_id: &str, payload: Payload) -> Result<Option<Reply>, ApiError> {
@@ -265,37 +294,21 @@ fn variant(
 
 #[async_trait]
 impl JobSource for DiskSource {
-    async fn list(&self) -> Result<Vec<Listing>, ApiError> {
-        Ok(self
-            .store
-            .summaries()
-            .into_iter()
-            .map(|s| {
-                let i = s.index;
-                let entry = JobResponse {
-                    job_id: i.job_id.clone(),
-                    job_name: i.job_name,
-                    job_status: i.job_status,
-                    status: i.status,
-                    num_stages: i.num_stages,
-                    completed_stages: i.completed_stages,
-                    percent_complete: i.percent_complete,
-                    start_time: i.start_time,
-                    end_time: i.end_time,
-                    logical_plan: None,
-                    physical_plan: None,
-                    stage_plan: None,
-                };
-                Listing {
-                    job_id: i.job_id,
-                    start_time: i.start_time,
-                    entry: serde_json::to_vec(&entry).unwrap_or_default().into(),
-                }
-            })
-            .collect())
+    async fn list(&self, query: &ListQuery, cursor: Option<&Facts>) -> Result<Page, ApiError> {
+        Ok(self.store.page(query, cursor, &HashSet::new()))
+    }
+
+    async fn facts(&self, job_id: &str) -> Result<Option<Facts>, ApiError> {
+        Ok(self.store.facts(job_id))
     }
 
     async fn get(&self, job_id: &str, payload: Payload) -> Result<Option<Reply>, ApiError> {
+        if let Some((unfinished, state)) = self.store.unfinished(job_id) {
+            return self
+                .get_unfinished(unfinished, state, payload)
+                .await
+                .map(Some);
+        }
         let Some(end) = self.job_end(job_id).await? else {
             return Ok(None);
         };
@@ -334,13 +347,19 @@ impl JobSource for DiskSource {
     }
 
     async fn cancel(&self, job_id: &str) -> Result<Option<Reply>, ApiError> {
-        let Some(summary) = self.store.summary(job_id) else {
-            return Ok(None);
+        let state = match (self.store.summary(job_id), self.store.unfinished(job_id)) {
+            (Some(summary), _) => summary.facts.state,
+            (None, Some((_, state))) => state,
+            (None, None) => return Ok(None),
         };
-        let reason = match summary.status {
-            crate::record::JobEndStatus::Succeeded => "The job is already completed",
-            crate::record::JobEndStatus::Failed(_) => "The job has failed",
-            crate::record::JobEndStatus::Cancelled => "The job was cancelled",
+        let reason = match state {
+            JobState::Completed => "The job is already completed",
+            JobState::Failed => "The job has failed",
+            JobState::Cancelled => "The job was cancelled",
+            JobState::Abandoned => "The job was abandoned by the scheduler that ran it",
+            JobState::Queued | JobState::Running => {
+                "The job is running on another scheduler; cancel it there"
+            }
         };
         Ok(Some(
             conflict(&format!(
@@ -348,6 +367,81 @@ impl JobSource for DiskSource {
             ))
             .logged(),
         ))
+    }
+
+    async fn timeline(
+        &self,
+        job_id: &str,
+        request: TimelineRequest,
+    ) -> Result<Option<Reply>, ApiError> {
+        let Some((header, path)) = self.timeline_source(job_id) else {
+            return Ok(None);
+        };
+        let id = job_id.to_string();
+        let reply = tokio::task::spawn_blocking(move || match request {
+            TimelineRequest::Json(params) => read_timeline(&path, &header, params)
+                .map(|t| Reply::ok(JSON, serde_json::to_vec(&t).unwrap_or_default())),
+            TimelineRequest::Svg => render_svg(&path, &header).map(|svg| Reply::ok(SVG, svg)),
+        })
+        .await
+        .map_err(|e| ApiError::Internal(format!("reading the event log failed: {e}")))?
+        .map_err(|e| {
+            log::warn!("history: job {id}: {e}");
+            ApiError::Internal(format!("the timeline of job {id} cannot be served: {e}"))
+        })?;
+        Ok(Some(reply.logged()))
+    }
+}
+
+impl DiskSource {
+    async fn get_unfinished(
+        &self,
+        unfinished: Unfinished,
+        state: JobState,
+        payload: Payload,
+    ) -> Result<Reply, ApiError> {
+        let Payload::Job(_) = payload else {
+            return Err(ApiError::Missing(format!(
+                "job {} has not finished: its event log holds its plans, progress and \
+                 timeline, not this response",
+                unfinished.job_id
+            )));
+        };
+        let path = self.store.dir().join(&*unfinished.file_name);
+        let start = tokio::task::spawn_blocking(move || read_job_start(&path))
+            .await
+            .map_err(|e| ApiError::Internal(format!("reading the event log failed: {e}")))?
+            .map_err(|e| {
+                log::warn!("history: job {}: {e}", unfinished.job_id);
+                ApiError::Internal(format!(
+                    "the event log of job {} cannot be served: {e}",
+                    unfinished.job_id
+                ))
+            })?;
+        Ok(Reply::ok(JSON, unfinished.response(state, Some(&start))).logged())
+    }
+
+    /// The timeline header and log path of a job, completed or unfinished.
+    fn timeline_source(&self, job_id: &str) -> Option<(JobHeader, std::path::PathBuf)> {
+        let path = self.store.log_path(job_id)?;
+        let header = match (self.store.summary(job_id), self.store.unfinished(job_id)) {
+            (Some(s), _) => JobHeader {
+                job_id: job_id.to_string(),
+                state: s.facts.state,
+                start_time: s.facts.start_time,
+                end_time: s.facts.end_time,
+                dropped_records: Some(s.dropped_records),
+            },
+            (None, Some((u, state))) => JobHeader {
+                job_id: job_id.to_string(),
+                state,
+                start_time: u.facts(state).start_time,
+                end_time: 0,
+                dropped_records: None,
+            },
+            (None, None) => return None,
+        };
+        Some((header, path))
     }
 }
 
@@ -387,17 +481,38 @@ impl Layered {
 
 #[async_trait]
 impl JobSource for Layered {
-    async fn list(&self) -> Result<Vec<Listing>, ApiError> {
-        let mut jobs = self.live.list().await?;
-        let live: HashSet<String> = jobs.iter().map(|l| l.job_id.clone()).collect();
-        jobs.extend(
-            self.disk
-                .list()
-                .await?
-                .into_iter()
-                .filter(|l| !live.contains(&l.job_id)),
-        );
-        Ok(jobs)
+    async fn list(&self, query: &ListQuery, cursor: Option<&Facts>) -> Result<Page, ApiError> {
+        // Every live job, and the disk's first `offset + limit` jobs among
+        // the others: enough to cut the merged page.
+        let live = self.live.rows().await?;
+        let skip: HashSet<String> = live.iter().map(|r| r.facts.job_id.to_string()).collect();
+        let widened = ListQuery {
+            offset: 0,
+            limit: query.limit.map(|l| l.saturating_add(query.offset)),
+            ..query.clone()
+        };
+        let disk = self.disk.store.page(&widened, cursor, &skip);
+        let from_disk = disk.rows.len();
+        let mut rows = live;
+        rows.extend(disk.rows);
+        let mut page = query.select(rows, cursor);
+        page.total = page.total.saturating_sub(from_disk) + disk.total;
+        Ok(page)
+    }
+
+    async fn facts(&self, job_id: &str) -> Result<Option<Facts>, ApiError> {
+        match self.live.facts(job_id).await? {
+            Some(facts) => Ok(Some(facts)),
+            None => self.disk.facts(job_id).await,
+        }
+    }
+
+    async fn timeline(
+        &self,
+        job_id: &str,
+        request: TimelineRequest,
+    ) -> Result<Option<Reply>, ApiError> {
+        self.disk.timeline(job_id, request).await
     }
 
     async fn get(&self, job_id: &str, payload: Payload) -> Result<Option<Reply>, ApiError> {

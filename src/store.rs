@@ -9,7 +9,8 @@
 //! neither falls back to a forward scan.
 //!
 //! **Invariant:** a rescan of an unchanged directory costs one `stat` per
-//! file and opens nothing; `*.eventlog.running` files are never opened.
+//! file and opens nothing. A `*.eventlog.running` file that grew is read
+//! from where the last pass stopped, complete lines only.
 //!
 //! **Invariant:** job ids from requests are looked up in the index and never
 //! joined into a path; only names read from the directory become paths.
@@ -18,14 +19,19 @@
 //! hides nothing but itself.
 
 use crate::metrics::HistoryMetrics;
+use crate::query::{Facts, JobState, ListQuery, Page, Row};
 use crate::record::{
-    Envelope, Footer, JobEnd, JobEndStatus, JobEndSummary, JobIndex, SCHEMA_VERSION, kind,
+    Envelope, Footer, JobEnd, JobEndStatus, JobEndSummary, JobStart, SCHEMA_VERSION, TaskEnd, kind,
 };
-use crate::writer::COMPLETED_SUFFIX;
+use crate::writer::{COMPLETED_SUFFIX, RUNNING_SUFFIX};
+use ballista_api_types::dto::JobResponse;
+use bytes::Bytes;
 use parking_lot::RwLock;
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,20 +60,182 @@ pub enum StoreError {
     NoTerminalRecord,
 }
 
-/// What the index keeps per completed job.
+/// What the index keeps per completed job: the facts the list filters and
+/// sorts on, and the rest of its list entry.
 #[derive(Debug, Clone)]
 pub struct JobSummary {
-    /// The list fields.
-    pub index: JobIndex,
-    /// How the job ended.
-    pub status: JobEndStatus,
+    /// Id, name, state, start and end.
+    pub facts: Facts,
+    /// Long status text.
+    pub job_status: Box<str>,
+    /// Short status word, as the log has it.
+    pub status: Box<str>,
+    /// Number of stages.
+    pub num_stages: u32,
+    /// Number of completed stages.
+    pub completed_stages: u32,
+    /// Percentage of completed stages.
+    pub percent_complete: u8,
+    /// Progress records dropped under backpressure.
+    pub dropped_records: u64,
     /// The log's file name within the directory.
     pub file_name: Arc<str>,
     /// Size and modification time when indexed.
     stamp: Stamp,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+impl JobSummary {
+    fn new(summary: JobEndSummary, id: &str, file_name: &str, stamp: Stamp) -> Self {
+        let i = summary.index;
+        let state = match summary.status {
+            JobEndStatus::Succeeded => JobState::Completed,
+            JobEndStatus::Failed(_) => JobState::Failed,
+            JobEndStatus::Cancelled => JobState::Cancelled,
+        };
+        Self {
+            facts: Facts {
+                job_id: Arc::from(id),
+                job_name: Arc::from(i.job_name),
+                state,
+                start_time: i.start_time,
+                end_time: i.end_time,
+            },
+            job_status: i.job_status.into(),
+            status: i.status.into(),
+            num_stages: i.num_stages as u32,
+            completed_stages: i.completed_stages as u32,
+            percent_complete: i.percent_complete,
+            dropped_records: summary.dropped_records,
+            file_name: Arc::from(file_name),
+            stamp,
+        }
+    }
+
+    /// The job's `GET /api/jobs` entry, in the scheduler's wire type.
+    pub fn entry(&self) -> Bytes {
+        let f = &self.facts;
+        let entry = JobResponse {
+            job_id: f.job_id.to_string(),
+            job_name: f.job_name.to_string(),
+            job_status: self.job_status.to_string(),
+            status: self.status.to_string(),
+            num_stages: self.num_stages as usize,
+            completed_stages: self.completed_stages as usize,
+            percent_complete: self.percent_complete,
+            start_time: f.start_time,
+            end_time: f.end_time,
+            logical_plan: None,
+            physical_plan: None,
+            stage_plan: None,
+        };
+        serde_json::to_vec(&entry).unwrap_or_default().into()
+    }
+}
+
+/// What the index keeps per unfinished job (a `.running` log): its
+/// `JobStart` fields and a running count of its progress records, read
+/// incrementally as the file grows.
+#[derive(Debug, Clone, Default)]
+pub struct Unfinished {
+    /// The job.
+    pub job_id: Arc<str>,
+    /// Its name, from `JobStart`.
+    pub job_name: Arc<str>,
+    /// When it was queued.
+    pub queued_at: u64,
+    /// When it was submitted (planning done).
+    pub submitted_at: u64,
+    /// Task attempts recorded so far.
+    pub tasks: u64,
+    /// Of which failed.
+    pub failed_tasks: u64,
+    /// Stages seen in task records.
+    pub stages: std::collections::BTreeSet<u32>,
+    /// The latest task end recorded (epoch millis).
+    pub last_task_end: u64,
+    /// The log's file name within the directory.
+    pub file_name: Arc<str>,
+    /// Bytes of complete lines read so far.
+    scanned: u64,
+    stamp: Stamp,
+}
+
+impl Unfinished {
+    /// `Running` while the log was written to within `abandoned_after`,
+    /// `Abandoned` after that.
+    pub fn state(&self, now: SystemTime, abandoned_after: Duration) -> JobState {
+        match self.stamp.modified {
+            Some(modified) if modified + abandoned_after < now => JobState::Abandoned,
+            _ => JobState::Running,
+        }
+    }
+
+    /// When the log was last written to.
+    pub fn modified(&self) -> Option<SystemTime> {
+        self.stamp.modified
+    }
+
+    /// Filter and sort facts.
+    pub fn facts(&self, state: JobState) -> Facts {
+        Facts {
+            job_id: self.job_id.clone(),
+            job_name: self.job_name.clone(),
+            state,
+            start_time: if self.submitted_at > 0 {
+                self.submitted_at
+            } else {
+                self.queued_at
+            },
+            end_time: 0,
+        }
+    }
+
+    /// The long status text of the list entry and `GET /api/job/{id}`.
+    pub fn job_status(&self, state: JobState) -> String {
+        let progress = format!(
+            "{} task attempts recorded ({} failed) in {} stages",
+            self.tasks,
+            self.failed_tasks,
+            self.stages.len()
+        );
+        match state {
+            JobState::Abandoned => {
+                let since = self
+                    .stamp
+                    .modified
+                    .map(|m| chrono::DateTime::<chrono::Utc>::from(m).to_rfc3339())
+                    .unwrap_or_else(|| "an unknown time".into());
+                format!(
+                    "Abandoned: its event log was last written at {since} and never \
+                     completed (the scheduler running it stopped); {progress}"
+                )
+            }
+            _ => format!("Running (from its event log): {progress}"),
+        }
+    }
+
+    /// The job's `GET /api/jobs` entry; with `plans`, its `GET /api/job/{id}`.
+    pub fn response(&self, state: JobState, plans: Option<&JobStart>) -> Bytes {
+        let facts = self.facts(state);
+        let entry = JobResponse {
+            job_id: self.job_id.to_string(),
+            job_name: self.job_name.to_string(),
+            job_status: self.job_status(state),
+            status: state.status_word().to_string(),
+            num_stages: self.stages.len(),
+            completed_stages: 0,
+            percent_complete: 0,
+            start_time: facts.start_time,
+            end_time: 0,
+            logical_plan: plans.and_then(|p| p.logical_plan.clone()),
+            physical_plan: plans.and_then(|p| p.physical_plan.clone()),
+            stage_plan: None,
+        };
+        serde_json::to_vec(&entry).unwrap_or_default().into()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 struct Stamp {
     len: u64,
     modified: Option<SystemTime>,
@@ -82,12 +250,17 @@ impl Stamp {
     }
 }
 
+/// How long a `.running` log may go unwritten before its job counts as
+/// abandoned, by default.
+pub const DEFAULT_ABANDONED_AFTER: Duration = Duration::from_secs(600);
+
 /// The index of one log directory.
 pub struct LogStore {
     dir: PathBuf,
     inner: RwLock<Index>,
     ready: AtomicBool,
     metrics: Arc<HistoryMetrics>,
+    abandoned_after: Duration,
     /// The last error listing the directory, so a lasting one is logged once.
     list_error: parking_lot::Mutex<Option<String>>,
 }
@@ -95,10 +268,34 @@ pub struct LogStore {
 #[derive(Default)]
 struct Index {
     /// Completed jobs by id.
-    jobs: HashMap<String, JobSummary>,
+    jobs: HashMap<Arc<str>, JobSummary>,
+    /// Completed jobs in the default order (newest start first, then id),
+    /// so the default list pages in O(page).
+    order: BTreeSet<(Reverse<u64>, Arc<str>)>,
+    /// Unfinished jobs (`.running` logs) by id.
+    unfinished: HashMap<Arc<str>, Unfinished>,
     /// Logs that could not be indexed, by file name, with the stamp they
     /// had: they are retried (and reported again) only when they change.
     bad: HashMap<String, Stamp>,
+}
+
+impl Index {
+    fn insert(&mut self, summary: JobSummary) {
+        let id = summary.facts.job_id.clone();
+        if let Some(old) = self.jobs.insert(id.clone(), summary) {
+            self.order
+                .remove(&(Reverse(old.facts.start_key()), old.facts.job_id));
+        }
+        let key = self.jobs[&id].facts.start_key();
+        self.order.insert((Reverse(key), id));
+    }
+
+    fn remove(&mut self, id: &str) -> Option<JobSummary> {
+        let old = self.jobs.remove(id)?;
+        self.order
+            .remove(&(Reverse(old.facts.start_key()), old.facts.job_id.clone()));
+        Some(old)
+    }
 }
 
 /// What one rescan did.
@@ -112,6 +309,14 @@ pub struct ScanReport {
     pub bad: usize,
 }
 
+/// Indexed completed logs: file name to job id and stamp.
+type KnownLogs = HashMap<Arc<str>, (Arc<str>, Stamp)>;
+
+enum Found {
+    Completed(JobSummary),
+    Unfinished(Unfinished),
+}
+
 impl LogStore {
     /// An empty index of `dir`; call [`LogStore::rescan`] to fill it.
     pub fn new(dir: impl Into<PathBuf>, metrics: Arc<HistoryMetrics>) -> Self {
@@ -120,8 +325,16 @@ impl LogStore {
             inner: RwLock::new(Index::default()),
             ready: AtomicBool::new(false),
             metrics,
+            abandoned_after: DEFAULT_ABANDONED_AFTER,
             list_error: parking_lot::Mutex::new(None),
         }
+    }
+
+    /// Sets how long a `.running` log may go unwritten before its job
+    /// counts as abandoned.
+    pub fn with_abandoned_after(mut self, after: Duration) -> Self {
+        self.abandoned_after = after;
+        self
     }
 
     /// The directory.
@@ -149,8 +362,10 @@ impl LogStore {
                 *last = Some(message);
                 drop(last);
                 let mut index = self.inner.write();
-                report.removed = index.jobs.len();
+                report.removed = index.jobs.len() + index.unfinished.len();
                 index.jobs.clear();
+                index.order.clear();
+                index.unfinished.clear();
                 drop(index);
                 self.ready.store(true, Ordering::Release);
                 return report;
@@ -158,22 +373,34 @@ impl LogStore {
         };
         *self.list_error.lock() = None;
         // Snapshot what is known, then stat outside the lock.
-        let known: HashMap<Arc<str>, (String, Stamp)> = {
+        let (known, known_unfinished): (KnownLogs, HashMap<Arc<str>, Unfinished>) = {
             let index = self.inner.read();
-            index
-                .jobs
-                .iter()
-                .map(|(id, s)| (s.file_name.clone(), (id.clone(), s.stamp)))
-                .collect()
+            (
+                index
+                    .jobs
+                    .iter()
+                    .map(|(id, s)| (s.file_name.clone(), (id.clone(), s.stamp)))
+                    .collect(),
+                index
+                    .unfinished
+                    .values()
+                    .map(|u| (u.file_name.clone(), u.clone()))
+                    .collect(),
+            )
         };
-        let mut seen_ids = std::collections::HashSet::new();
+        let mut seen_ids: HashSet<Arc<str>> = HashSet::new();
+        let mut seen_unfinished: HashSet<Arc<str>> = HashSet::new();
         let mut fresh = Vec::new();
         let mut newly_bad = Vec::new();
-        let mut seen_bad = std::collections::HashSet::new();
+        let mut seen_bad = HashSet::new();
         for entry in entries.flatten() {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
-            let Some(stem) = name.strip_suffix(COMPLETED_SUFFIX) else {
+            let (stem, running) = if let Some(stem) = name.strip_suffix(COMPLETED_SUFFIX) {
+                (stem, false)
+            } else if let Some(stem) = name.strip_suffix(RUNNING_SUFFIX) {
+                (stem, true)
+            } else {
                 continue;
             };
             if stem.is_empty() {
@@ -187,7 +414,14 @@ impl LogStore {
                 continue;
             }
             let stamp = Stamp::of(&meta);
-            if let Some((id, known_stamp)) = known.get(name)
+            if running {
+                if let Some(known) = known_unfinished.get(name)
+                    && known.stamp == stamp
+                {
+                    seen_unfinished.insert(known.job_id.clone());
+                    continue;
+                }
+            } else if let Some((id, known_stamp)) = known.get(name)
                 && *known_stamp == stamp
             {
                 seen_ids.insert(id.clone());
@@ -198,20 +432,27 @@ impl LogStore {
                 continue;
             }
             report.read += 1;
-            match read_summary(&path) {
-                Ok(summary) => {
-                    let id = summary.index.job_id.clone();
-                    let id = if id.is_empty() { stem.to_string() } else { id };
-                    seen_ids.insert(id.clone());
-                    fresh.push((
-                        id,
-                        JobSummary {
-                            index: summary.index,
-                            status: summary.status,
-                            file_name: Arc::from(name),
-                            stamp,
-                        },
-                    ));
+            let found = if running {
+                scan_running(&path, stem, name, stamp, known_unfinished.get(name))
+                    .map(Found::Unfinished)
+            } else {
+                read_summary(&path).map(|summary| {
+                    let id = if summary.index.job_id.is_empty() {
+                        stem.to_string()
+                    } else {
+                        summary.index.job_id.clone()
+                    };
+                    Found::Completed(JobSummary::new(summary, &id, name, stamp))
+                })
+            };
+            match found {
+                Ok(Found::Completed(summary)) => {
+                    seen_ids.insert(summary.facts.job_id.clone());
+                    fresh.push(Found::Completed(summary));
+                }
+                Ok(Found::Unfinished(unfinished)) => {
+                    seen_unfinished.insert(unfinished.job_id.clone());
+                    fresh.push(Found::Unfinished(unfinished));
                 }
                 Err(e) => {
                     log::warn!("history: skipping event log {name}: {e}");
@@ -223,12 +464,31 @@ impl LogStore {
             }
         }
         let mut index = self.inner.write();
-        let before = index.jobs.len();
-        index.jobs.retain(|id, _| seen_ids.contains(id));
-        report.removed = before - index.jobs.len();
-        for (id, summary) in fresh {
-            index.jobs.insert(id, summary);
+        let gone: Vec<Arc<str>> = index
+            .jobs
+            .keys()
+            .filter(|id| !seen_ids.contains(*id))
+            .cloned()
+            .collect();
+        report.removed = gone.len();
+        for id in gone {
+            index.remove(&id);
         }
+        for found in fresh {
+            match found {
+                Found::Completed(summary) => index.insert(summary),
+                Found::Unfinished(unfinished) => {
+                    index
+                        .unfinished
+                        .insert(unfinished.job_id.clone(), unfinished);
+                }
+            }
+        }
+        // A job whose log was renamed to `.eventlog` is completed, once.
+        let Index {
+            jobs, unfinished, ..
+        } = &mut *index;
+        unfinished.retain(|id, _| seen_unfinished.contains(id) && !jobs.contains_key(id));
         index.bad.retain(|name, _| seen_bad.contains(name));
         for (name, stamp) in newly_bad {
             index.bad.insert(name, stamp);
@@ -238,33 +498,152 @@ impl LogStore {
         report
     }
 
-    /// Every completed job's summary (unordered).
-    pub fn summaries(&self) -> Vec<JobSummary> {
-        self.inner.read().jobs.values().cloned().collect()
-    }
-
-    /// Whether `job_id` is indexed.
+    /// Whether `job_id` is indexed as completed.
     pub fn contains(&self, job_id: &str) -> bool {
         self.inner.read().jobs.contains_key(job_id)
     }
 
-    /// Number of indexed jobs.
+    /// Number of completed jobs indexed.
     pub fn len(&self) -> usize {
         self.inner.read().jobs.len()
     }
 
-    /// Whether no job is indexed.
+    /// Whether no completed job is indexed.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// The job's summary, if indexed.
+    /// The completed job's summary, if indexed.
     pub fn summary(&self, job_id: &str) -> Option<JobSummary> {
         self.inner.read().jobs.get(job_id).cloned()
     }
 
+    /// The unfinished job's index entry and state, if indexed (and not
+    /// also completed).
+    pub fn unfinished(&self, job_id: &str) -> Option<(Unfinished, JobState)> {
+        let index = self.inner.read();
+        if index.jobs.contains_key(job_id) {
+            return None;
+        }
+        let u = index.unfinished.get(job_id)?;
+        Some((u.clone(), u.state(SystemTime::now(), self.abandoned_after)))
+    }
+
+    /// The path of a job's log, completed or unfinished.
+    pub fn log_path(&self, job_id: &str) -> Option<PathBuf> {
+        let index = self.inner.read();
+        let name = match index.jobs.get(job_id) {
+            Some(s) => s.file_name.clone(),
+            None => index.unfinished.get(job_id)?.file_name.clone(),
+        };
+        Some(self.dir.join(&*name))
+    }
+
+    /// The facts of a job, completed or unfinished (for a list cursor).
+    pub fn facts(&self, job_id: &str) -> Option<Facts> {
+        let index = self.inner.read();
+        if let Some(s) = index.jobs.get(job_id) {
+            return Some(s.facts.clone());
+        }
+        let u = index.unfinished.get(job_id)?;
+        Some(u.facts(u.state(SystemTime::now(), self.abandoned_after)))
+    }
+
+    /// One page of the list: completed jobs, and unfinished ones when the
+    /// query asks for them, leaving out the ids in `skip` (jobs another
+    /// source lists). The default order without filters costs O(page);
+    /// anything else one pass over the summaries.
+    pub fn page(&self, q: &ListQuery, cursor: Option<&Facts>, skip: &HashSet<String>) -> Page {
+        let index = self.inner.read();
+        let unfinished = q.wants_unfinished();
+        if q.filters_nothing() && q.default_order() && !unfinished {
+            let skipped = skip
+                .iter()
+                .filter(|id| index.jobs.contains_key(id.as_str()))
+                .count();
+            let total = index.jobs.len() - skipped;
+            let from = match cursor {
+                Some(c) => Bound::Excluded((Reverse(c.start_key()), c.job_id.clone())),
+                None => Bound::Unbounded,
+            };
+            let rows = index
+                .order
+                .range((from, Bound::Unbounded))
+                .filter(|(_, id)| !skip.contains(&**id))
+                .skip(q.offset)
+                .take(q.limit.unwrap_or(usize::MAX))
+                .map(|(_, id)| {
+                    let s = &index.jobs[id];
+                    Row {
+                        facts: s.facts.clone(),
+                        entry: s.entry(),
+                    }
+                })
+                .collect();
+            return Page { rows, total };
+        }
+        let now = SystemTime::now();
+        let states: Vec<(Facts, &Unfinished)> = if unfinished {
+            index
+                .unfinished
+                .values()
+                .filter(|u| !index.jobs.contains_key(&u.job_id))
+                .map(|u| (u.facts(u.state(now, self.abandoned_after)), u))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        enum Ref<'a> {
+            Done(&'a JobSummary),
+            Open(&'a Facts, &'a Unfinished),
+        }
+        impl Ref<'_> {
+            fn facts(&self) -> &Facts {
+                match self {
+                    Ref::Done(s) => &s.facts,
+                    Ref::Open(f, _) => f,
+                }
+            }
+        }
+        let mut matching: Vec<Ref> = index
+            .jobs
+            .values()
+            .map(Ref::Done)
+            .chain(states.iter().map(|(f, u)| Ref::Open(f, u)))
+            .filter(|r| q.matches(r.facts()) && !skip.contains(&*r.facts().job_id))
+            .collect();
+        let total = matching.len();
+        if let Some(c) = cursor {
+            matching.retain(|r| q.compare(r.facts(), c) == std::cmp::Ordering::Greater);
+        }
+        let end = q
+            .limit
+            .map_or(matching.len(), |l| q.offset.saturating_add(l))
+            .min(matching.len());
+        if end > 0 && end < matching.len() {
+            matching.select_nth_unstable_by(end - 1, |a, b| q.compare(a.facts(), b.facts()));
+            matching.truncate(end);
+        }
+        matching.sort_by(|a, b| q.compare(a.facts(), b.facts()));
+        let rows = matching
+            .into_iter()
+            .skip(q.offset)
+            .map(|r| match r {
+                Ref::Done(s) => Row {
+                    facts: s.facts.clone(),
+                    entry: s.entry(),
+                },
+                Ref::Open(f, u) => Row {
+                    facts: f.clone(),
+                    entry: u.response(f.state, None),
+                },
+            })
+            .collect();
+        Page { rows, total }
+    }
+
     /// Reads the job's terminal record. `Ok(None)` when the job is not
-    /// indexed.
+    /// indexed as completed.
     pub fn read_job_end(&self, job_id: &str) -> Result<Option<JobEnd>, StoreError> {
         let Some(file_name) = self
             .inner
@@ -306,6 +685,108 @@ impl LogStore {
             }
         }
     }
+}
+
+/// The longest line of a `.running` log that is read (a `JobStart` with
+/// very long plans); longer lines are skipped.
+const MAX_RUNNING_LINE: usize = 64 * 1024 * 1024;
+
+/// Reads the new complete lines of a `.running` log, continuing from
+/// `known` when the file only grew.
+fn scan_running(
+    path: &Path,
+    stem: &str,
+    file_name: &str,
+    stamp: Stamp,
+    known: Option<&Unfinished>,
+) -> Result<Unfinished, StoreError> {
+    let mut state = match known {
+        Some(k) if stamp.len >= k.scanned => k.clone(),
+        _ => Unfinished {
+            job_id: Arc::from(stem),
+            file_name: Arc::from(file_name),
+            ..Default::default()
+        },
+    };
+    let mut file = File::open(path)?;
+    file.seek(SeekFrom::Start(state.scanned))?;
+    let mut reader = BufReader::new(file.take(stamp.len - state.scanned));
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = reader
+            .by_ref()
+            .take(MAX_RUNNING_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)?;
+        if n == 0 || line.last() != Some(&b'\n') {
+            if n > MAX_RUNNING_LINE {
+                // Skip the rest of an overlong line.
+                state.scanned += n as u64;
+                let mut sink = Vec::new();
+                let rest = reader.read_until(b'\n', &mut sink)?;
+                if sink.last() != Some(&b'\n') {
+                    break;
+                }
+                state.scanned += rest as u64;
+                continue;
+            }
+            break; // a line still being written
+        }
+        let first = state.scanned == 0;
+        state.scanned += n as u64;
+        let Ok(env) = serde_json::from_slice::<Envelope>(&line) else {
+            if first {
+                return Err(StoreError::Malformed(
+                    "the first line of a .running log is not a JobStart record".into(),
+                ));
+            }
+            continue;
+        };
+        if env.version > SCHEMA_VERSION {
+            return Err(StoreError::NewerSchema { found: env.version });
+        }
+        match env.ev.as_str() {
+            kind::JOB_START => {
+                if let Ok(start) = serde_json::from_str::<JobStart>(env.data.get()) {
+                    state.job_name = Arc::from(start.job_name);
+                    state.queued_at = start.queued_at;
+                    state.submitted_at = start.submitted_at;
+                }
+            }
+            kind::TASK_END => {
+                if let Ok(task) = serde_json::from_str::<TaskEnd>(env.data.get()) {
+                    state.tasks += 1;
+                    if matches!(task.status, crate::record::TaskOutcome::Failed { .. }) {
+                        state.failed_tasks += 1;
+                    }
+                    state.stages.insert(task.stage_id);
+                    state.last_task_end = state.last_task_end.max(task.end_exec_time);
+                }
+            }
+            _ if first => {
+                return Err(StoreError::Malformed(
+                    "the first line of a .running log is not a JobStart record".into(),
+                ));
+            }
+            _ => {}
+        }
+    }
+    state.stamp = stamp;
+    Ok(state)
+}
+
+/// The `JobStart` record of a log (its first line).
+pub fn read_job_start(path: &Path) -> Result<JobStart, StoreError> {
+    let mut reader = BufReader::new(File::open(path)?).take(MAX_RUNNING_LINE as u64);
+    let mut line = Vec::new();
+    reader.read_until(b'\n', &mut line)?;
+    let env = envelope(&line)?;
+    if env.ev != kind::JOB_START {
+        return Err(StoreError::Malformed(
+            "the first line is not a JobStart record".into(),
+        ));
+    }
+    serde_json::from_str(env.data.get()).map_err(|e| StoreError::Malformed(e.to_string()))
 }
 
 /// The summary of a completed log, from its footer when it has one.
@@ -492,7 +973,7 @@ fn forward_scan(path: &Path) -> Result<Vec<u8>, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Footer, encode_line};
+    use crate::record::{Footer, JobIndex, encode_line};
 
     fn job_end_line(id: &str, version: u32) -> String {
         format!(
@@ -643,6 +1124,103 @@ mod tests {
         )
         .unwrap();
         assert_eq!(terminal_line(&path).unwrap(), line.as_bytes());
+    }
+
+    fn job_end_at(id: &str, start: u64) -> String {
+        job_end_line(id, 1).replace("\"start_time\":2", &format!("\"start_time\":{start}"))
+    }
+
+    #[test]
+    fn the_ordered_index_pages_like_a_full_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..200u64 {
+            let id = format!("j{i:03}");
+            std::fs::write(
+                dir.path().join(format!("{id}.eventlog")),
+                job_end_at(&id, 1 + i / 4) + "\n",
+            )
+            .unwrap();
+        }
+        let s = store(dir.path());
+        s.rescan();
+        let pairs = |q: &str| -> Vec<(String, String)> {
+            q.split('&')
+                .map(|p| {
+                    let (k, v) = p.split_once('=').unwrap();
+                    (k.into(), v.into())
+                })
+                .collect()
+        };
+        let ids = |p: &Page| -> Vec<String> {
+            p.rows.iter().map(|r| r.facts.job_id.to_string()).collect()
+        };
+        let none = HashSet::new();
+        // `min_duration_ms=0` filters nothing but forces the full pass.
+        let fast = ListQuery::parse(&pairs("limit=7&offset=3")).unwrap();
+        let slow = ListQuery::parse(&pairs("limit=7&offset=3&min_duration_ms=0")).unwrap();
+        assert!(fast.filters_nothing() && !slow.filters_nothing());
+        let cursor = s.facts("j101").unwrap();
+        for c in [None, Some(&cursor)] {
+            let (a, b) = (s.page(&fast, c, &none), s.page(&slow, c, &none));
+            assert_eq!(ids(&a), ids(&b));
+            assert_eq!(a.total, b.total);
+            assert_eq!(a.rows.len(), 7);
+        }
+        let skip: HashSet<String> = ["j199".to_string(), "nope".to_string()].into();
+        let page = s.page(&fast, None, &skip);
+        assert_eq!(page.total, 199);
+        assert!(!ids(&page).contains(&"j199".to_string()));
+    }
+
+    #[test]
+    fn running_logs_are_unfinished_then_abandoned_then_completed_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let start = String::from_utf8(
+            encode_line(
+                kind::JOB_START,
+                &JobStart {
+                    job_id: "u".into(),
+                    job_name: "named".into(),
+                    submitted_at: 7,
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let running = dir.path().join("u.eventlog.running");
+        std::fs::write(&running, &start).unwrap();
+        let fresh = store(dir.path()).with_abandoned_after(Duration::from_secs(3600));
+        fresh.rescan();
+        let (u, state) = fresh.unfinished("u").unwrap();
+        assert_eq!(
+            (state, &*u.job_name, u.tasks),
+            (JobState::Running, "named", 0)
+        );
+        assert!(!fresh.contains("u"));
+        let stale = store(dir.path()).with_abandoned_after(Duration::ZERO);
+        stale.rescan();
+        assert_eq!(stale.unfinished("u").unwrap().1, JobState::Abandoned);
+
+        // The file grows: only the new lines are read.
+        let task = r#"{"ev":"TaskEnd","version":1,"data":{"stage_id":3,"task_id":0,"executor_id":"e","status":"Successful","launch_time":1,"start_exec_time":1,"end_exec_time":9,"metrics":{"input_rows":1,"output_rows":1,"elapsed_compute_nanos":1}}}"#;
+        std::fs::write(&running, format!("{start}{task}\n{task}\n{{\"ev\"")).unwrap();
+        fresh.rescan();
+        let (u, _) = fresh.unfinished("u").unwrap();
+        assert_eq!((u.tasks, u.last_task_end), (2, 9));
+        assert_eq!(u.stages.iter().copied().collect::<Vec<_>>(), [3]);
+
+        // Renamed with its terminal record: completed, and unfinished no more.
+        std::fs::write(&running, format!("{start}{}\n", job_end_line("u", 1))).unwrap();
+        std::fs::rename(&running, dir.path().join("u.eventlog")).unwrap();
+        fresh.rescan();
+        assert!(fresh.contains("u"));
+        assert!(fresh.unfinished("u").is_none());
+        let all = ListQuery {
+            include_unfinished: true,
+            ..Default::default()
+        };
+        assert_eq!(fresh.page(&all, None, &HashSet::new()).total, 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -44,6 +44,11 @@ struct Cli {
     /// before they are written.
     #[arg(long, default_value = DEFAULT_PATTERN)]
     event_log_redact_pattern: String,
+
+    /// Seconds a `.running` log may go unwritten before its job is listed as
+    /// abandoned rather than running.
+    #[arg(long, default_value_t = 600)]
+    abandoned_after_seconds: u64,
 }
 
 fn main() -> ExitCode {
@@ -113,6 +118,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         options.queue_capacity = cli.event_log_queue_capacity;
         options.max_open_files = cli.event_log_max_open_files;
         options.redactor = redactor;
+        options.abandoned_after = Duration::from_secs(cli.abandoned_after_seconds);
         options
     });
     let addr = format!("{}:{}", cli.upstream.bind_host, cli.upstream.bind_port);

@@ -202,12 +202,16 @@ async fn a_history_server_serves_recorded_jobs_byte_for_byte() {
         "a%00b",
         &long,
         "garbage",
-        "orphan",
     ] {
         let (status, _, body) = get(&hist.url(&format!("/api/job/{id}/config"))).await;
         assert_eq!(status, 404, "{id}");
         assert_eq!(body, br#"{"http_code":404,"reason":"Not Found"}"#);
     }
+
+    // A `.running` log is an unfinished job: it has no stored responses.
+    let (status, _, body) = get(&hist.url("/api/job/orphan/config")).await;
+    assert_eq!(status, 404);
+    assert!(String::from_utf8_lossy(&body).contains("has not finished"));
 
     // A job finished after startup appears after a rescan; a deleted log
     // disappears.

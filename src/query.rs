@@ -1,0 +1,543 @@
+//! `GET /api/jobs` parameters: paging, filters and sorting.
+//!
+//! Without any parameter the list is the whole list, newest first, exactly
+//! as the scheduler answers it. Every parameter narrows or orders it; an
+//! invalid one is a 400 naming the parameter and what it accepts.
+//!
+//! **Invariant:** the order is total: the sort key, then the job id. A
+//! cursor (`after=<job_id>`) therefore names one position, and pages taken
+//! with it never shift however many jobs arrive meanwhile.
+
+use crate::api::ApiError;
+use bytes::Bytes;
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+/// A job's state as the list filters see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobState {
+    /// Waiting to be planned or scheduled.
+    Queued,
+    /// Running (live, or a `.running` log still being written).
+    Running,
+    /// Finished successfully.
+    Completed,
+    /// Failed.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+    /// A `.running` log nobody has written to for `--abandoned-after-seconds`.
+    Abandoned,
+}
+
+impl JobState {
+    const ALL: [(&'static str, JobState); 6] = [
+        ("queued", JobState::Queued),
+        ("running", JobState::Running),
+        ("completed", JobState::Completed),
+        ("failed", JobState::Failed),
+        ("cancelled", JobState::Cancelled),
+        ("abandoned", JobState::Abandoned),
+    ];
+
+    /// The state a `status` word of the REST API names (case-insensitive);
+    /// anything unknown counts as running.
+    pub fn from_status_word(word: &str) -> Self {
+        Self::ALL
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(word))
+            .map(|(_, s)| *s)
+            .unwrap_or(JobState::Running)
+    }
+
+    /// The `status` word the REST API uses for this state.
+    pub fn status_word(self) -> &'static str {
+        match self {
+            JobState::Queued => "Queued",
+            JobState::Running => "Running",
+            JobState::Completed => "Completed",
+            JobState::Failed => "Failed",
+            JobState::Cancelled => "Cancelled",
+            JobState::Abandoned => "Abandoned",
+        }
+    }
+
+    /// Whether the job has not finished (its log is still `.running`).
+    pub fn is_unfinished(self) -> bool {
+        matches!(
+            self,
+            JobState::Queued | JobState::Running | JobState::Abandoned
+        )
+    }
+}
+
+/// What a list is sorted by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Sort {
+    /// Start time; jobs not started yet count as the newest.
+    #[default]
+    StartTime,
+    /// End time; jobs not ended yet count as the newest.
+    EndTime,
+    /// End minus start; jobs not ended yet count as the longest.
+    Duration,
+    /// Job name, case-insensitive.
+    Name,
+}
+
+/// Ascending or descending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Smallest first.
+    Asc,
+    /// Largest first.
+    Desc,
+}
+
+/// The facts about one job that filters and sorting use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Facts {
+    /// The job.
+    pub job_id: Arc<str>,
+    /// Its name.
+    pub job_name: Arc<str>,
+    /// Its state.
+    pub state: JobState,
+    /// Start time (epoch millis; 0 when not started).
+    pub start_time: u64,
+    /// End time (epoch millis; 0 when not ended).
+    pub end_time: u64,
+}
+
+impl Facts {
+    fn numeric(&self, sort: Sort) -> u64 {
+        let open = |t: u64| if t == 0 { u64::MAX } else { t };
+        match sort {
+            Sort::StartTime => open(self.start_time),
+            Sort::EndTime => open(self.end_time),
+            Sort::Duration => self.duration().unwrap_or(u64::MAX),
+            Sort::Name => 0,
+        }
+    }
+
+    /// End minus start, when both are known.
+    pub fn duration(&self) -> Option<u64> {
+        (self.start_time > 0 && self.end_time > 0)
+            .then(|| self.end_time.saturating_sub(self.start_time))
+    }
+
+    /// The default position key: newest start first (see [`Sort::StartTime`]).
+    pub fn start_key(&self) -> u64 {
+        self.numeric(Sort::StartTime)
+    }
+}
+
+/// One job of a list: its facts and its entry's JSON bytes.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Filter and sort facts.
+    pub facts: Facts,
+    /// The `GET /api/jobs` entry, verbatim.
+    pub entry: Bytes,
+}
+
+/// One page of a list.
+#[derive(Debug, Default)]
+pub struct Page {
+    /// The rows of the page, in order.
+    pub rows: Vec<Row>,
+    /// How many jobs match the filters (all pages).
+    pub total: usize,
+}
+
+/// Parsed `GET /api/jobs` parameters.
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    /// At most this many rows.
+    pub limit: Option<usize>,
+    /// Skip this many rows (after the cursor, if any).
+    pub offset: usize,
+    /// Start after this job (in the query's order).
+    pub after: Option<String>,
+    /// Only these states; `None` is every state.
+    pub states: Option<Vec<JobState>>,
+    /// List unfinished jobs known only from `.running` logs.
+    pub include_unfinished: bool,
+    /// Name substring, lowercased.
+    pub name: Option<String>,
+    /// Started at or after (epoch millis).
+    pub started_after: Option<u64>,
+    /// Started at or before.
+    pub started_before: Option<u64>,
+    /// Ended at or after.
+    pub ended_after: Option<u64>,
+    /// Ended at or before.
+    pub ended_before: Option<u64>,
+    /// At least this long (end minus start).
+    pub min_duration_ms: Option<u64>,
+    /// Sort key.
+    pub sort: Sort,
+    /// Sort direction; `None` is the default for the key.
+    pub order: Option<Order>,
+}
+
+/// The most rows one page may ask for.
+pub const MAX_LIMIT: usize = 100_000;
+
+fn bad(param: &str, accepts: &str, got: &str) -> ApiError {
+    ApiError::BadRequest(format!(
+        "invalid value {got:?} for parameter `{param}`: expected {accepts}"
+    ))
+}
+
+fn parse_u64(param: &str, value: &str, accepts: &str) -> Result<u64, ApiError> {
+    value.parse().map_err(|_| bad(param, accepts, value))
+}
+
+/// Epoch milliseconds, or an RFC 3339 timestamp.
+fn parse_time(param: &str, value: &str) -> Result<u64, ApiError> {
+    const ACCEPTS: &str =
+        "epoch milliseconds (e.g. 1767225600000) or an RFC 3339 time (e.g. 2026-01-01T00:00:00Z)";
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        return parse_u64(param, value, ACCEPTS);
+    }
+    let time =
+        chrono::DateTime::parse_from_rfc3339(value).map_err(|_| bad(param, ACCEPTS, value))?;
+    u64::try_from(time.timestamp_millis()).map_err(|_| bad(param, ACCEPTS, value))
+}
+
+fn parse_bool(param: &str, value: &str) -> Result<bool, ApiError> {
+    match value {
+        "true" | "1" | "" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(bad(param, "true or false", value)),
+    }
+}
+
+/// The names of every `GET /api/jobs` parameter.
+pub const PARAMS: &[&str] = &[
+    "limit",
+    "offset",
+    "after",
+    "status",
+    "include_unfinished",
+    "name",
+    "started_after",
+    "started_before",
+    "ended_after",
+    "ended_before",
+    "min_duration_ms",
+    "sort",
+    "order",
+];
+
+impl ListQuery {
+    /// Parses a query string (already split into pairs). Unknown
+    /// parameters are a 400 too, so a typo does not silently list
+    /// everything.
+    pub fn parse(pairs: &[(String, String)]) -> Result<Self, ApiError> {
+        let mut q = ListQuery::default();
+        for (key, value) in pairs {
+            let value = value.as_str();
+            match key.as_str() {
+                "limit" => {
+                    let accepts = &format!("an integer from 1 to {MAX_LIMIT}");
+                    let n = parse_u64("limit", value, accepts)? as usize;
+                    if n == 0 || n > MAX_LIMIT {
+                        return Err(bad("limit", accepts, value));
+                    }
+                    q.limit = Some(n);
+                }
+                "offset" => {
+                    q.offset = parse_u64("offset", value, "a non-negative integer")? as usize;
+                }
+                "after" => {
+                    if value.is_empty() {
+                        return Err(bad("after", "a job id from a previous page", value));
+                    }
+                    q.after = Some(value.to_string());
+                }
+                "status" => {
+                    const ACCEPTS: &str = "a comma-separated list of queued, running, \
+                                           completed, failed, cancelled, abandoned";
+                    let states = q.states.get_or_insert_with(Vec::new);
+                    for word in value.split(',').map(str::trim) {
+                        let state = JobState::ALL
+                            .iter()
+                            .find(|(name, _)| name.eq_ignore_ascii_case(word))
+                            .map(|(_, s)| *s)
+                            .ok_or_else(|| bad("status", ACCEPTS, value))?;
+                        if !states.contains(&state) {
+                            states.push(state);
+                        }
+                    }
+                }
+                "include_unfinished" => {
+                    q.include_unfinished = parse_bool("include_unfinished", value)?;
+                }
+                "name" => q.name = Some(value.to_lowercase()),
+                "started_after" => q.started_after = Some(parse_time(key, value)?),
+                "started_before" => q.started_before = Some(parse_time(key, value)?),
+                "ended_after" => q.ended_after = Some(parse_time(key, value)?),
+                "ended_before" => q.ended_before = Some(parse_time(key, value)?),
+                "min_duration_ms" => {
+                    q.min_duration_ms = Some(parse_u64(
+                        "min_duration_ms",
+                        value,
+                        "a non-negative integer (milliseconds)",
+                    )?);
+                }
+                "sort" => {
+                    q.sort = match value {
+                        "start_time" => Sort::StartTime,
+                        "end_time" => Sort::EndTime,
+                        "duration" => Sort::Duration,
+                        "name" => Sort::Name,
+                        _ => {
+                            return Err(bad(
+                                "sort",
+                                "one of start_time, end_time, duration, name",
+                                value,
+                            ));
+                        }
+                    }
+                }
+                "order" => {
+                    q.order = Some(match value {
+                        "asc" => Order::Asc,
+                        "desc" => Order::Desc,
+                        _ => return Err(bad("order", "asc or desc", value)),
+                    })
+                }
+                other => {
+                    return Err(ApiError::BadRequest(format!(
+                        "unknown parameter `{other}`: /api/jobs accepts {}",
+                        PARAMS.join(", ")
+                    )));
+                }
+            }
+        }
+        Ok(q)
+    }
+
+    /// The direction in effect: as asked, else descending for times and
+    /// durations (newest, longest first) and ascending for names.
+    pub fn order(&self) -> Order {
+        self.order.unwrap_or(match self.sort {
+            Sort::Name => Order::Asc,
+            _ => Order::Desc,
+        })
+    }
+
+    /// Whether the query filters nothing (every row matches).
+    pub fn filters_nothing(&self) -> bool {
+        self.states.is_none()
+            && self.name.is_none()
+            && self.started_after.is_none()
+            && self.started_before.is_none()
+            && self.ended_after.is_none()
+            && self.ended_before.is_none()
+            && self.min_duration_ms.is_none()
+    }
+
+    /// Whether the order is the default one (newest start first).
+    pub fn default_order(&self) -> bool {
+        self.sort == Sort::StartTime && self.order() == Order::Desc
+    }
+
+    /// Whether jobs known only from `.running` logs are asked for.
+    pub fn wants_unfinished(&self) -> bool {
+        self.include_unfinished
+            || self
+                .states
+                .as_ref()
+                .is_some_and(|s| s.iter().any(|s| s.is_unfinished()))
+    }
+
+    /// Whether `facts` passes every filter.
+    pub fn matches(&self, facts: &Facts) -> bool {
+        if let Some(states) = &self.states
+            && !states.contains(&facts.state)
+        {
+            return false;
+        }
+        if let Some(needle) = &self.name
+            && !contains_ignore_case(&facts.job_name, needle)
+        {
+            return false;
+        }
+        let within = |t: u64, after: Option<u64>, before: Option<u64>| {
+            after.is_none_or(|a| t != 0 && t >= a) && before.is_none_or(|b| t != 0 && t <= b)
+        };
+        if !within(facts.start_time, self.started_after, self.started_before)
+            || !within(facts.end_time, self.ended_after, self.ended_before)
+        {
+            return false;
+        }
+        if let Some(min) = self.min_duration_ms
+            && facts.duration().is_none_or(|d| d < min)
+        {
+            return false;
+        }
+        true
+    }
+
+    /// The query's total order over jobs.
+    pub fn compare(&self, a: &Facts, b: &Facts) -> Ordering {
+        let primary = match self.sort {
+            Sort::Name => a
+                .job_name
+                .to_lowercase()
+                .cmp(&b.job_name.to_lowercase())
+                .then_with(|| a.job_name.cmp(&b.job_name)),
+            sort => a.numeric(sort).cmp(&b.numeric(sort)),
+        };
+        let primary = match self.order() {
+            Order::Asc => primary,
+            Order::Desc => primary.reverse(),
+        };
+        primary.then_with(|| a.job_id.cmp(&b.job_id))
+    }
+
+    /// Filters, orders and pages `rows`: the whole work for a source that
+    /// holds its rows in memory (the live scheduler's, a merge of pages).
+    pub fn select(&self, rows: Vec<Row>, cursor: Option<&Facts>) -> Page {
+        let mut rows: Vec<Row> = rows
+            .into_iter()
+            .filter(|r| self.matches(&r.facts))
+            .collect();
+        let total = rows.len();
+        if let Some(cursor) = cursor {
+            rows.retain(|r| self.compare(&r.facts, cursor) == Ordering::Greater);
+        }
+        let end = self
+            .limit
+            .map_or(rows.len(), |l| self.offset.saturating_add(l))
+            .min(rows.len());
+        if end < rows.len() && end > 0 {
+            rows.select_nth_unstable_by(end - 1, |a, b| self.compare(&a.facts, &b.facts));
+            rows.truncate(end);
+        }
+        rows.sort_by(|a, b| self.compare(&a.facts, &b.facts));
+        let rows = rows.into_iter().skip(self.offset).collect();
+        Page { rows, total }
+    }
+}
+
+/// Case-insensitive substring test; `needle` is already lowercase.
+pub fn contains_ignore_case(haystack: &str, needle: &str) -> bool {
+    if needle.is_empty() {
+        return true;
+    }
+    if haystack.is_ascii() && needle.is_ascii() {
+        let (h, n) = (haystack.as_bytes(), needle.as_bytes());
+        return h.windows(n.len()).any(|w| w.eq_ignore_ascii_case(n));
+    }
+    haystack.to_lowercase().contains(needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(query: &str) -> Vec<(String, String)> {
+        query
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                (k.to_string(), v.to_string())
+            })
+            .collect()
+    }
+
+    fn row(id: &str, name: &str, state: JobState, start: u64, end: u64) -> Row {
+        Row {
+            facts: Facts {
+                job_id: id.into(),
+                job_name: name.into(),
+                state,
+                start_time: start,
+                end_time: end,
+            },
+            entry: Bytes::from(id.to_string()),
+        }
+    }
+
+    fn ids(page: &Page) -> Vec<&str> {
+        page.rows.iter().map(|r| &*r.facts.job_id).collect()
+    }
+
+    fn sample() -> Vec<Row> {
+        vec![
+            row("a", "Nightly ETL", JobState::Completed, 100, 400),
+            row("b", "adhoc", JobState::Failed, 200, 250),
+            row("c", "nightly report", JobState::Completed, 300, 310),
+            row("d", "", JobState::Running, 350, 0),
+            row("e", "queued one", JobState::Queued, 0, 0),
+        ]
+    }
+
+    #[test]
+    fn no_parameter_lists_everything_newest_first() {
+        let q = ListQuery::parse(&[]).unwrap();
+        assert!(q.filters_nothing() && q.default_order());
+        let page = q.select(sample(), None);
+        assert_eq!(ids(&page), ["e", "d", "c", "b", "a"]);
+        assert_eq!(page.total, 5);
+    }
+
+    #[test]
+    fn filters_and_sorts() {
+        let select = |query: &str| {
+            let q = ListQuery::parse(&pairs(query)).unwrap();
+            let page = q.select(sample(), None);
+            ids(&page).iter().map(|s| s.to_string()).collect::<Vec<_>>()
+        };
+        assert_eq!(select("status=completed,failed"), ["c", "b", "a"]);
+        assert_eq!(select("name=NIGHTLY"), ["c", "a"]);
+        assert_eq!(select("started_after=200&started_before=300"), ["c", "b"]);
+        assert_eq!(
+            select("ended_after=1970-01-01T00:00:00.300Z"),
+            ["c", "a"],
+            "RFC 3339"
+        );
+        assert_eq!(select("ended_before=300"), ["b"]);
+        assert_eq!(select("min_duration_ms=50"), ["b", "a"]);
+        assert_eq!(select("sort=duration"), ["d", "e", "a", "b", "c"]);
+        assert_eq!(select("sort=duration&order=asc"), ["c", "b", "a", "d", "e"]);
+        assert_eq!(select("sort=end_time&order=asc"), ["b", "c", "a", "d", "e"]);
+        assert_eq!(select("sort=name"), ["d", "b", "a", "c", "e"]);
+        assert_eq!(select("sort=name&order=desc&limit=1"), ["e"]);
+    }
+
+    #[test]
+    fn pages_and_cursor() {
+        let q = ListQuery::parse(&pairs("limit=2&offset=1")).unwrap();
+        let page = q.select(sample(), None);
+        assert_eq!(ids(&page), ["d", "c"]);
+        assert_eq!(page.total, 5);
+        let q = ListQuery::parse(&pairs("limit=2")).unwrap();
+        let cursor = sample()[2].facts.clone();
+        assert_eq!(ids(&q.select(sample(), Some(&cursor))), ["b", "a"]);
+    }
+
+    #[test]
+    fn bad_parameters_name_themselves() {
+        for (query, param) in [
+            ("limit=0", "limit"),
+            ("limit=x", "limit"),
+            ("offset=-1", "offset"),
+            ("status=done", "status"),
+            ("sort=size", "sort"),
+            ("order=up", "order"),
+            ("started_after=yesterday", "started_after"),
+            ("min_duration_ms=1.5", "min_duration_ms"),
+            ("include_unfinished=maybe", "include_unfinished"),
+            ("limt=5", "limt"),
+        ] {
+            let err = ListQuery::parse(&pairs(query)).unwrap_err().to_string();
+            assert!(err.contains(&format!("`{param}`")), "{query}: {err}");
+        }
+    }
+}

@@ -1,0 +1,765 @@
+//! A job's task timeline, read from its log: `GET /api/job/{id}/timeline`
+//! (JSON, paged) and `GET /api/job/{id}/timeline.svg` (a picture).
+//!
+//! **Invariant:** the log is streamed line by line and the reader stops at
+//! the terminal record, so memory is bounded by one progress record plus
+//! the page asked for (the picture holds one small tuple per task).
+
+use crate::api::ApiError;
+use crate::query::JobState;
+use crate::record::{Envelope, JobStart, SCHEMA_VERSION, StageEnd, StageStart, TaskEnd, kind};
+use crate::store::StoreError;
+use ballista_api_types::dto::TaskStatus;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+/// Tasks per page unless `limit` says otherwise.
+pub const DEFAULT_LIMIT: usize = 1_000;
+/// The most tasks one page may ask for.
+pub const MAX_LIMIT: usize = 100_000;
+/// Progress lines longer than this are skipped (a `TaskEnd` is ~300 bytes).
+const MAX_RECORD: u64 = 64 * 1024 * 1024;
+
+/// `?limit=&offset=` of the timeline.
+#[derive(Debug, Clone, Copy)]
+pub struct TimelineParams {
+    /// Tasks per page.
+    pub limit: usize,
+    /// Tasks skipped.
+    pub offset: usize,
+}
+
+impl Default for TimelineParams {
+    fn default() -> Self {
+        Self {
+            limit: DEFAULT_LIMIT,
+            offset: 0,
+        }
+    }
+}
+
+impl TimelineParams {
+    /// Parses the query pairs; anything else is a 400 naming it.
+    pub fn parse(pairs: &[(String, String)]) -> Result<Self, ApiError> {
+        let mut p = Self::default();
+        for (key, value) in pairs {
+            let number = || {
+                value.parse::<usize>().map_err(|_| {
+                    ApiError::BadRequest(format!(
+                        "invalid value {value:?} for parameter `{key}`: expected a non-negative integer"
+                    ))
+                })
+            };
+            match key.as_str() {
+                "limit" => {
+                    p.limit = number()?;
+                    if p.limit == 0 || p.limit > MAX_LIMIT {
+                        return Err(ApiError::BadRequest(format!(
+                            "invalid value {value:?} for parameter `limit`: expected an integer \
+                             from 1 to {MAX_LIMIT}"
+                        )));
+                    }
+                }
+                "offset" => p.offset = number()?,
+                other => {
+                    return Err(ApiError::BadRequest(format!(
+                        "unknown parameter `{other}`: the timeline accepts limit and offset"
+                    )));
+                }
+            }
+        }
+        Ok(p)
+    }
+}
+
+/// What the index knows about the job, for the timeline's header.
+#[derive(Debug, Clone)]
+pub struct JobHeader {
+    /// The job.
+    pub job_id: String,
+    /// Its state.
+    pub state: JobState,
+    /// Start (epoch millis; 0 unknown).
+    pub start_time: u64,
+    /// End (epoch millis; 0 while unfinished).
+    pub end_time: u64,
+    /// Progress records dropped under backpressure (`None` while
+    /// unfinished: the count is written with the terminal record).
+    pub dropped_records: Option<u64>,
+}
+
+/// One record of a log, as the timeline reads it.
+enum Rec {
+    Start(JobStart),
+    StageStart(StageStart),
+    StageEnd(StageEnd),
+    Task(TaskEnd),
+}
+
+/// Streams the progress records of the log at `path`, stopping at the
+/// terminal record. Lines that do not parse (a torn last line of a
+/// `.running` log, a record from a newer schema) are skipped.
+fn scan(path: &Path, mut visit: impl FnMut(Rec)) -> Result<(), StoreError> {
+    let mut reader = BufReader::with_capacity(64 * 1024, File::open(path)?);
+    let mut line = Vec::new();
+    loop {
+        let head = reader.fill_buf()?;
+        if head.is_empty() {
+            return Ok(());
+        }
+        if head.starts_with(br#"{"ev":"JobEnd""#) || head.starts_with(br#"{"ev":"Footer""#) {
+            return Ok(());
+        }
+        line.clear();
+        let n = (&mut reader)
+            .take(MAX_RECORD)
+            .read_until(b'\n', &mut line)?;
+        if n as u64 == MAX_RECORD && line.last() != Some(&b'\n') {
+            // Overlong: skip to the end of the line.
+            let mut skip = Vec::new();
+            while !skip.ends_with(b"\n") {
+                skip.clear();
+                if (&mut reader)
+                    .take(MAX_RECORD)
+                    .read_until(b'\n', &mut skip)?
+                    == 0
+                {
+                    return Ok(());
+                }
+            }
+            continue;
+        }
+        let Ok(env) = serde_json::from_slice::<Envelope>(&line) else {
+            continue;
+        };
+        if env.version > SCHEMA_VERSION {
+            continue;
+        }
+        let data = env.data.get();
+        let rec = match env.ev.as_str() {
+            kind::JOB_START => serde_json::from_str(data).ok().map(Rec::Start),
+            kind::STAGE_START => serde_json::from_str(data).ok().map(Rec::StageStart),
+            kind::STAGE_END => serde_json::from_str(data).ok().map(Rec::StageEnd),
+            kind::TASK_END => serde_json::from_str(data).ok().map(Rec::Task),
+            kind::JOB_END => return Ok(()),
+            _ => None,
+        };
+        if let Some(rec) = rec {
+            visit(rec);
+        }
+    }
+}
+
+/// One stage of the timeline.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct StageRow {
+    /// Stage id.
+    pub stage_id: u32,
+    /// Input partitions, when the log records them.
+    pub partitions: Option<u32>,
+    /// Terminal status as the scheduler names it, else `Running` (the job
+    /// is unfinished) or `Unknown`.
+    pub status: String,
+    /// First task launch (epoch millis).
+    pub start_time: u64,
+    /// Last task end (epoch millis).
+    pub end_time: u64,
+    /// Task attempts recorded.
+    pub tasks: u64,
+    /// Of which failed.
+    pub failed_tasks: u64,
+}
+
+/// One task attempt of the timeline.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskRow {
+    /// Stage.
+    pub stage_id: u32,
+    /// Stage attempt.
+    pub stage_attempt: u32,
+    /// Task id.
+    pub task_id: u32,
+    /// Executor that ran it.
+    pub executor_id: String,
+    /// `Successful`, `Failed` or `Running`.
+    pub status: &'static str,
+    /// Why it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+    /// The failure's error text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Launched by the scheduler (epoch millis).
+    pub launch_time: u64,
+    /// Started on the executor.
+    pub start_exec_time: u64,
+    /// Finished on the executor.
+    pub end_exec_time: u64,
+    /// Rows read.
+    pub input_rows: u64,
+    /// Rows written.
+    pub output_rows: u64,
+    /// Compute time (nanoseconds).
+    pub elapsed_compute_nanos: u64,
+}
+
+impl TaskRow {
+    fn of(t: TaskEnd) -> Self {
+        let (status, failure_reason, error) = match t.status {
+            TaskStatus::Successful => ("Successful", None, None),
+            TaskStatus::Running => ("Running", None, None),
+            TaskStatus::Failed { reason, error } => ("Failed", Some(reason), Some(error)),
+        };
+        Self {
+            stage_id: t.stage_id,
+            stage_attempt: t.stage_attempt,
+            task_id: t.task_id,
+            executor_id: t.executor_id,
+            status,
+            failure_reason,
+            error,
+            launch_time: t.launch_time,
+            start_exec_time: t.start_exec_time,
+            end_exec_time: t.end_exec_time,
+            input_rows: t.metrics.input_rows,
+            output_rows: t.metrics.output_rows,
+            elapsed_compute_nanos: t.metrics.elapsed_compute_nanos,
+        }
+    }
+}
+
+/// `GET /api/job/{id}/timeline`.
+#[derive(Debug, Serialize)]
+pub struct Timeline {
+    /// The job.
+    pub job_id: String,
+    /// Its name.
+    pub job_name: String,
+    /// `Completed`, `Failed`, `Cancelled`, `Running` or `Abandoned`.
+    pub status: &'static str,
+    /// Whether the timeline holds every task: the job finished and no
+    /// progress record was dropped.
+    pub complete: bool,
+    /// Progress records dropped under backpressure (`null` while the job
+    /// is unfinished).
+    pub dropped_records: Option<u64>,
+    /// Queued (epoch millis).
+    pub queued_at: u64,
+    /// Started.
+    pub start_time: u64,
+    /// Ended (0 while unfinished).
+    pub end_time: u64,
+    /// Every stage, by id.
+    pub stages: Vec<StageRow>,
+    /// Task attempts recorded (all pages).
+    pub total_tasks: u64,
+    /// This page's first task.
+    pub offset: usize,
+    /// This page's size limit.
+    pub limit: usize,
+    /// The page of tasks, in the order they finished.
+    pub tasks: Vec<TaskRow>,
+}
+
+#[derive(Default)]
+struct Stages(BTreeMap<u32, StageRow>);
+
+impl Stages {
+    fn entry(&mut self, stage_id: u32) -> &mut StageRow {
+        self.0.entry(stage_id).or_insert_with(|| StageRow {
+            stage_id,
+            ..Default::default()
+        })
+    }
+
+    fn task(&mut self, t: &TaskEnd) {
+        let s = self.entry(t.stage_id);
+        s.tasks += 1;
+        if matches!(t.status, TaskStatus::Failed { .. }) {
+            s.failed_tasks += 1;
+        }
+    }
+
+    fn record(&mut self, rec: &Rec) {
+        match rec {
+            Rec::StageStart(s) => {
+                let row = self.entry(s.stage_id);
+                row.partitions = Some(s.partitions);
+                if s.start_time > 0 {
+                    row.start_time = s.start_time;
+                }
+            }
+            Rec::StageEnd(s) => {
+                let row = self.entry(s.stage_id);
+                row.status = s.status.clone();
+                if s.end_time > 0 {
+                    row.end_time = s.end_time;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn finish(self, state: JobState) -> Vec<StageRow> {
+        self.0
+            .into_values()
+            .map(|mut s| {
+                if s.status.is_empty() {
+                    s.status = match state {
+                        JobState::Running | JobState::Queued => "Running".into(),
+                        _ => "Unknown".into(),
+                    };
+                }
+                s
+            })
+            .collect()
+    }
+}
+
+/// Reads one page of the timeline of the log at `path`.
+pub fn read_timeline(
+    path: &Path,
+    header: &JobHeader,
+    params: TimelineParams,
+) -> Result<Timeline, StoreError> {
+    let mut stages = Stages::default();
+    let mut start = JobStart::default();
+    let mut tasks = Vec::new();
+    let mut total: u64 = 0;
+    let end = params.offset.saturating_add(params.limit) as u64;
+    // Stage times come from the stage records when present, else from the
+    // tasks; collect task-derived times apart so records win.
+    let mut derived: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    scan(path, |rec| {
+        stages.record(&rec);
+        match rec {
+            Rec::Start(s) => start = s,
+            Rec::Task(t) => {
+                stages.task(&t);
+                let begin = if t.launch_time > 0 {
+                    t.launch_time
+                } else {
+                    t.start_exec_time
+                };
+                let d = derived.entry(t.stage_id).or_insert((0, 0));
+                if begin > 0 && (d.0 == 0 || begin < d.0) {
+                    d.0 = begin;
+                }
+                d.1 = d.1.max(t.end_exec_time);
+                if total >= params.offset as u64 && total < end {
+                    tasks.push(TaskRow::of(t));
+                }
+                total += 1;
+            }
+            _ => {}
+        }
+    })?;
+    for (stage_id, (begin, finish)) in derived {
+        let s = stages.entry(stage_id);
+        if s.start_time == 0 {
+            s.start_time = begin;
+        }
+        if s.end_time == 0 {
+            s.end_time = finish;
+        }
+    }
+    let finished = !header.state.is_unfinished();
+    Ok(Timeline {
+        job_id: header.job_id.clone(),
+        job_name: start.job_name,
+        status: header.state.status_word(),
+        complete: finished && header.dropped_records == Some(0),
+        dropped_records: header.dropped_records,
+        queued_at: start.queued_at,
+        start_time: if header.start_time > 0 {
+            header.start_time
+        } else {
+            start.submitted_at
+        },
+        end_time: header.end_time,
+        stages: stages.finish(header.state),
+        total_tasks: total,
+        offset: params.offset,
+        limit: params.limit,
+        tasks,
+    })
+}
+
+/// One bar of the picture.
+struct Bar {
+    executor: u32,
+    stage_id: u32,
+    task_id: u32,
+    start: u64,
+    end: u64,
+    status: &'static str,
+}
+
+/// Draws the timeline of the log at `path` as SVG: one lane per executor
+/// (split into as many rows as it ran tasks at once), one bar per task
+/// attempt coloured by status, time on the x axis.
+pub fn render_svg(path: &Path, header: &JobHeader) -> Result<String, StoreError> {
+    let mut executors: BTreeMap<String, u32> = BTreeMap::new();
+    let mut bars = Vec::new();
+    let mut job_name = String::new();
+    scan(path, |rec| match rec {
+        Rec::Start(s) => job_name = s.job_name,
+        Rec::Task(t) => {
+            let next = executors.len() as u32;
+            let executor = *executors.entry(t.executor_id.clone()).or_insert(next);
+            let start = [t.start_exec_time, t.launch_time]
+                .into_iter()
+                .find(|&v| v > 0)
+                .unwrap_or(t.end_exec_time);
+            bars.push(Bar {
+                executor,
+                stage_id: t.stage_id,
+                task_id: t.task_id,
+                start,
+                end: t.end_exec_time.max(start),
+                status: match t.status {
+                    TaskStatus::Successful => "Successful",
+                    TaskStatus::Failed { .. } => "Failed",
+                    TaskStatus::Running => "Running",
+                },
+            });
+        }
+        _ => {}
+    })?;
+    Ok(draw(header, &job_name, &executors, bars))
+}
+
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // Characters XML 1.0 does not allow.
+            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A readable length of time: `750 ms`, `1.5 s`, `2 min 30 s`, `1 h 5 min`.
+pub fn human_duration(ms: u64) -> String {
+    if ms < 1_000 {
+        format!("{ms} ms")
+    } else if ms < 60_000 {
+        let s = ms as f64 / 1000.0;
+        if ms.is_multiple_of(1000) {
+            format!("{s:.0} s")
+        } else {
+            format!("{s:.1} s")
+        }
+    } else if ms < 3_600_000 {
+        let (m, s) = (ms / 60_000, (ms % 60_000) / 1000);
+        if s == 0 {
+            format!("{m} min")
+        } else {
+            format!("{m} min {s} s")
+        }
+    } else {
+        let (h, m) = (ms / 3_600_000, (ms % 3_600_000) / 60_000);
+        if m == 0 {
+            format!("{h} h")
+        } else {
+            format!("{h} h {m} min")
+        }
+    }
+}
+
+/// A tick step giving at most about ten ticks over `span` ms.
+fn tick_step(span: u64) -> u64 {
+    const STEPS: [u64; 22] = [
+        1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 15_000, 30_000, 60_000,
+        120_000, 300_000, 600_000, 900_000, 1_800_000, 3_600_000,
+    ];
+    STEPS
+        .iter()
+        .copied()
+        .find(|s| span / s <= 10)
+        .unwrap_or_else(|| span.div_ceil(10).div_ceil(3_600_000) * 3_600_000)
+}
+
+fn draw(
+    header: &JobHeader,
+    job_name: &str,
+    executors: &BTreeMap<String, u32>,
+    mut bars: Vec<Bar>,
+) -> String {
+    const WIDTH: f64 = 1200.0;
+    const LEFT: f64 = 200.0;
+    const RIGHT: f64 = 30.0;
+    const TOP: f64 = 64.0;
+    const LANE_GAP: f64 = 8.0;
+    let plot = WIDTH - LEFT - RIGHT;
+    let t0 = bars.iter().map(|b| b.start).min().unwrap_or(0);
+    let t1 = bars.iter().map(|b| b.end).max().unwrap_or(0);
+    let span = (t1 - t0).max(1);
+
+    // Pack each executor's bars into rows: a bar goes in the first row
+    // whose last bar ended before it started.
+    bars.sort_by_key(|b| (b.executor, b.start, b.end));
+    let mut lane_rows: Vec<Vec<u64>> = vec![Vec::new(); executors.len()];
+    let mut placed: Vec<(usize, usize)> = Vec::with_capacity(bars.len());
+    for b in &bars {
+        let rows = &mut lane_rows[b.executor as usize];
+        let row = match rows.iter().position(|&end| end <= b.start) {
+            Some(r) => r,
+            None => {
+                rows.push(0);
+                rows.len() - 1
+            }
+        };
+        rows[row] = b.end.max(b.start + 1);
+        placed.push((b.executor as usize, row));
+    }
+    let total_rows: usize = lane_rows.iter().map(|r| r.len().max(1)).sum();
+    let row_h = (560.0 / total_rows.max(1) as f64).clamp(1.0, 14.0);
+    let mut lane_top = Vec::with_capacity(lane_rows.len());
+    let mut y = TOP;
+    for rows in &lane_rows {
+        lane_top.push(y);
+        y += rows.len().max(1) as f64 * row_h + LANE_GAP;
+    }
+    let plot_bottom = y;
+    let height = plot_bottom + 70.0;
+
+    let mut svg = String::with_capacity(256 + bars.len() * 160);
+    let _ = write!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0}" viewBox="0 0 {WIDTH} {height:.0}" font-family="sans-serif" font-size="12">"#
+    );
+    svg.push_str(
+        "<style>.Successful{fill:#3b8c3b}.Failed{fill:#c43c35}\
+         .Running{fill:#e0a526}.tick{stroke:#ddd}.lane{fill:#f6f6f6}</style>",
+    );
+    let title = if job_name.is_empty() {
+        format!("Job {}", header.job_id)
+    } else {
+        format!("Job {} ({job_name})", header.job_id)
+    };
+    let _ = write!(
+        svg,
+        r#"<text x="10" y="22" font-size="15" font-weight="bold">{}</text><text x="10" y="42">{}: {} tasks on {} executors over {}</text>"#,
+        escape(&title),
+        header.state.status_word(),
+        bars.len(),
+        executors.len(),
+        human_duration(t1.saturating_sub(t0)),
+    );
+    // Lanes and their labels.
+    for (name, &i) in executors {
+        let top = lane_top[i as usize];
+        let h = lane_rows[i as usize].len().max(1) as f64 * row_h;
+        let _ = write!(
+            svg,
+            r#"<rect class="lane" x="{LEFT}" y="{top:.1}" width="{plot}" height="{h:.1}"/><text x="{x:.0}" y="{ty:.1}" text-anchor="end" dominant-baseline="middle">{}</text>"#,
+            escape(&shorten(name, 28)),
+            x = LEFT - 8.0,
+            ty = top + h / 2.0,
+        );
+    }
+    // Ticks.
+    let step = tick_step(span);
+    let mut t = 0;
+    while t <= span {
+        let x = LEFT + t as f64 / span as f64 * plot;
+        let _ = write!(
+            svg,
+            r#"<line class="tick" x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{plot_bottom:.1}"/><text x="{x:.1}" y="{ly:.1}" text-anchor="middle">+{}</text>"#,
+            human_duration(t),
+            ly = plot_bottom + 16.0,
+        );
+        t += step;
+    }
+    // Bars.
+    for (b, &(lane, row)) in bars.iter().zip(&placed) {
+        let x = LEFT + (b.start - t0) as f64 / span as f64 * plot;
+        let w = ((b.end - b.start) as f64 / span as f64 * plot).max(1.0);
+        let y = lane_top[lane] + row as f64 * row_h;
+        let _ = write!(
+            svg,
+            r#"<rect class="task {status}" x="{x:.1}" y="{y:.1}" width="{w:.1}" height="{h:.1}"><title>stage {stage} task {task}: {status}, {d}</title></rect>"#,
+            status = b.status,
+            stage = b.stage_id,
+            task = b.task_id,
+            d = human_duration(b.end - b.start),
+            h = (row_h - if row_h > 3.0 { 1.0 } else { 0.0 }).max(1.0),
+        );
+    }
+    // Legend.
+    let ly = plot_bottom + 44.0;
+    for (i, status) in ["Successful", "Failed", "Running"].iter().enumerate() {
+        let x = LEFT + i as f64 * 120.0;
+        let _ = write!(
+            svg,
+            r#"<rect class="key {status}" x="{x}" y="{y:.1}" width="12" height="12"/><text x="{tx}" y="{ty:.1}">{status}</text>"#,
+            y = ly - 10.0,
+            tx = x + 18.0,
+            ty = ly,
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_string()
+    } else {
+        let head: String = text.chars().take(max - 1).collect();
+        format!("{head}…")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{TaskMetrics, encode_line};
+
+    fn task(stage: u32, id: u32, exec: &str, start: u64, end: u64, ok: bool) -> Vec<u8> {
+        encode_line(
+            kind::TASK_END,
+            &TaskEnd {
+                stage_id: stage,
+                task_id: id,
+                executor_id: exec.into(),
+                status: if ok {
+                    TaskStatus::Successful
+                } else {
+                    TaskStatus::Failed {
+                        reason: "r".into(),
+                        error: "e".into(),
+                    }
+                },
+                launch_time: start,
+                start_exec_time: start,
+                end_exec_time: end,
+                metrics: TaskMetrics {
+                    input_rows: 10,
+                    output_rows: 5,
+                    elapsed_compute_nanos: 7,
+                },
+                stage_attempt: 0,
+            },
+        )
+        .unwrap()
+    }
+
+    fn header(state: JobState, dropped: Option<u64>) -> JobHeader {
+        JobHeader {
+            job_id: "j".into(),
+            state,
+            start_time: 1000,
+            end_time: 0,
+            dropped_records: dropped,
+        }
+    }
+
+    fn log(dir: &Path, tasks: usize, end: bool) -> std::path::PathBuf {
+        let mut bytes = encode_line(
+            kind::JOB_START,
+            &JobStart {
+                job_id: "j".into(),
+                job_name: "<evil & name>".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        for i in 0..tasks {
+            let start = 1000 + i as u64 * 3;
+            let exec = format!("exec-{}", i % 3);
+            bytes.extend(task(
+                1 + (i % 2) as u32,
+                i as u32,
+                &exec,
+                start,
+                start + 10,
+                i != 4,
+            ));
+        }
+        if end {
+            bytes.extend_from_slice(b"{\"ev\":\"JobEnd\",\"version\":1,\"data\":{}}\n");
+        } else {
+            bytes.extend_from_slice(b"{\"ev\":\"TaskEnd\",\"vers"); // torn
+        }
+        let path = dir.join("j.eventlog");
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    #[test]
+    fn pages_count_every_task_and_keep_only_the_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = log(dir.path(), 25, true);
+        let t = read_timeline(
+            &path,
+            &header(JobState::Completed, Some(0)),
+            TimelineParams {
+                limit: 10,
+                offset: 20,
+            },
+        )
+        .unwrap();
+        assert_eq!(t.total_tasks, 25);
+        assert_eq!(t.tasks.len(), 5);
+        assert_eq!(t.tasks[0].task_id, 20);
+        assert!(t.complete);
+        assert_eq!(t.stages.len(), 2);
+        assert_eq!(t.stages.iter().map(|s| s.tasks).sum::<u64>(), 25);
+        assert_eq!(t.stages.iter().map(|s| s.failed_tasks).sum::<u64>(), 1);
+        assert_eq!(t.stages[0].start_time, 1000);
+        assert_eq!(t.job_name, "<evil & name>");
+    }
+
+    #[test]
+    fn dropped_records_or_an_unfinished_job_make_it_incomplete() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = log(dir.path(), 3, false);
+        let t = read_timeline(&path, &header(JobState::Running, None), Default::default()).unwrap();
+        assert_eq!(t.total_tasks, 3, "the torn line is skipped");
+        assert!(!t.complete);
+        assert_eq!(t.stages[0].status, "Running");
+        let path = log(dir.path(), 3, true);
+        let t = read_timeline(
+            &path,
+            &header(JobState::Completed, Some(2)),
+            Default::default(),
+        )
+        .unwrap();
+        assert!(!t.complete);
+    }
+
+    #[test]
+    fn the_picture_has_one_bar_per_task_and_escapes_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = log(dir.path(), 40, true);
+        let svg = render_svg(&path, &header(JobState::Completed, Some(0))).unwrap();
+        assert_eq!(svg.matches("<rect class=\"task ").count(), 40);
+        assert_eq!(svg.matches("<rect class=\"task Failed\"").count(), 1);
+        assert!(svg.contains("&lt;evil &amp; name&gt;"));
+        assert!(!svg.contains("<evil"));
+    }
+
+    #[test]
+    fn durations_and_ticks_read_well() {
+        assert_eq!(human_duration(750), "750 ms");
+        assert_eq!(human_duration(1500), "1.5 s");
+        assert_eq!(human_duration(150_000), "2 min 30 s");
+        assert_eq!(human_duration(3_900_000), "1 h 5 min");
+        assert_eq!(tick_step(1), 1);
+        assert_eq!(tick_step(95_000), 10_000);
+        assert!(86_400_000 / tick_step(86_400_000) <= 10);
+    }
+}
