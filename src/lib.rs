@@ -9,6 +9,7 @@ pub mod metrics;
 pub mod query;
 pub mod record;
 pub mod redact;
+pub mod retention;
 pub mod server;
 pub mod source;
 pub mod store;

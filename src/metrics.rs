@@ -18,6 +18,14 @@ pub struct HistoryMetrics {
     pub jobs_recorded: IntCounter,
     /// Logs that could not be indexed (corrupt, truncated, newer schema).
     pub unreadable_logs: IntCounter,
+    /// Completed logs deleted by retention.
+    pub retention_removed_jobs: IntCounter,
+    /// Bytes of completed logs deleted by retention.
+    pub retention_removed_bytes: IntCounter,
+    /// Orphaned `.running` logs deleted by the cleaner.
+    pub retention_removed_orphans: IntCounter,
+    /// Cleaner passes run.
+    pub retention_passes: IntCounter,
 }
 
 fn counter(name: &str, help: &str) -> IntCounter {
@@ -44,6 +52,22 @@ impl HistoryMetrics {
                 "ballista_job_history_unreadable_logs_total",
                 "Event logs skipped by the index because they could not be read",
             ),
+            retention_removed_jobs: counter(
+                "ballista_job_history_retention_removed_jobs_total",
+                "Completed event logs deleted by the retention cleaner",
+            ),
+            retention_removed_bytes: counter(
+                "ballista_job_history_retention_removed_bytes_total",
+                "Bytes of completed event logs deleted by the retention cleaner",
+            ),
+            retention_removed_orphans: counter(
+                "ballista_job_history_retention_removed_orphans_total",
+                "Orphaned .running event logs deleted by the retention cleaner",
+            ),
+            retention_passes: counter(
+                "ballista_job_history_retention_passes_total",
+                "Retention cleaner passes run",
+            ),
         }
     }
 
@@ -69,6 +93,10 @@ impl HistoryMetrics {
             &self.write_errors,
             &self.jobs_recorded,
             &self.unreadable_logs,
+            &self.retention_removed_jobs,
+            &self.retention_removed_bytes,
+            &self.retention_removed_orphans,
+            &self.retention_passes,
         ] {
             registry.register(Box::new(c.clone()))?;
         }

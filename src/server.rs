@@ -15,9 +15,10 @@ use crate::listener::{EventLogListener, TappedScheduler, TaskTap};
 use crate::live::LiveApi;
 use crate::metrics::HistoryMetrics;
 use crate::redact::Redactor;
+use crate::retention::{Cleaner, Protect, RetentionPolicy};
 use crate::source::{DiskSource, JobSource, Layered, LiveSource};
 use crate::store::LogStore;
-use crate::writer::{self, WriterConfig, WriterMsg};
+use crate::writer::{self, Compression, WriterConfig, WriterMsg};
 use arrow_flight::flight_service_server::FlightServiceServer;
 use axum::Router;
 use axum::response::IntoResponse;
@@ -71,6 +72,10 @@ pub struct HistoryOptions {
     /// How long a `.running` log may go unwritten before its job is listed
     /// as abandoned.
     pub abandoned_after: Duration,
+    /// Plain or zstd logs.
+    pub compression: Compression,
+    /// The cleaner's limits; `None` runs no cleaner.
+    pub retention: Option<RetentionPolicy>,
 }
 
 impl HistoryOptions {
@@ -84,6 +89,8 @@ impl HistoryOptions {
             max_open_files: defaults.max_open_files,
             redactor: Redactor::default(),
             abandoned_after: crate::store::DEFAULT_ABANDONED_AFTER,
+            compression: Compression::None,
+            retention: None,
         }
     }
 }
@@ -185,6 +192,7 @@ pub async fn run_scheduler(
             let mut wc = WriterConfig::new(&options.event_log_dir);
             wc.queue_capacity = options.queue_capacity;
             wc.max_open_files = options.max_open_files;
+            wc.compression = options.compression;
             let (writer, thread) = writer::spawn(wc, metrics.clone())?;
             let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
             Some((writer, thread, events_tx, events_rx, metrics))
@@ -228,7 +236,7 @@ pub async fn run_scheduler(
         let capturer = Capturer::new(api.clone(), writer.clone(), options.redactor.clone());
         background.push(tokio::spawn(capturer.run(events_rx, stopped())));
         let store = Arc::new(
-            LogStore::new(&options.event_log_dir, metrics)
+            LogStore::new(&options.event_log_dir, metrics.clone())
                 .with_abandoned_after(options.abandoned_after),
         );
         background.push(tokio::spawn(
@@ -236,6 +244,17 @@ pub async fn run_scheduler(
                 .clone()
                 .rescan_every(options.update_interval, stopped()),
         ));
+        if let Some(policy) = &options.retention {
+            let open = writer.clone();
+            let protect: Protect = Arc::new(move |id: &str| open.is_open(id));
+            let cleaner = Cleaner::new(
+                store.clone(),
+                policy.clone(),
+                Some(protect),
+                metrics.clone(),
+            );
+            background.push(tokio::spawn(cleaner.run(stopped())));
+        }
         source = Arc::new(Layered::new(
             LiveSource::new(api.clone()),
             DiskSource::new(store),
@@ -359,17 +378,25 @@ pub async fn run_history(
 ) -> Result<(), ServerError> {
     let metrics = HistoryMetrics::global();
     let store = Arc::new(
-        LogStore::new(&options.event_log_dir, metrics)
+        LogStore::new(&options.event_log_dir, metrics.clone())
             .with_abandoned_after(options.abandoned_after),
     );
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let rescans = tokio::spawn(
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    let mut background = vec![tokio::spawn(
         store
             .clone()
-            .rescan_every(options.update_interval, async move {
-                let _ = stop_rx.wait_for(|s| *s).await;
-            }),
-    );
+            .rescan_every(options.update_interval, stopped()),
+    )];
+    if let Some(policy) = &options.retention {
+        let cleaner = Cleaner::new(store.clone(), policy.clone(), None, metrics);
+        background.push(tokio::spawn(cleaner.run(stopped())));
+    }
     let started = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis())
@@ -390,6 +417,8 @@ pub async fn run_history(
         .with_graceful_shutdown(shutdown)
         .await;
     let _ = stop_tx.send(true);
-    let _ = rescans.await;
+    for task in background {
+        let _ = task.await;
+    }
     served.map_err(ServerError::from)
 }

@@ -23,7 +23,7 @@ use crate::query::{Facts, JobState, ListQuery, Page, Row};
 use crate::record::{
     Envelope, Footer, JobEnd, JobEndStatus, JobEndSummary, JobStart, SCHEMA_VERSION, TaskEnd, kind,
 };
-use crate::writer::{COMPLETED_SUFFIX, RUNNING_SUFFIX};
+use crate::writer::{FOOTER_FRAME_MAGIC, FOOTER_FRAME_TAG, LogName};
 use ballista_api_types::dto::JobResponse;
 use bytes::Bytes;
 use parking_lot::RwLock;
@@ -298,6 +298,26 @@ impl Index {
     }
 }
 
+/// A completed log, as retention sees it.
+#[derive(Debug, Clone)]
+pub struct CompletedFile {
+    /// The job.
+    pub job_id: Arc<str>,
+    /// The log's file name within the directory.
+    pub file_name: Arc<str>,
+    /// Its size in bytes.
+    pub len: u64,
+    /// When the job ended (epoch millis).
+    pub end_time: u64,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn epoch_millis(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 /// What one rescan did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ScanReport {
@@ -396,16 +416,14 @@ impl LogStore {
         for entry in entries.flatten() {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
-            let (stem, running) = if let Some(stem) = name.strip_suffix(COMPLETED_SUFFIX) {
-                (stem, false)
-            } else if let Some(stem) = name.strip_suffix(RUNNING_SUFFIX) {
-                (stem, true)
-            } else {
+            let Some(LogName {
+                stem,
+                running,
+                zstd,
+            }) = LogName::parse(name)
+            else {
                 continue;
             };
-            if stem.is_empty() {
-                continue;
-            }
             let path = entry.path();
             let Ok(meta) = std::fs::metadata(&path) else {
                 continue;
@@ -433,7 +451,7 @@ impl LogStore {
             }
             report.read += 1;
             let found = if running {
-                scan_running(&path, stem, name, stamp, known_unfinished.get(name))
+                scan_running(&path, stem, name, stamp, zstd, known_unfinished.get(name))
                     .map(Found::Unfinished)
             } else {
                 read_summary(&path).map(|summary| {
@@ -496,6 +514,36 @@ impl LogStore {
         drop(index);
         self.ready.store(true, Ordering::Release);
         report
+    }
+
+    /// Every completed log the index holds: id, file name, size, end time
+    /// (epoch millis; the file's modification time when the log has none).
+    pub fn completed_files(&self) -> Vec<CompletedFile> {
+        self.inner
+            .read()
+            .jobs
+            .values()
+            .map(|s| CompletedFile {
+                job_id: s.facts.job_id.clone(),
+                file_name: s.file_name.clone(),
+                len: s.stamp.len,
+                end_time: if s.facts.end_time > 0 {
+                    s.facts.end_time
+                } else {
+                    s.stamp.modified.map(epoch_millis).unwrap_or(0)
+                },
+            })
+            .collect()
+    }
+
+    /// Drops a completed job from the index at once (its log was deleted).
+    pub fn forget(&self, job_id: &str) {
+        self.inner.write().remove(job_id);
+    }
+
+    /// Drops an unfinished job from the index at once.
+    pub fn forget_unfinished(&self, job_id: &str) {
+        self.inner.write().unfinished.remove(job_id);
     }
 
     /// Whether `job_id` is indexed as completed.
@@ -698,10 +746,13 @@ fn scan_running(
     stem: &str,
     file_name: &str,
     stamp: Stamp,
+    zstd: bool,
     known: Option<&Unfinished>,
 ) -> Result<Unfinished, StoreError> {
+    // A plain log that only grew is read from where the last pass stopped;
+    // a compressed one is decoded from the start.
     let mut state = match known {
-        Some(k) if stamp.len >= k.scanned => k.clone(),
+        Some(k) if !zstd && stamp.len >= k.scanned => k.clone(),
         _ => Unfinished {
             job_id: Arc::from(stem),
             file_name: Arc::from(file_name),
@@ -709,8 +760,14 @@ fn scan_running(
         },
     };
     let mut file = File::open(path)?;
-    file.seek(SeekFrom::Start(state.scanned))?;
-    let mut reader = BufReader::new(file.take(stamp.len - state.scanned));
+    let mut reader: Box<dyn BufRead> = if zstd {
+        Box::new(BufReader::new(Tolerant::new(
+            zstd::stream::read::Decoder::new(file.take(stamp.len))?,
+        )))
+    } else {
+        file.seek(SeekFrom::Start(state.scanned))?;
+        Box::new(BufReader::new(file.take(stamp.len - state.scanned)))
+    };
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -775,9 +832,63 @@ fn scan_running(
     Ok(state)
 }
 
+/// A reader of a log's decoded bytes: the file itself, or its zstd stream
+/// (skippable frames skipped; a torn last frame, as a crash leaves it, ends
+/// the stream quietly).
+pub fn open_decoded(path: &Path) -> std::io::Result<Box<dyn BufRead + Send>> {
+    let file = File::open(path)?;
+    if is_zstd(path) {
+        Ok(Box::new(BufReader::with_capacity(
+            64 * 1024,
+            Tolerant::new(zstd::stream::read::Decoder::new(file)?),
+        )))
+    } else {
+        Ok(Box::new(BufReader::with_capacity(64 * 1024, file)))
+    }
+}
+
+/// Whether the log at `path` is zstd-compressed (by its name).
+pub fn is_zstd(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(LogName::parse)
+        .is_some_and(|n| n.zstd)
+}
+
+/// A reader that ends quietly at its first error (a torn zstd frame).
+struct Tolerant<R> {
+    inner: R,
+    failed: bool,
+}
+
+impl<R> Tolerant<R> {
+    fn new(inner: R) -> Self {
+        Self {
+            inner,
+            failed: false,
+        }
+    }
+}
+
+impl<R: Read> Read for Tolerant<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.failed {
+            return Ok(0);
+        }
+        match self.inner.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Err(e),
+            Err(_) => {
+                self.failed = true;
+                Ok(0)
+            }
+            ok => ok,
+        }
+    }
+}
+
 /// The `JobStart` record of a log (its first line).
 pub fn read_job_start(path: &Path) -> Result<JobStart, StoreError> {
-    let mut reader = BufReader::new(File::open(path)?).take(MAX_RUNNING_LINE as u64);
+    let mut reader = open_decoded(path)?.take(MAX_RUNNING_LINE as u64);
     let mut line = Vec::new();
     reader.read_until(b'\n', &mut line)?;
     let env = envelope(&line)?;
@@ -791,6 +902,20 @@ pub fn read_job_start(path: &Path) -> Result<JobStart, StoreError> {
 
 /// The summary of a completed log, from its footer when it has one.
 pub fn read_summary(path: &Path) -> Result<JobEndSummary, StoreError> {
+    if is_zstd(path) {
+        if let Some((footer, _)) = zst_footer(path)? {
+            return Ok(JobEndSummary {
+                status: footer.status,
+                queued_at: footer.queued_at,
+                index: footer.index,
+                dropped_records: footer.dropped_records,
+            });
+        }
+        let line = forward_scan(open_decoded(path)?)?;
+        let env = envelope(&line)?;
+        return serde_json::from_str(env.data.get())
+            .map_err(|e| StoreError::Malformed(e.to_string()));
+    }
     let tail = TailLine::read(path)?;
     if let Some(footer) = tail.footer()? {
         return Ok(JobEndSummary {
@@ -807,6 +932,20 @@ pub fn read_summary(path: &Path) -> Result<JobEndSummary, StoreError> {
 
 /// The bytes of the log's `JobEnd` line.
 pub fn terminal_line(path: &Path) -> Result<Vec<u8>, StoreError> {
+    if is_zstd(path) {
+        if let Some((footer, file_len)) = zst_footer(path)? {
+            let frame = read_at(path, footer.job_end_offset, footer.job_end_len, file_len);
+            match frame.and_then(|frame| decompress_line(&frame)) {
+                Ok(line) if is_job_end_line(&line) => return Ok(line),
+                _ => log::warn!(
+                    "history: the footer of {} does not match the file (rewritten in place?); \
+                     reading it the slow way",
+                    path.display()
+                ),
+            }
+        }
+        return forward_scan(open_decoded(path)?);
+    }
     let tail = TailLine::read(path)?;
     if let Some(footer) = tail.footer()? {
         match read_at(
@@ -822,9 +961,53 @@ pub fn terminal_line(path: &Path) -> Result<Vec<u8>, StoreError> {
                 path.display()
             ),
         }
-        return forward_scan(path);
+        return forward_scan(open_decoded(path)?);
     }
     tail.job_end_line(path)
+}
+
+/// One zstd frame holding one line, decoded, without its newline.
+fn decompress_line(frame: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut line = Vec::new();
+    zstd::stream::read::Decoder::new(frame)?
+        .take(MAX_LINE + 1)
+        .read_to_end(&mut line)?;
+    if line.last() == Some(&b'\n') {
+        line.pop();
+    }
+    Ok(line)
+}
+
+/// The footer of a compressed log, from the skippable frame at its end,
+/// with the file's length. `None` when the file does not end with one.
+fn zst_footer(path: &Path) -> Result<Option<(Footer, u64)>, StoreError> {
+    let mut file = File::open(path)?;
+    let file_len = file.metadata()?.len();
+    if file_len < 16 {
+        return Ok(None);
+    }
+    let mut trailer = [0u8; 8];
+    file.seek(SeekFrom::Start(file_len - 8))?;
+    file.read_exact(&mut trailer)?;
+    if &trailer[4..] != FOOTER_FRAME_TAG {
+        return Ok(None);
+    }
+    let total = u64::from(u32::from_le_bytes(
+        trailer[..4].try_into().expect("4 bytes"),
+    ));
+    if !(16..=file_len.min(TAIL_CHUNK * 64)).contains(&total) {
+        return Ok(None);
+    }
+    let mut frame = vec![0u8; total as usize];
+    file.seek(SeekFrom::Start(file_len - total))?;
+    file.read_exact(&mut frame)?;
+    let magic = u32::from_le_bytes(frame[..4].try_into().expect("4 bytes"));
+    let size = u64::from(u32::from_le_bytes(frame[4..8].try_into().expect("4 bytes")));
+    if magic != FOOTER_FRAME_MAGIC || size != total - 8 {
+        return Ok(None);
+    }
+    let line = frame[8..frame.len() - 8].trim_ascii_end();
+    Ok(parse_footer(line)?.map(|f| (f, file_len)))
 }
 
 fn decode_job_end(line: &[u8]) -> Result<JobEnd, StoreError> {
@@ -909,27 +1092,7 @@ impl TailLine {
 
     /// The footer, when the last line is one.
     fn footer(&self) -> Result<Option<Footer>, StoreError> {
-        let line = &self.line;
-        #[derive(serde::Deserialize)]
-        struct Kind<'a> {
-            #[serde(borrow)]
-            ev: &'a str,
-            version: u32,
-        }
-        let Ok(k) = serde_json::from_slice::<Kind>(line) else {
-            return Ok(None);
-        };
-        if k.ev != kind::FOOTER {
-            return Ok(None);
-        }
-        if k.version > SCHEMA_VERSION {
-            return Err(StoreError::NewerSchema { found: k.version });
-        }
-        let env = envelope(line)?;
-        match serde_json::from_str::<Footer>(env.data.get()) {
-            Ok(footer) => Ok(Some(footer)),
-            Err(e) => Err(StoreError::Malformed(format!("footer: {e}"))),
-        }
+        parse_footer(&self.line)
     }
 
     /// The `JobEnd` line of a log without a footer: the last line when it
@@ -938,8 +1101,32 @@ impl TailLine {
         if is_job_end_line(&self.line) {
             Ok(self.line.clone())
         } else {
-            forward_scan(path)
+            forward_scan(open_decoded(path)?)
         }
+    }
+}
+
+/// The footer record in `line`, if it is one.
+fn parse_footer(line: &[u8]) -> Result<Option<Footer>, StoreError> {
+    #[derive(serde::Deserialize)]
+    struct Kind<'a> {
+        #[serde(borrow)]
+        ev: &'a str,
+        version: u32,
+    }
+    let Ok(k) = serde_json::from_slice::<Kind>(line) else {
+        return Ok(None);
+    };
+    if k.ev != kind::FOOTER {
+        return Ok(None);
+    }
+    if k.version > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema { found: k.version });
+    }
+    let env = envelope(line)?;
+    match serde_json::from_str::<Footer>(env.data.get()) {
+        Ok(footer) => Ok(Some(footer)),
+        Err(e) => Err(StoreError::Malformed(format!("footer: {e}"))),
     }
 }
 
@@ -956,8 +1143,7 @@ fn read_at(path: &Path, offset: u64, len: u64, file_len: u64) -> std::io::Result
 
 /// The first `JobEnd` line, scanning from the start: the slow path, for
 /// logs whose last record is something else.
-fn forward_scan(path: &Path) -> Result<Vec<u8>, StoreError> {
-    let reader = BufReader::new(File::open(path)?);
+fn forward_scan(reader: impl BufRead) -> Result<Vec<u8>, StoreError> {
     for line in reader.split(b'\n') {
         let line = line?;
         if line.len() as u64 > MAX_LINE {

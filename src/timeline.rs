@@ -13,8 +13,7 @@ use ballista_api_types::dto::TaskStatus;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, Read};
 use std::path::Path;
 
 /// Tasks per page unless `limit` says otherwise.
@@ -104,7 +103,7 @@ enum Rec {
 /// terminal record. Lines that do not parse (a torn last line of a
 /// `.running` log, a record from a newer schema) are skipped.
 fn scan(path: &Path, mut visit: impl FnMut(Rec)) -> Result<(), StoreError> {
-    let mut reader = BufReader::with_capacity(64 * 1024, File::open(path)?);
+    let mut reader = crate::store::open_decoded(path)?;
     let mut line = Vec::new();
     loop {
         let head = reader.fill_buf()?;

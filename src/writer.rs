@@ -35,6 +35,80 @@ use std::time::{Duration, Instant};
 pub const RUNNING_SUFFIX: &str = ".eventlog.running";
 /// Suffix of a completed log.
 pub const COMPLETED_SUFFIX: &str = ".eventlog";
+/// Suffix of a zstd-compressed log still being written.
+pub const ZST_RUNNING_SUFFIX: &str = ".eventlog.zst.running";
+/// Suffix of a completed zstd-compressed log.
+pub const ZST_COMPLETED_SUFFIX: &str = ".eventlog.zst";
+/// Suffixes of logs still being written.
+pub const RUNNING_SUFFIXES: [&str; 2] = [ZST_RUNNING_SUFFIX, RUNNING_SUFFIX];
+
+/// What a file name in a log directory is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogName<'a> {
+    /// The job id (the name without its suffix).
+    pub stem: &'a str,
+    /// Still being written (`.running`).
+    pub running: bool,
+    /// zstd-compressed.
+    pub zstd: bool,
+}
+
+impl<'a> LogName<'a> {
+    /// Classifies a file name; `None` for anything that is not a log.
+    pub fn parse(name: &'a str) -> Option<Self> {
+        [
+            (ZST_RUNNING_SUFFIX, true, true),
+            (RUNNING_SUFFIX, true, false),
+            (ZST_COMPLETED_SUFFIX, false, true),
+            (COMPLETED_SUFFIX, false, false),
+        ]
+        .into_iter()
+        .find_map(|(suffix, running, zstd)| {
+            let stem = name.strip_suffix(suffix)?;
+            (!stem.is_empty()).then_some(Self {
+                stem,
+                running,
+                zstd,
+            })
+        })
+    }
+}
+
+/// How logs are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Compression {
+    /// Plain JSON lines (upstream's reader reads them).
+    #[default]
+    None,
+    /// zstd frames at this level: progress records in one frame per open
+    /// period, the terminal record in its own frame, the footer in a
+    /// skippable frame at the end.
+    Zstd(i32),
+}
+
+/// The zstd level used unless configured otherwise.
+pub const DEFAULT_ZSTD_LEVEL: i32 = 3;
+
+/// The skippable-frame magic number carrying the footer of a compressed
+/// log (zstd decoders skip it).
+pub const FOOTER_FRAME_MAGIC: u32 = 0x184D_2A5E;
+/// The tag ending a compressed log, after the footer frame's length.
+pub const FOOTER_FRAME_TAG: &[u8; 4] = b"BJHF";
+
+/// The footer of a compressed log as a zstd skippable frame: magic, size,
+/// the footer line, then the frame's total length and a tag, so a reader
+/// finds it from the last 8 bytes.
+pub fn footer_frame(footer_line: &[u8]) -> Vec<u8> {
+    let payload_len = footer_line.len() + 8;
+    let total = 8 + payload_len;
+    let mut frame = Vec::with_capacity(total);
+    frame.extend_from_slice(&FOOTER_FRAME_MAGIC.to_le_bytes());
+    frame.extend_from_slice(&(payload_len as u32).to_le_bytes());
+    frame.extend_from_slice(footer_line);
+    frame.extend_from_slice(&(total as u32).to_le_bytes());
+    frame.extend_from_slice(FOOTER_FRAME_TAG);
+    frame
+}
 
 /// How the writer behaves.
 #[derive(Debug, Clone)]
@@ -49,6 +123,8 @@ pub struct WriterConfig {
     pub max_open_files: usize,
     /// How often buffered progress is flushed to the file.
     pub flush_interval: Duration,
+    /// Plain or zstd.
+    pub compression: Compression,
 }
 
 impl WriterConfig {
@@ -60,6 +136,7 @@ impl WriterConfig {
             queue_capacity: 65_536,
             max_open_files: 256,
             flush_interval: Duration::from_millis(500),
+            compression: Compression::None,
         }
     }
 }
@@ -109,9 +186,15 @@ pub struct WriterHandle {
     capacity: usize,
     metrics: Arc<HistoryMetrics>,
     drops: Arc<parking_lot::Mutex<HashMap<String, u64>>>,
+    open: Arc<parking_lot::Mutex<HashSet<String>>>,
 }
 
 impl WriterHandle {
+    /// Whether the writer holds `job_id`'s log open (the job has not ended).
+    pub fn is_open(&self, job_id: &str) -> bool {
+        self.open.lock().contains(job_id)
+    }
+
     /// Hands over a progress message, or drops and counts it when the queue
     /// is full. Returns whether it was accepted.
     pub fn try_progress(&self, msg: WriterMsg) -> bool {
@@ -175,18 +258,54 @@ pub fn spawn(
         capacity: config.queue_capacity,
         metrics: metrics.clone(),
         drops: Default::default(),
+        open: Default::default(),
     };
     let mut writer = Writer::new(config, metrics, handle.drops.clone());
+    writer.open = handle.open.clone();
     let thread = std::thread::Builder::new()
         .name("event-log-writer".into())
         .spawn(move || writer.run(rx, queued))?;
     Ok((handle, thread))
 }
 
+/// An open log file: plain, or a zstd frame in progress.
+enum Sink {
+    Plain(BufWriter<File>),
+    Zstd(zstd::stream::write::Encoder<'static, BufWriter<File>>),
+}
+
+impl Sink {
+    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            Sink::Plain(w) => w.write_all(bytes),
+            Sink::Zstd(w) => w.write_all(bytes),
+        }
+    }
+
+    /// Makes everything written so far readable from the file (for zstd,
+    /// a complete block of the current frame).
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Sink::Plain(w) => w.flush(),
+            Sink::Zstd(w) => w.flush(),
+        }
+    }
+
+    /// Ends the current zstd frame (if any) and returns the file.
+    fn finish(self) -> std::io::Result<BufWriter<File>> {
+        let mut file = match self {
+            Sink::Plain(w) => w,
+            Sink::Zstd(w) => w.finish()?,
+        };
+        file.flush()?;
+        Ok(file)
+    }
+}
+
 /// A job whose log is being written.
 struct OpenJob {
     /// `None` while closed to respect the open-file limit.
-    file: Option<BufWriter<File>>,
+    file: Option<Sink>,
     /// Bytes written to the file so far (the next record's offset).
     len: u64,
     /// Whether `JobStart` has been written.
@@ -214,6 +333,8 @@ struct Writer {
     finished: HashSet<String>,
     finished_order: VecDeque<String>,
     errors: ErrorLog,
+    /// Ids of the jobs in `jobs`, shared with the handles.
+    open: Arc<parking_lot::Mutex<HashSet<String>>>,
 }
 
 /// Logs I/O errors without flooding: the first of a burst in full, then a
@@ -263,6 +384,7 @@ impl Writer {
                 last_logged: None,
                 suppressed: 0,
             },
+            open: Default::default(),
         }
     }
 
@@ -333,6 +455,9 @@ impl Writer {
     }
 
     fn job(&mut self, job_id: &str) -> &mut OpenJob {
+        if !self.jobs.contains_key(job_id) {
+            self.open.lock().insert(job_id.to_string());
+        }
         self.jobs.entry(job_id.to_string()).or_insert(OpenJob {
             file: None,
             len: 0,
@@ -400,7 +525,7 @@ impl Writer {
         if self.open_files >= self.config.max_open_files.max(1) {
             self.close_least_recently_used();
         }
-        let path = self.path(job_id, RUNNING_SUFFIX);
+        let path = self.path(job_id, self.running_suffix());
         let fresh = self.jobs[job_id].len == 0;
         let opened = if fresh {
             std::fs::create_dir_all(&self.config.dir).and_then(|()| {
@@ -413,10 +538,20 @@ impl Writer {
         } else {
             OpenOptions::new().append(true).open(&path)
         };
+        let compression = self.config.compression;
+        let opened = opened.and_then(|file| {
+            let file = BufWriter::with_capacity(16 * 1024, file);
+            Ok(match compression {
+                Compression::None => Sink::Plain(file),
+                Compression::Zstd(level) => {
+                    Sink::Zstd(zstd::stream::write::Encoder::new(file, level)?)
+                }
+            })
+        });
         let job = self.jobs.get_mut(job_id).expect("job exists");
         match opened {
-            Ok(file) => {
-                job.file = Some(BufWriter::with_capacity(16 * 1024, file));
+            Ok(sink) => {
+                job.file = Some(sink);
                 self.open_files += 1;
                 Ok(())
             }
@@ -438,8 +573,8 @@ impl Writer {
             .map(|(id, _)| id.clone());
         if let Some(id) = victim {
             let job = self.jobs.get_mut(&id).expect("victim exists");
-            if let Some(mut file) = job.file.take() {
-                if let Err(e) = file.flush() {
+            if let Some(file) = job.file.take() {
+                if let Err(e) = file.finish() {
                     job.broken = true;
                     self.errors
                         .report(&self.metrics, &format!("flushing the log of {id}"), &e);
@@ -472,6 +607,67 @@ impl Writer {
         self.config.dir.join(format!("{job_id}{suffix}"))
     }
 
+    fn running_suffix(&self) -> &'static str {
+        match self.config.compression {
+            Compression::None => RUNNING_SUFFIX,
+            Compression::Zstd(_) => ZST_RUNNING_SUFFIX,
+        }
+    }
+
+    fn completed_suffix(&self) -> &'static str {
+        match self.config.compression {
+            Compression::None => COMPLETED_SUFFIX,
+            Compression::Zstd(_) => ZST_COMPLETED_SUFFIX,
+        }
+    }
+
+    /// Writes the terminal record and the footer. Plain: two more lines.
+    /// zstd: the progress frame is ended, `JobEnd` goes in a frame of its
+    /// own (so a reader decompresses it alone), and the footer in a
+    /// skippable frame at the end.
+    fn write_terminal(&mut self, job_id: &str, end: &JobEnd) -> std::io::Result<()> {
+        let line = record::encode_line(kind::JOB_END, end).map_err(std::io::Error::other)?;
+        let footer = |offset: u64, len: u64| Footer {
+            job_end_offset: offset,
+            job_end_len: len,
+            status: end.status.clone(),
+            queued_at: end.queued_at,
+            index: end.index.clone(),
+            dropped_records: end.dropped_records,
+        };
+        let Compression::Zstd(level) = self.config.compression else {
+            let offset = self.jobs[job_id].len;
+            self.append(job_id, &line);
+            let footer = record::encode_line(kind::FOOTER, &footer(offset, line.len() as u64 - 1))?;
+            self.append(job_id, &footer);
+            return Ok(());
+        };
+        self.ensure_open(job_id)
+            .map_err(|()| std::io::Error::other("the log cannot be opened"))?;
+        let job = self.jobs.get_mut(job_id).expect("job is open");
+        let result = (|| {
+            let sink = job.file.take().expect("file is open");
+            let mut file = sink.finish()?;
+            let offset = file.get_ref().metadata()?.len();
+            let frame = zstd::bulk::compress(&line, level)?;
+            file.write_all(&frame)?;
+            let footer = record::encode_line(kind::FOOTER, &footer(offset, frame.len() as u64))?;
+            file.write_all(&footer_frame(&footer))?;
+            Ok(file)
+        })();
+        match result {
+            Ok(file) => {
+                job.file = Some(Sink::Plain(file));
+                Ok(())
+            }
+            Err(e) => {
+                job.broken = true;
+                self.open_files -= 1;
+                Err(e)
+            }
+        }
+    }
+
     fn end(
         &mut self,
         job_id: String,
@@ -497,24 +693,11 @@ impl Writer {
                 self.append(&job_id, &line);
             }
         }
-        let result = record::encode_line(kind::JOB_END, &end)
-            .map_err(std::io::Error::other)
-            .and_then(|line| {
-                let offset = self.jobs[&job_id].len;
-                self.append(&job_id, &line);
-                let footer = Footer {
-                    job_end_offset: offset,
-                    job_end_len: line.len() as u64 - 1,
-                    status: end.status.clone(),
-                    queued_at: end.queued_at,
-                    index: end.index.clone(),
-                    dropped_records: end.dropped_records,
-                };
-                let footer = record::encode_line(kind::FOOTER, &footer)?;
-                self.append(&job_id, &footer);
-                self.complete(&job_id)
-            });
+        let result = self
+            .write_terminal(&job_id, &end)
+            .and_then(|()| self.complete(&job_id));
         self.remember_finished(&job_id);
+        self.open.lock().remove(&job_id);
         if let Some(job) = self.jobs.remove(&job_id)
             && job.file.is_some()
         {
@@ -537,14 +720,16 @@ impl Writer {
         if job.broken {
             return Err(std::io::Error::other("an earlier write of this log failed"));
         }
-        let file = job
+        let sink = job
             .file
-            .as_mut()
+            .take()
             .ok_or_else(|| std::io::Error::other("not open"))?;
-        file.flush()?;
+        self.open_files -= 1;
+        let file = sink.finish()?;
         file.get_ref().sync_all()?;
-        let from = self.path(job_id, RUNNING_SUFFIX);
-        let to = self.path(job_id, COMPLETED_SUFFIX);
+        drop(file);
+        let from = self.path(job_id, self.running_suffix());
+        let to = self.path(job_id, self.completed_suffix());
         std::fs::rename(&from, &to)?;
         sync_dir(&self.config.dir)
     }
@@ -655,6 +840,7 @@ mod tests {
             capacity: 1,
             metrics: metrics.clone(),
             drops: Default::default(),
+            open: Default::default(),
         };
         handle.send(WriterMsg::Start(start("j")));
         let accepted: Vec<bool> = (0..5)
@@ -684,39 +870,72 @@ mod tests {
 
     #[tokio::test]
     async fn open_files_stay_under_the_limit_and_reopen_in_append_mode() {
-        let dir = tempfile::tempdir().unwrap();
-        let metrics = Arc::new(HistoryMetrics::unregistered());
-        let mut config = WriterConfig::new(dir.path());
-        config.max_open_files = 2;
-        let (handle, thread) = spawn(config, metrics).unwrap();
-        for round in 0..3 {
+        for compression in [Compression::None, Compression::Zstd(DEFAULT_ZSTD_LEVEL)] {
+            let dir = tempfile::tempdir().unwrap();
+            let metrics = Arc::new(HistoryMetrics::unregistered());
+            let mut config = WriterConfig::new(dir.path());
+            config.max_open_files = 2;
+            config.compression = compression;
+            let (handle, thread) = spawn(config, metrics).unwrap();
+            for round in 0..3 {
+                for j in 0..10 {
+                    let id = format!("job{j}");
+                    if round == 0 {
+                        handle.send(WriterMsg::Start(start(&id)));
+                    }
+                    handle.try_progress(WriterMsg::Tasks {
+                        job_id: id,
+                        tasks: vec![task(1, round)],
+                    });
+                }
+            }
             for j in 0..10 {
                 let id = format!("job{j}");
-                if round == 0 {
-                    handle.send(WriterMsg::Start(start(&id)));
-                }
-                handle.try_progress(WriterMsg::Tasks {
-                    job_id: id,
-                    tasks: vec![task(1, round)],
+                handle.send(WriterMsg::End {
+                    job_id: id.clone(),
+                    fallback_start: start(&id),
+                    stages: vec![],
+                    end: end(&id),
                 });
             }
-        }
-        for j in 0..10 {
-            let id = format!("job{j}");
-            handle.send(WriterMsg::End {
-                job_id: id.clone(),
-                fallback_start: start(&id),
-                stages: vec![],
-                end: end(&id),
-            });
-        }
-        drop(handle);
-        thread.join().unwrap();
-        for j in 0..10 {
-            let text =
-                std::fs::read_to_string(dir.path().join(format!("job{j}.eventlog"))).unwrap();
-            assert_eq!(text.matches("\"TaskEnd\"").count(), 3, "job{j}: {text}");
-            assert!(text.starts_with("{\"ev\":\"JobStart\""));
+            drop(handle);
+            thread.join().unwrap();
+            let suffix = match compression {
+                Compression::None => COMPLETED_SUFFIX,
+                Compression::Zstd(_) => ZST_COMPLETED_SUFFIX,
+            };
+            for j in 0..10 {
+                let path = dir.path().join(format!("job{j}{suffix}"));
+                let mut text = String::new();
+                std::io::Read::read_to_string(
+                    &mut crate::store::open_decoded(&path).unwrap(),
+                    &mut text,
+                )
+                .unwrap();
+                assert_eq!(text.matches("\"TaskEnd\"").count(), 3, "job{j}: {text}");
+                assert!(text.starts_with("{\"ev\":\"JobStart\""));
+                assert!(text.ends_with("\n"));
+                let end = crate::store::terminal_line(&path).unwrap();
+                assert!(end.starts_with(b"{\"ev\":\"JobEnd\""));
+                if compression != Compression::None {
+                    // Three frames at least (reopened twice), the JobEnd
+                    // frame and the footer: decoded whole, the JobEnd line
+                    // is the last.
+                    assert!(
+                        text.trim_end()
+                            .ends_with(std::str::from_utf8(&end).unwrap())
+                    );
+                    assert_eq!(
+                        crate::store::read_summary(&path).unwrap().index.job_id,
+                        format!("job{j}")
+                    );
+                }
+            }
+            let names: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            assert!(names.iter().all(|n| n.ends_with(suffix)), "{names:?}");
         }
     }
 

@@ -3,6 +3,10 @@
 
 use ballista_core::config::LogRotationPolicy;
 use ballista_job_history::redact::{DEFAULT_PATTERN, Redactor};
+use ballista_job_history::retention::{
+    DEFAULT_ORPHAN_GRACE, RetentionPolicy, parse_bytes, parse_duration,
+};
+use ballista_job_history::writer::{Compression, DEFAULT_ZSTD_LEVEL};
 use ballista_job_history::{HistoryOptions, run_history, run_scheduler};
 use ballista_scheduler::config::{Config, SchedulerConfig};
 use clap::Parser;
@@ -49,6 +53,66 @@ struct Cli {
     /// abandoned rather than running.
     #[arg(long, default_value_t = 600)]
     abandoned_after_seconds: u64,
+
+    /// Store logs compressed: `zstd` writes `<job_id>.eventlog.zst` (upstream's
+    /// reader cannot read those); `none` writes plain JSON lines.
+    #[arg(long, value_enum, default_value_t = CompressionArg::None)]
+    event_log_compression: CompressionArg,
+
+    /// Delete completed logs whose job ended longer ago than this (e.g. 7d,
+    /// 12h). Off by default.
+    #[arg(long, value_parser = parse_duration)]
+    retain_max_age: Option<Duration>,
+
+    /// Keep at most this many completed logs, deleting the oldest (by end
+    /// time) first. Off by default.
+    #[arg(long)]
+    retain_max_jobs: Option<usize>,
+
+    /// Keep at most this many bytes of completed logs (e.g. 50GiB, 500MB),
+    /// deleting the oldest first. Off by default.
+    #[arg(long, value_parser = parse_bytes)]
+    retain_max_bytes: Option<u64>,
+
+    /// How often the cleaner runs (e.g. 1h, 10min).
+    #[arg(long, value_parser = parse_duration, default_value = "1h")]
+    retain_interval: Duration,
+
+    /// Log what the cleaner would delete; delete nothing.
+    #[arg(long)]
+    retain_dry_run: bool,
+
+    /// Delete `.running` logs not modified for this long (a scheduler that
+    /// died mid-job leaves them). Applies when the cleaner runs: with any
+    /// --retain-max-* limit, or when given. Default 24h.
+    #[arg(long, value_parser = parse_duration)]
+    orphan_grace: Option<Duration>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum CompressionArg {
+    /// Plain JSON lines.
+    None,
+    /// zstd.
+    Zstd,
+}
+
+impl Cli {
+    /// The cleaner's policy, when any retention flag asks for one.
+    fn retention(&self) -> Option<RetentionPolicy> {
+        let wanted = self.retain_max_age.is_some()
+            || self.retain_max_jobs.is_some()
+            || self.retain_max_bytes.is_some()
+            || self.orphan_grace.is_some();
+        wanted.then(|| RetentionPolicy {
+            max_age: self.retain_max_age,
+            max_jobs: self.retain_max_jobs,
+            max_bytes: self.retain_max_bytes,
+            orphan_grace: self.orphan_grace.unwrap_or(DEFAULT_ORPHAN_GRACE),
+            interval: self.retain_interval,
+            dry_run: self.retain_dry_run,
+        })
+    }
 }
 
 fn main() -> ExitCode {
@@ -112,6 +176,16 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     init_logging(&cli.upstream);
     let redactor = Redactor::new(&cli.event_log_redact_pattern)
         .map_err(|e| format!("--event-log-redact-pattern: {e}"))?;
+    let retention = cli.retention();
+    if cli.upstream.event_log_dir.is_none()
+        && (retention.is_some() || cli.event_log_compression != CompressionArg::None)
+    {
+        return Err(
+            "--retain-*, --orphan-grace and --event-log-compression need \
+                    --event-log-dir DIR"
+                .into(),
+        );
+    }
     let history = cli.upstream.event_log_dir.clone().map(|dir| {
         let mut options = HistoryOptions::new(dir);
         options.update_interval = Duration::from_secs(cli.update_interval_seconds);
@@ -119,6 +193,11 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         options.max_open_files = cli.event_log_max_open_files;
         options.redactor = redactor;
         options.abandoned_after = Duration::from_secs(cli.abandoned_after_seconds);
+        options.compression = match cli.event_log_compression {
+            CompressionArg::None => Compression::None,
+            CompressionArg::Zstd => Compression::Zstd(DEFAULT_ZSTD_LEVEL),
+        };
+        options.retention = retention.clone();
         options
     });
     let addr = format!("{}:{}", cli.upstream.bind_host, cli.upstream.bind_port);

@@ -8,10 +8,10 @@ use std::path::Path;
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/upstream");
 
 /// A live answer: status, content type, body.
-type Captured = (u16, String, Vec<u8>);
+pub(crate) type Captured = (u16, String, Vec<u8>);
 
 /// Every route of one job, as the live scheduler answers it.
-async fn capture_routes(
+pub(crate) async fn capture_routes(
     proc: &Proc,
     job_id: &str,
     stages: &[String],

@@ -3,6 +3,7 @@
 
 mod browse;
 mod crash;
+mod disk;
 mod harness;
 mod history;
 mod library;
