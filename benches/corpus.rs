@@ -9,7 +9,7 @@ use ballista_job_history::record::{
     JobEnd, JobEndStatus, JobIndex, JobStart, StageEnd, StageStart, TaskEnd, TaskMetrics,
     raw_or_null,
 };
-use ballista_job_history::writer::{self, WriterConfig, WriterMsg};
+use ballista_job_history::writer::{self, Compression, WriterConfig, WriterMsg};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -165,16 +165,25 @@ fn job_messages(id: &str, tasks: usize, start: u64) -> Vec<WriterMsg> {
     out
 }
 
-/// Writes `jobs` logs into `dir`, with task counts from `tasks_of`.
-pub fn write_corpus(
+/// Writes `jobs` plain logs into `dir`, with task counts from `tasks_of`.
+#[allow(dead_code)]
+pub fn write_corpus(dir: &Path, jobs: usize, seed: u64, tasks_of: impl FnMut(&mut Rng) -> usize) {
+    write_corpus_with(dir, jobs, seed, Compression::None, tasks_of)
+}
+
+/// Writes `jobs` logs into `dir` with `compression`, with task counts from
+/// `tasks_of`.
+pub fn write_corpus_with(
     dir: &Path,
     jobs: usize,
     seed: u64,
+    compression: Compression,
     mut tasks_of: impl FnMut(&mut Rng) -> usize,
 ) {
     let mut rng = Rng::new(seed);
     let mut config = WriterConfig::new(dir);
     config.queue_capacity = usize::MAX;
+    config.compression = compression;
     let (handle, thread) = writer::spawn(config, Arc::new(HistoryMetrics::unregistered())).unwrap();
     for j in 0..jobs {
         let tasks = tasks_of(&mut rng);

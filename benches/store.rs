@@ -1,61 +1,139 @@
 //! Indexing a log directory and answering one payload of one job: ours
 //! (`LogStore`) against upstream's (`HistoryStore`), on the same corpus.
-//! Sizes: a mixed directory of 500 jobs (8-64 tasks mostly, some
-//! thousands), and one job of 50,000 tasks.
+//! Sizes: a mixed directory of 2,000 jobs (8-64 tasks mostly, some
+//! thousands), ten jobs of 50,000 tasks, and one job of 50,000 tasks read
+//! route by route.
 
 mod corpus;
 
+use ballista_api_types::dto::PlanFormat;
 use ballista_job_history::metrics::HistoryMetrics;
+use ballista_job_history::source::{DiskSource, JobSource, Payload};
 use ballista_job_history::store::LogStore;
+use ballista_job_history::writer::{Compression, DEFAULT_ZSTD_LEVEL};
 use ballista_scheduler::history::HistoryStore;
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::sync::Arc;
 
 fn index(c: &mut Criterion) {
-    let dir = tempfile::tempdir().unwrap();
-    corpus::write_corpus(dir.path(), 500, 7, |rng| {
+    let mixed = tempfile::tempdir().unwrap();
+    corpus::write_corpus(mixed.path(), 2_000, 7, |rng| {
         corpus::mixed_task_count(rng, false)
     });
-    let mut group = c.benchmark_group("index 500 mixed jobs");
-    group.sample_size(10);
-    group.bench_function("ours: LogStore::rescan", |b| {
-        b.iter(|| {
-            let store = LogStore::new(dir.path(), Arc::new(HistoryMetrics::unregistered()));
-            let report = store.rescan();
-            assert_eq!(report.read, 500);
-        })
-    });
-    group.bench_function("upstream: HistoryStore::load", |b| {
-        b.iter(|| {
-            let store = HistoryStore::load(dir.path()).unwrap();
-            assert_eq!(store.len(), 500);
-        })
-    });
-    group.finish();
+    let big = tempfile::tempdir().unwrap();
+    corpus::write_corpus(big.path(), 10, 3, |_| 50_000);
+    for (name, dir, jobs) in [
+        ("index 2,000 mixed jobs", mixed.path(), 2_000),
+        ("index 10 jobs of 50,000 tasks", big.path(), 10),
+    ] {
+        let mut group = c.benchmark_group(name);
+        group.sample_size(10);
+        group.bench_function("ours: LogStore::rescan", |b| {
+            b.iter(|| {
+                let store = LogStore::new(dir, Arc::new(HistoryMetrics::unregistered()));
+                assert_eq!(store.rescan().read, jobs);
+            })
+        });
+        group.bench_function("upstream: HistoryStore::load", |b| {
+            b.iter(|| {
+                let store = HistoryStore::load(dir).unwrap();
+                assert_eq!(store.len(), jobs);
+            })
+        });
+        group.finish();
+    }
 }
 
 fn read_one(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     corpus::write_corpus(dir.path(), 1, 1, |_| 50_000);
-    let ours = LogStore::new(dir.path(), Arc::new(HistoryMetrics::unregistered()));
-    ours.rescan();
+    let store = Arc::new(LogStore::new(
+        dir.path(),
+        Arc::new(HistoryMetrics::unregistered()),
+    ));
+    store.rescan();
+    let ours = DiskSource::new(store.clone());
     let upstream = HistoryStore::load(dir.path()).unwrap();
-    let mut group = c.benchmark_group("read /config of a 50,000-task job");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let payloads = [
+        ("/config", Payload::Config),
+        ("/dot", Payload::Dot),
+        ("/job", Payload::Job(PlanFormat::Default)),
+        ("/stages", Payload::Stages(PlanFormat::Default)),
+    ];
+    for (route, payload) in payloads {
+        let mut group = c.benchmark_group(format!("read {route} of a 50,000-task job"));
+        group.sample_size(10);
+        group.bench_function("ours: DiskSource::get", |b| {
+            b.to_async(&runtime).iter(|| async {
+                let reply = ours.get("job0000000", payload).await.unwrap().unwrap();
+                assert!(reply.body.len() > 10);
+            })
+        });
+        group.bench_function("upstream: HistoryStore::read_job", |b| {
+            b.iter(|| {
+                let job = upstream.read_job("job0000000").unwrap();
+                assert!(job.config.len() == 60);
+            })
+        });
+        group.finish();
+    }
+}
+
+fn compressed(c: &mut Criterion) {
+    let plain = tempfile::tempdir().unwrap();
+    let zstd = tempfile::tempdir().unwrap();
+    corpus::write_corpus(plain.path(), 1, 1, |_| 50_000);
+    corpus::write_corpus_with(
+        zstd.path(),
+        1,
+        1,
+        Compression::Zstd(DEFAULT_ZSTD_LEVEL),
+        |_| 50_000,
+    );
+    let stores = [("plain", plain.path()), ("zstd", zstd.path())].map(|(name, dir)| {
+        let store = LogStore::new(dir, Arc::new(HistoryMetrics::unregistered()));
+        store.rescan();
+        (name, store)
+    });
+    let mut group = c.benchmark_group("read the terminal record of a 50,000-task job");
     group.sample_size(10);
-    group.bench_function("ours: LogStore::read_job_end", |b| {
-        b.iter(|| {
-            let end = ours.read_job_end("job0000000").unwrap().unwrap();
-            assert!(end.config.get().len() > 100);
-        })
-    });
-    group.bench_function("upstream: HistoryStore::read_job", |b| {
-        b.iter(|| {
-            let job = upstream.read_job("job0000000").unwrap();
-            assert!(job.config.len() == 60);
-        })
-    });
+    for (name, store) in &stores {
+        group.bench_function(format!("ours: {name}"), |b| {
+            b.iter(|| {
+                let end = store.read_job_end("job0000000").unwrap().unwrap();
+                assert!(end.config.get().len() > 100);
+            })
+        });
+    }
+    group.finish();
+
+    let plain = tempfile::tempdir().unwrap();
+    let zstd = tempfile::tempdir().unwrap();
+    let mixed = |rng: &mut corpus::Rng| corpus::mixed_task_count(rng, false);
+    corpus::write_corpus(plain.path(), 500, 7, mixed);
+    corpus::write_corpus_with(
+        zstd.path(),
+        500,
+        7,
+        Compression::Zstd(DEFAULT_ZSTD_LEVEL),
+        mixed,
+    );
+    let mut group = c.benchmark_group("index 500 mixed jobs, plain vs zstd");
+    group.sample_size(10);
+    for (name, dir) in [("plain", plain.path()), ("zstd", zstd.path())] {
+        group.bench_function(format!("ours: {name}"), |b| {
+            b.iter(|| {
+                let store = LogStore::new(dir, Arc::new(HistoryMetrics::unregistered()));
+                assert_eq!(store.rescan().read, 500);
+            })
+        });
+    }
     group.finish();
 }
 
-criterion_group!(benches, index, read_one);
+criterion_group!(benches, index, read_one, compressed);
 criterion_main!(benches);

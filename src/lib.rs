@@ -6,6 +6,7 @@ pub mod capture;
 pub mod listener;
 pub mod live;
 pub mod metrics;
+pub mod persist;
 pub mod query;
 pub mod record;
 pub mod redact;

@@ -294,6 +294,73 @@ pub struct Footer {
     pub index: JobIndex,
     /// A copy of `JobEnd.dropped_records`.
     pub dropped_records: u64,
+    /// Ours: where each stored payload's bytes are, by name (see
+    /// [`payload`]), as `[offset, length]` in the file. In a plain log, the
+    /// JSON value inside the `JobEnd` line; in a compressed log, one zstd
+    /// frame that decodes to exactly that value. Payloads the job has no
+    /// answer for are absent.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub payloads: BTreeMap<String, [u64; 2]>,
+}
+
+/// Names of the `JobEnd` payloads a footer locates.
+pub mod payload {
+    /// `GET /api/job/{id}`.
+    pub const JOB: &str = "job";
+    /// `GET /api/job/{id}/stages`.
+    pub const STAGES: &str = "stages";
+    /// `GET /api/job/{id}/config`.
+    pub const CONFIG: &str = "config";
+    /// `GET /api/job/{id}/dot` (a JSON string).
+    pub const DOT: &str = "dot";
+    /// The variants and stage graphs (`Responses`).
+    pub const RESPONSES: &str = "responses";
+}
+
+/// One piece of a `JobEnd` line: glue (`None`) or a named payload's JSON.
+pub type Piece = (Option<&'static str>, Vec<u8>);
+
+/// The `JobEnd` line (with its newline) cut into glue and payload pieces:
+/// their concatenation is exactly `encode_line(kind::JOB_END, end)`, and
+/// each named piece is one payload's JSON value, so the writer can record
+/// where each one is.
+pub fn job_end_pieces(end: &JobEnd) -> serde_json::Result<Vec<Piece>> {
+    use serde_json::to_vec;
+    let fields: [(&'static str, Vec<u8>, bool); 11] = [
+        ("status", to_vec(&end.status)?, false),
+        ("queued_at", to_vec(&end.queued_at)?, false),
+        ("started_at", to_vec(&end.started_at)?, false),
+        ("completed_at", to_vec(&end.completed_at)?, false),
+        ("index", to_vec(&end.index)?, false),
+        (payload::JOB, to_vec(&end.job)?, true),
+        (payload::STAGES, to_vec(&end.stages)?, true),
+        (payload::CONFIG, to_vec(&end.config)?, true),
+        (payload::DOT, to_vec(&end.dot)?, true),
+        ("dropped_records", to_vec(&end.dropped_records)?, false),
+        (payload::RESPONSES, to_vec(&end.responses)?, true),
+    ];
+    let mut pieces = Vec::new();
+    let mut glue = format!(
+        "{{\"ev\":\"{}\",\"version\":{SCHEMA_VERSION},\"data\":{{",
+        kind::JOB_END
+    )
+    .into_bytes();
+    for (i, (name, value, located)) in fields.into_iter().enumerate() {
+        if i > 0 {
+            glue.push(b',');
+        }
+        glue.extend_from_slice(&to_vec(name)?);
+        glue.push(b':');
+        if located {
+            pieces.push((None, std::mem::take(&mut glue)));
+            pieces.push((Some(name), value));
+        } else {
+            glue.extend_from_slice(&value);
+        }
+    }
+    glue.extend_from_slice(b"}}\n");
+    pieces.push((None, glue));
+    Ok(pieces)
 }
 
 /// Finds the raw JSON string tokens that are values of `"key"` in `json`, as
@@ -387,6 +454,43 @@ pub fn raw_or_null(json: &str) -> Box<RawValue> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn job_end_pieces_concatenate_to_the_encoded_line() {
+        let mut responses = Responses::default();
+        responses
+            .stage_dots
+            .insert("1".into(), "digraph \"x\" {}".into());
+        responses.missing.push("dot".into());
+        let end = JobEnd {
+            status: JobEndStatus::Failed("it \"broke\"\n".into()),
+            queued_at: 1,
+            started_at: 2,
+            completed_at: 3,
+            index: JobIndex {
+                job_id: "j".into(),
+                job_name: "\"job\":{}".into(),
+                ..Default::default()
+            },
+            job: raw_or_null(r#"{"job_id":"j","x":[1,2]}"#),
+            stages: raw_or_null(r#"{"stages":[]}"#),
+            config: raw_or_null(r#"{"a":"b"}"#),
+            dot: "digraph G {\n}".into(),
+            dropped_records: 4,
+            responses,
+        };
+        let pieces = job_end_pieces(&end).unwrap();
+        let joined: Vec<u8> = pieces.iter().flat_map(|(_, b)| b.clone()).collect();
+        assert_eq!(joined, encode_line(kind::JOB_END, &end).unwrap());
+        let named: Vec<(&str, String)> = pieces
+            .iter()
+            .filter_map(|(n, b)| Some((((*n)?), String::from_utf8(b.clone()).unwrap())))
+            .collect();
+        assert_eq!(named[0], ("job", r#"{"job_id":"j","x":[1,2]}"#.to_string()));
+        assert_eq!(named[2], ("config", r#"{"a":"b"}"#.to_string()));
+        assert_eq!(named[3], ("dot", r#""digraph G {\n}""#.to_string()));
+        assert_eq!(named[4].0, "responses");
+    }
 
     #[test]
     fn string_values_skip_escaped_lookalikes_inside_strings() {

@@ -76,14 +76,18 @@ pub struct HistoryOptions {
     pub compression: Compression,
     /// The cleaner's limits; `None` runs no cleaner.
     pub retention: Option<RetentionPolicy>,
+    /// The persistent index file; `None` keeps none.
+    pub index_file: Option<PathBuf>,
 }
 
 impl HistoryOptions {
     /// Defaults for `dir`: rescans every 10 s.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         let defaults = WriterConfig::new("");
+        let dir = dir.into();
         Self {
-            event_log_dir: dir.into(),
+            index_file: Some(dir.join(crate::persist::DEFAULT_FILE_NAME)),
+            event_log_dir: dir,
             update_interval: Duration::from_secs(10),
             queue_capacity: defaults.queue_capacity,
             max_open_files: defaults.max_open_files,
@@ -237,7 +241,8 @@ pub async fn run_scheduler(
         background.push(tokio::spawn(capturer.run(events_rx, stopped())));
         let store = Arc::new(
             LogStore::new(&options.event_log_dir, metrics.clone())
-                .with_abandoned_after(options.abandoned_after),
+                .with_abandoned_after(options.abandoned_after)
+                .with_index_file(options.index_file.clone()),
         );
         background.push(tokio::spawn(
             store
@@ -379,7 +384,8 @@ pub async fn run_history(
     let metrics = HistoryMetrics::global();
     let store = Arc::new(
         LogStore::new(&options.event_log_dir, metrics.clone())
-            .with_abandoned_after(options.abandoned_after),
+            .with_abandoned_after(options.abandoned_after)
+            .with_index_file(options.index_file.clone()),
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {

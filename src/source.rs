@@ -309,6 +309,12 @@ impl JobSource for DiskSource {
                 .await
                 .map(Some);
         }
+        if !self.store.contains(job_id) {
+            return Ok(None);
+        }
+        if let Some(reply) = self.get_located(job_id, payload).await? {
+            return Ok(Some(reply.logged()));
+        }
         let Some(end) = self.job_end(job_id).await? else {
             return Ok(None);
         };
@@ -394,6 +400,68 @@ impl JobSource for DiskSource {
 }
 
 impl DiskSource {
+    /// Answers from the payloads the footer locates, reading nothing else;
+    /// `Ok(None)` when the log's footer does not locate them.
+    async fn get_located(&self, job_id: &str, payload: Payload) -> Result<Option<Reply>, ApiError> {
+        use crate::record::payload::{CONFIG, DOT, JOB, RESPONSES, STAGES};
+        let names: &'static [&'static str] = match payload {
+            Payload::Job(PlanFormat::Default) => &[JOB],
+            Payload::Job(_) => &[JOB, RESPONSES],
+            Payload::Stages(PlanFormat::Default) => &[STAGES],
+            Payload::Stages(_) => &[STAGES, RESPONSES],
+            Payload::Config => &[CONFIG],
+            Payload::Dot => &[DOT],
+            Payload::StageDot(_) => &[RESPONSES],
+        };
+        let store = self.store.clone();
+        let id = job_id.to_string();
+        let read = tokio::task::spawn_blocking(move || store.read_payloads(&id, names))
+            .await
+            .map_err(|e| ApiError::Internal(format!("reading the event log failed: {e}")))?
+            .map_err(|e| {
+                log::warn!("history: job {job_id}: {e}");
+                ApiError::Internal(format!(
+                    "the event log of job {job_id} cannot be served: {e}"
+                ))
+            })?;
+        let Some(mut parts) = read else {
+            return Ok(None);
+        };
+        let malformed = |e: &dyn std::fmt::Display| {
+            ApiError::Internal(format!("the event log of job {job_id} is malformed: {e}"))
+        };
+        let responses = |bytes: &[u8]| {
+            serde_json::from_slice::<crate::record::Responses>(bytes).map_err(|e| malformed(&e))
+        };
+        let reply = match payload {
+            Payload::Job(f) | Payload::Stages(f) => {
+                let base = std::str::from_utf8(&parts[0]).map_err(|e| malformed(&e))?;
+                let body = match f {
+                    PlanFormat::Default => base.to_string(),
+                    _ => {
+                        let stored = responses(&parts[1])?;
+                        let variants = match payload {
+                            Payload::Job(_) => &stored.job,
+                            _ => &stored.stages,
+                        };
+                        variant(base, variants, f)?
+                    }
+                };
+                Reply::ok(JSON, body)
+            }
+            Payload::Config => Reply::ok(JSON, parts.remove(0)),
+            Payload::Dot => {
+                let dot: String = serde_json::from_slice(&parts[0]).map_err(|e| malformed(&e))?;
+                Reply::ok(TEXT, dot)
+            }
+            Payload::StageDot(n) => match responses(&parts[0])?.stage_dots.remove(&n.to_string()) {
+                Some(dot) => Reply::ok(TEXT, dot),
+                None => return Err(ApiError::NotFound),
+            },
+        };
+        Ok(Some(reply))
+    }
+
     async fn get_unfinished(
         &self,
         unfinished: Unfinished,

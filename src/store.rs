@@ -111,6 +111,38 @@ impl JobSummary {
         }
     }
 
+    /// Builds a summary from its parts (the persistent index does; so do
+    /// benchmarks that need many jobs without many files). `file` is the
+    /// log's file name, size and modification time.
+    #[allow(clippy::too_many_arguments)]
+    pub fn restore(
+        facts: Facts,
+        job_status: Box<str>,
+        status: Box<str>,
+        [num_stages, completed_stages]: [u32; 2],
+        percent_complete: u8,
+        dropped_records: u64,
+        file: (Arc<str>, u64, Option<SystemTime>),
+    ) -> Self {
+        let (file_name, len, modified) = file;
+        let stamp = Stamp { len, modified };
+        Self {
+            facts,
+            job_status,
+            status,
+            num_stages,
+            completed_stages,
+            percent_complete,
+            dropped_records,
+            file_name,
+            stamp,
+        }
+    }
+
+    pub(crate) fn stamp(&self) -> Stamp {
+        self.stamp
+    }
+
     /// The job's `GET /api/jobs` entry, in the scheduler's wire type.
     pub fn entry(&self) -> Bytes {
         let f = &self.facts;
@@ -235,10 +267,11 @@ impl Unfinished {
     }
 }
 
+/// A file's size and modification time, to tell whether it changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-struct Stamp {
-    len: u64,
-    modified: Option<SystemTime>,
+pub(crate) struct Stamp {
+    pub(crate) len: u64,
+    pub(crate) modified: Option<SystemTime>,
 }
 
 impl Stamp {
@@ -263,7 +296,17 @@ pub struct LogStore {
     abandoned_after: Duration,
     /// The last error listing the directory, so a lasting one is logged once.
     list_error: parking_lot::Mutex<Option<String>>,
+    /// Where the persistent index lives, if anywhere.
+    index_file: Option<PathBuf>,
+    /// Whether the completed jobs changed since the index was last saved.
+    dirty: AtomicBool,
+    /// When the index was last saved.
+    last_saved: parking_lot::Mutex<Option<std::time::Instant>>,
 }
+
+/// The least time between two saves of the persistent index (a save of a
+/// million jobs writes about 150 MB).
+pub const INDEX_SAVE_SPACING: Duration = Duration::from_secs(30);
 
 #[derive(Default)]
 struct Index {
@@ -347,6 +390,87 @@ impl LogStore {
             metrics,
             abandoned_after: DEFAULT_ABANDONED_AFTER,
             list_error: parking_lot::Mutex::new(None),
+            index_file: None,
+            dirty: AtomicBool::new(false),
+            last_saved: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// Keeps a persistent index at `path` (see [`crate::persist`]).
+    pub fn with_index_file(mut self, path: Option<PathBuf>) -> Self {
+        self.index_file = path;
+        self
+    }
+
+    /// Fills an empty index from the persistent index, if there is a usable
+    /// one, and marks the store ready: the list is served at once, and the
+    /// next rescan verifies it against the directory. Returns the number of
+    /// jobs loaded.
+    pub fn load_persisted(&self) -> usize {
+        let Some(path) = &self.index_file else {
+            return 0;
+        };
+        match crate::persist::load(path) {
+            Ok(jobs) => {
+                let n = jobs.len();
+                let mut index = self.inner.write();
+                if !index.jobs.is_empty() {
+                    return 0;
+                }
+                for job in jobs {
+                    index.insert(job);
+                }
+                drop(index);
+                self.ready.store(true, Ordering::Release);
+                log::info!(
+                    "history: listed {n} jobs from the persistent index {}; verifying the \
+                     directory in the background",
+                    path.display()
+                );
+                n
+            }
+            Err(crate::persist::IndexError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => {
+                log::warn!(
+                    "history: the persistent index {} is unusable: {e}; rebuilding it from the \
+                     directory",
+                    path.display()
+                );
+                self.dirty.store(true, Ordering::Release);
+                0
+            }
+        }
+    }
+
+    /// Saves the persistent index if the jobs changed since the last save
+    /// and (unless `now`) the last save is [`INDEX_SAVE_SPACING`] old.
+    pub fn persist(&self, now: bool) {
+        let Some(path) = &self.index_file else {
+            return;
+        };
+        if !self.dirty.load(Ordering::Acquire) {
+            return;
+        }
+        let mut last = self.last_saved.lock();
+        if !now && last.is_some_and(|at| at.elapsed() < INDEX_SAVE_SPACING) {
+            return;
+        }
+        self.dirty.store(false, Ordering::Release);
+        let bytes = {
+            let index = self.inner.read();
+            crate::persist::encode(index.order.iter().map(|(_, id)| &index.jobs[id]))
+        };
+        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+        let written = std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, path));
+        *last = Some(std::time::Instant::now());
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            self.dirty.store(true, Ordering::Release);
+            log::warn!(
+                "history: cannot save the persistent index {}: {e} (it is a cache; nothing \
+                 is lost, the next start indexes the directory)",
+                path.display()
+            );
         }
     }
 
@@ -383,6 +507,9 @@ impl LogStore {
                 drop(last);
                 let mut index = self.inner.write();
                 report.removed = index.jobs.len() + index.unfinished.len();
+                if !index.jobs.is_empty() {
+                    self.dirty.store(true, Ordering::Release);
+                }
                 index.jobs.clear();
                 index.order.clear();
                 index.unfinished.clear();
@@ -489,12 +616,18 @@ impl LogStore {
             .cloned()
             .collect();
         report.removed = gone.len();
+        if !gone.is_empty() {
+            self.dirty.store(true, Ordering::Release);
+        }
         for id in gone {
             index.remove(&id);
         }
         for found in fresh {
             match found {
-                Found::Completed(summary) => index.insert(summary),
+                Found::Completed(summary) => {
+                    self.dirty.store(true, Ordering::Release);
+                    index.insert(summary);
+                }
                 Found::Unfinished(unfinished) => {
                     index
                         .unfinished
@@ -538,7 +671,9 @@ impl LogStore {
 
     /// Drops a completed job from the index at once (its log was deleted).
     pub fn forget(&self, job_id: &str) {
-        self.inner.write().remove(job_id);
+        if self.inner.write().remove(job_id).is_some() {
+            self.dirty.store(true, Ordering::Release);
+        }
     }
 
     /// Drops an unfinished job from the index at once.
@@ -707,6 +842,64 @@ impl LogStore {
         decode_job_end(&line).map(Some)
     }
 
+    /// Reads the named payloads (see [`crate::record::payload`]) of a
+    /// completed job through its footer's byte ranges: one small read from
+    /// the end of the file, then one read per payload. `Ok(None)` when the
+    /// job is not indexed, or its footer does not locate every one of them
+    /// (an upstream or older log, a response the job had no answer for):
+    /// the caller then reads the whole terminal record. A range that does
+    /// not hold what it should (a log rewritten in place) is logged and
+    /// answered `None` too, never served.
+    pub fn read_payloads(
+        &self,
+        job_id: &str,
+        names: &[&str],
+    ) -> Result<Option<Vec<Vec<u8>>>, StoreError> {
+        let Some(file_name) = self
+            .inner
+            .read()
+            .jobs
+            .get(job_id)
+            .map(|s| s.file_name.clone())
+        else {
+            return Ok(None);
+        };
+        let path = self.dir.join(&*file_name);
+        let zstd = is_zstd(&path);
+        let found = if zstd {
+            zst_footer(&path)?
+        } else {
+            let tail = TailLine::read(&path)?;
+            tail.footer()?.map(|f| (f, tail.file_len))
+        };
+        let Some((footer, file_len)) = found else {
+            return Ok(None);
+        };
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let Some(&[offset, len]) = footer.payloads.get(*name) else {
+                return Ok(None);
+            };
+            let bytes = if zstd {
+                read_at(&path, offset, len, file_len).and_then(|frame| decompress_all(&frame))
+            } else {
+                read_located(&path, name, offset, len, file_len)
+            };
+            match bytes {
+                Ok(bytes) if plausible(name, &bytes) => out.push(bytes),
+                _ => {
+                    log::warn!(
+                        "history: the footer of {} does not match the file (rewritten in \
+                         place?); reading it the slow way",
+                        path.display()
+                    );
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(out))
+    }
+
     /// Rescans every `interval` until `stop` resolves. An interval of zero
     /// scans once (the list is pinned to startup).
     pub async fn rescan_every(
@@ -715,7 +908,12 @@ impl LogStore {
         stop: impl std::future::Future<Output = ()>,
     ) {
         let this = self.clone();
-        let _ = tokio::task::spawn_blocking(move || this.rescan()).await;
+        let _ = tokio::task::spawn_blocking(move || {
+            this.load_persisted();
+            this.rescan();
+            this.persist(true);
+        })
+        .await;
         if interval.is_zero() {
             return;
         }
@@ -727,9 +925,17 @@ impl LogStore {
             tokio::select! {
                 _ = ticker.tick() => {
                     let this = self.clone();
-                    let _ = tokio::task::spawn_blocking(move || this.rescan()).await;
+                    let _ = tokio::task::spawn_blocking(move || {
+                        this.rescan();
+                        this.persist(false);
+                    })
+                    .await;
                 }
-                () = &mut stop => return,
+                () = &mut stop => {
+                    let this = self.clone();
+                    let _ = tokio::task::spawn_blocking(move || this.persist(true)).await;
+                    return;
+                }
             }
         }
     }
@@ -964,6 +1170,51 @@ pub fn terminal_line(path: &Path) -> Result<Vec<u8>, StoreError> {
         return forward_scan(open_decoded(path)?);
     }
     tail.job_end_line(path)
+}
+
+/// A payload of a plain log at `[offset, offset + len)`, checked to sit
+/// right after its `"name":` key and before a `,` or `}`.
+fn read_located(
+    path: &Path,
+    name: &str,
+    offset: u64,
+    len: u64,
+    file_len: u64,
+) -> std::io::Result<Vec<u8>> {
+    let key = format!("\"{name}\":");
+    let before = key.len() as u64;
+    let start = offset
+        .checked_sub(before)
+        .ok_or_else(|| std::io::Error::other("payload offset before the file"))?;
+    let mut bytes = read_at(path, start, before + len + 1, file_len)?;
+    let after = bytes.pop();
+    if !bytes.starts_with(key.as_bytes()) || !matches!(after, Some(b',' | b'}')) {
+        return Err(std::io::Error::other(
+            "payload range does not match its key",
+        ));
+    }
+    bytes.drain(..before as usize);
+    Ok(bytes)
+}
+
+/// Whether `bytes` look like the payload `name`: a JSON string for the
+/// graph, a JSON object for the others.
+fn plausible(name: &str, bytes: &[u8]) -> bool {
+    let (open, close) = if name == crate::record::payload::DOT {
+        (b'"', b'"')
+    } else {
+        (b'{', b'}')
+    };
+    bytes.len() >= 2 && bytes[0] == open && bytes[bytes.len() - 1] == close
+}
+
+/// Decodes zstd frames (bounded by [`MAX_LINE`]).
+fn decompress_all(frames: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    zstd::stream::read::Decoder::new(frames)?
+        .take(MAX_LINE + 1)
+        .read_to_end(&mut out)?;
+    Ok(out)
 }
 
 /// One zstd frame holding one line, decoded, without its newline.
@@ -1208,6 +1459,7 @@ mod tests {
                             ..Default::default()
                         },
                         dropped_records: 0,
+                        payloads: Default::default(),
                     },
                 )
                 .unwrap(),
@@ -1407,6 +1659,87 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(fresh.page(&all, None, &HashSet::new()).total, 1);
+    }
+
+    /// Writes job `p` through the real writer with `compression`.
+    fn written(dir: &Path, compression: crate::writer::Compression) -> PathBuf {
+        use crate::record::{JobStart, raw_or_null};
+        use crate::writer::{WriterConfig, WriterMsg, spawn};
+        let mut config = WriterConfig::new(dir);
+        config.compression = compression;
+        let (handle, thread) = spawn(config, Arc::new(HistoryMetrics::unregistered())).unwrap();
+        let start = JobStart {
+            job_id: "p".into(),
+            ..Default::default()
+        };
+        handle.send(WriterMsg::Start(start.clone()));
+        handle.send(WriterMsg::End {
+            job_id: "p".into(),
+            fallback_start: start,
+            stages: vec![],
+            end: Box::new(JobEnd {
+                status: JobEndStatus::Succeeded,
+                queued_at: 1,
+                started_at: 2,
+                completed_at: 3,
+                index: JobIndex {
+                    job_id: "p".into(),
+                    ..Default::default()
+                },
+                job: raw_or_null(r#"{"job_id":"p"}"#),
+                stages: raw_or_null(r#"{"stages":[{"config":{"a":1}}]}"#),
+                config: raw_or_null(r#"{"a":"1","b":"2"}"#),
+                dot: "digraph \"p\" {}".into(),
+                dropped_records: 0,
+                responses: Default::default(),
+            }),
+        });
+        drop(handle);
+        thread.join().unwrap();
+        let name = match compression {
+            crate::writer::Compression::None => "p.eventlog",
+            crate::writer::Compression::Zstd(_) => "p.eventlog.zst",
+        };
+        dir.join(name)
+    }
+
+    #[test]
+    fn payload_ranges_read_one_payload_and_a_moved_one_is_never_served() {
+        use crate::record::payload::{CONFIG, DOT, JOB, STAGES};
+        use crate::writer::{Compression, DEFAULT_ZSTD_LEVEL};
+        for compression in [Compression::None, Compression::Zstd(DEFAULT_ZSTD_LEVEL)] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = written(dir.path(), compression);
+            let s = store(dir.path());
+            s.rescan();
+            let parts = s
+                .read_payloads("p", &[CONFIG, DOT, JOB, STAGES])
+                .unwrap()
+                .expect("the footer locates every payload");
+            assert_eq!(parts[0], br#"{"a":"1","b":"2"}"#);
+            assert_eq!(parts[1], br#""digraph \"p\" {}""#);
+            assert_eq!(parts[2], br#"{"job_id":"p"}"#);
+            assert_eq!(parts[3], br#"{"stages":[{"config":{"a":1}}]}"#);
+
+            // Rewritten in place with every byte shifted: the ranges point at
+            // the wrong bytes, which are detected and not served.
+            let mut bytes = std::fs::read(&path).unwrap();
+            if compression == Compression::None {
+                bytes.insert(0, b' ');
+            } else {
+                // Shift the frames (not the footer) by one byte.
+                let footer_len =
+                    u32::from_le_bytes(bytes[bytes.len() - 8..bytes.len() - 4].try_into().unwrap())
+                        as usize;
+                let at = bytes.len() - footer_len - 1;
+                bytes.remove(at);
+                bytes.insert(0, 0);
+            }
+            std::fs::write(&path, &bytes).unwrap();
+            s.rescan();
+            assert_eq!(s.read_payloads("p", &[CONFIG]).unwrap(), None);
+            assert_eq!(s.read_payloads("p", &[DOT]).unwrap(), None);
+        }
     }
 
     #[tokio::test(start_paused = true)]

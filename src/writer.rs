@@ -626,19 +626,34 @@ impl Writer {
     /// own (so a reader decompresses it alone), and the footer in a
     /// skippable frame at the end.
     fn write_terminal(&mut self, job_id: &str, end: &JobEnd) -> std::io::Result<()> {
-        let line = record::encode_line(kind::JOB_END, end).map_err(std::io::Error::other)?;
-        let footer = |offset: u64, len: u64| Footer {
+        let pieces = record::job_end_pieces(end).map_err(std::io::Error::other)?;
+        let located = |name: &str| !end.responses.missing.iter().any(|m| m == name);
+        let mut payloads = std::collections::BTreeMap::new();
+        let footer = |offset: u64, len: u64, payloads| Footer {
             job_end_offset: offset,
             job_end_len: len,
             status: end.status.clone(),
             queued_at: end.queued_at,
             index: end.index.clone(),
             dropped_records: end.dropped_records,
+            payloads,
         };
         let Compression::Zstd(level) = self.config.compression else {
             let offset = self.jobs[job_id].len;
-            self.append(job_id, &line);
-            let footer = record::encode_line(kind::FOOTER, &footer(offset, line.len() as u64 - 1))?;
+            for (name, bytes) in &pieces {
+                if let Some(name) = name
+                    && located(name)
+                {
+                    let at = self.jobs[job_id].len;
+                    payloads.insert(name.to_string(), [at, bytes.len() as u64]);
+                }
+                self.append(job_id, bytes);
+            }
+            if self.jobs[job_id].broken {
+                return Err(std::io::Error::other("an earlier write of this log failed"));
+            }
+            let len = (self.jobs[job_id].len - offset).saturating_sub(1);
+            let footer = record::encode_line(kind::FOOTER, &footer(offset, len, payloads))?;
             self.append(job_id, &footer);
             return Ok(());
         };
@@ -649,9 +664,19 @@ impl Writer {
             let sink = job.file.take().expect("file is open");
             let mut file = sink.finish()?;
             let offset = file.get_ref().metadata()?.len();
-            let frame = zstd::bulk::compress(&line, level)?;
-            file.write_all(&frame)?;
-            let footer = record::encode_line(kind::FOOTER, &footer(offset, frame.len() as u64))?;
+            let mut at = offset;
+            // One frame per piece: a payload decompresses alone.
+            for (name, bytes) in &pieces {
+                let frame = zstd::bulk::compress(bytes, level)?;
+                file.write_all(&frame)?;
+                if let Some(name) = name
+                    && located(name)
+                {
+                    payloads.insert(name.to_string(), [at, frame.len() as u64]);
+                }
+                at += frame.len() as u64;
+            }
+            let footer = record::encode_line(kind::FOOTER, &footer(offset, at - offset, payloads))?;
             file.write_all(&footer_frame(&footer))?;
             Ok(file)
         })();

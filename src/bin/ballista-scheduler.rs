@@ -87,6 +87,16 @@ struct Cli {
     /// --retain-max-* limit, or when given. Default 24h.
     #[arg(long, value_parser = parse_duration)]
     orphan_grace: Option<Duration>,
+
+    /// Where to keep the persistent index (a cache of the job list, so a
+    /// restart lists jobs at once). Default: `.ballista-job-history.index`
+    /// in --event-log-dir.
+    #[arg(long)]
+    history_index: Option<std::path::PathBuf>,
+
+    /// Keep no persistent index: every start indexes the directory.
+    #[arg(long, conflicts_with = "history_index")]
+    no_history_index: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -198,6 +208,11 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             CompressionArg::Zstd => Compression::Zstd(DEFAULT_ZSTD_LEVEL),
         };
         options.retention = retention.clone();
+        if cli.no_history_index {
+            options.index_file = None;
+        } else if let Some(path) = &cli.history_index {
+            options.index_file = Some(path.clone());
+        }
         options
     });
     let addr = format!("{}:{}", cli.upstream.bind_host, cli.upstream.bind_port);

@@ -224,8 +224,16 @@ async fn a_history_server_applies_retention_and_counts_it() {
         .map(|j| j["job_id"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(kept, ["old7", "old6", "old5"]);
-    let left = std::fs::read_dir(dir).unwrap().count();
-    assert_eq!(left, 4, "three logs and the unrelated file");
+    let left: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".eventlog"))
+        .collect();
+    assert_eq!(left.len(), 3, "{left:?}");
+    assert!(
+        dir.join("dry.marker").exists(),
+        "other files are never touched"
+    );
     let (_, _, metrics) = get(&server.url("/api/metrics")).await;
     let metrics = String::from_utf8_lossy(&metrics);
     assert!(
@@ -245,4 +253,59 @@ async fn a_history_server_applies_retention_and_counts_it() {
         err.contains("--retain-max-bytes") && err.contains("50GiB"),
         "{err}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restart_keeps_every_job_whatever_happened_to_the_persistent_index() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    for fixture in std::fs::read_dir(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/upstream"
+    ))
+    .unwrap()
+    {
+        let path = fixture.unwrap().path();
+        if path.extension().is_some_and(|e| e == "eventlog") {
+            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let index = dir.join(ballista_job_history::persist::DEFAULT_FILE_NAME);
+    let list = |server: &Proc| {
+        let url = server.url("/api/jobs");
+        async move {
+            let (status, _, body) = get(&url).await;
+            assert_eq!(status, 200);
+            body
+        }
+    };
+    let mut first = Proc::history(dir, &[]);
+    first.wait_healthy().await;
+    eventually("the index is ready", || async {
+        get(&first.url("/readyz")).await.0 == 200
+    })
+    .await;
+    let want = list(&first).await;
+    assert!(first.terminate().success());
+    let good = std::fs::read(&index).expect("the index is saved");
+    assert!(!good.is_empty());
+
+    for damage in ["intact", "garbage", "truncated", "deleted"] {
+        match damage {
+            "garbage" => std::fs::write(&index, b"\x00\x01garbage").unwrap(),
+            "truncated" => std::fs::write(&index, &good[..good.len() / 3]).unwrap(),
+            "deleted" => std::fs::remove_file(&index).unwrap(),
+            _ => {}
+        }
+        let mut server = Proc::history(dir, &[]);
+        server.wait_healthy().await;
+        eventually("the index is ready", || async {
+            get(&server.url("/readyz")).await.0 == 200
+        })
+        .await;
+        // Ready means listed, from the index or the directory: all of it.
+        assert_eq!(list(&server).await, want, "{damage}");
+        assert!(server.terminate().success());
+        assert_eq!(std::fs::read(&index).unwrap(), good, "{damage}: rebuilt");
+    }
 }

@@ -1,0 +1,217 @@
+//! Scale: a restart over a persistent index of 1,000,000 jobs, pages of
+//! that list, and memory per indexed job (ours against upstream's
+//! `HistoryStore`). Prints tables; latencies are percentiles over many
+//! requests, memory is resident-set growth measured in a child process
+//! per case.
+//!
+//! `cargo bench --bench scale` runs everything; `SCALE_JOBS` changes the
+//! 1,000,000; `SCALE_RSS_JOBS` the 100,000 of the memory cases.
+
+mod corpus;
+
+use ballista_job_history::metrics::HistoryMetrics;
+use ballista_job_history::query::{Facts, JobState, ListQuery};
+use ballista_job_history::store::{JobSummary, LogStore};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn summaries(n: usize) -> Vec<JobSummary> {
+    let mut rng = corpus::Rng::new(11);
+    (0..n)
+        .map(|i| {
+            let start = 1_700_000_000_000 + i as u64 * 500 + rng.below(400);
+            let state = match rng.below(20) {
+                0 => JobState::Failed,
+                1 => JobState::Cancelled,
+                _ => JobState::Completed,
+            };
+            JobSummary::restore(
+                Facts {
+                    job_id: Arc::from(format!("0{i:012X}")),
+                    job_name: Arc::from(format!("nightly report {}", i % 977)),
+                    state,
+                    start_time: start,
+                    end_time: start + 200 + rng.below(60_000),
+                },
+                "Completed. Produced 4 partitions containing 1000 rows. Elapsed time: 812 ms."
+                    .into(),
+                state.status_word().into(),
+                [3, 3],
+                100,
+                0,
+                (
+                    Arc::from(format!("job{i:09}.eventlog")),
+                    40_000,
+                    Some(SystemTime::now()),
+                ),
+            )
+        })
+        .collect()
+}
+
+fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration, Duration) {
+    samples.sort();
+    let at = |p: f64| samples[((samples.len() - 1) as f64 * p).round() as usize];
+    (at(0.5), at(0.99), samples[samples.len() - 1])
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Child mode: index `dir` with `which` and print the RSS growth in KiB.
+fn rss_child(which: &str, dir: &str) {
+    let before = rss_kib();
+    match which {
+        "ours" => {
+            let store = LogStore::new(dir, Arc::new(HistoryMetrics::unregistered()));
+            store.rescan();
+            let after = rss_kib();
+            println!("{} {}", after - before, store.len());
+            std::hint::black_box(&store);
+        }
+        _ => {
+            let store =
+                ballista_scheduler::history::HistoryStore::load(std::path::Path::new(dir)).unwrap();
+            let after = rss_kib();
+            println!("{} {}", after - before, store.len());
+            std::hint::black_box(&store);
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--rss-child") {
+        rss_child(&args[i + 1], &args[i + 2]);
+        return;
+    }
+    let n = env_usize("SCALE_JOBS", 1_000_000);
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let jobs = summaries(n);
+    std::fs::write(&index, ballista_job_history::persist::encode(jobs.iter())).unwrap();
+    drop(jobs);
+    let index_bytes = std::fs::metadata(&index).unwrap().len();
+
+    println!("## {n} jobs (persistent index of {index_bytes} bytes)\n");
+    println!("| what | p50 | p99 | max | runs |");
+    println!("| --- | --- | --- | --- | --- |");
+    // Restart: load the index, answer the first page.
+    let mut restarts = Vec::new();
+    let mut store = None;
+    for _ in 0..5 {
+        let started = Instant::now();
+        let s = LogStore::new(
+            dir.path().join("empty"),
+            Arc::new(HistoryMetrics::unregistered()),
+        )
+        .with_index_file(Some(index.clone()));
+        assert_eq!(s.load_persisted(), n);
+        let q = ListQuery::parse(&[("limit".into(), "100".into())]).unwrap();
+        assert_eq!(s.page(&q, None, &HashSet::new()).rows.len(), 100);
+        restarts.push(started.elapsed());
+        store = Some(s);
+    }
+    let (p50, p99, max) = percentiles(restarts);
+    println!(
+        "| restart: load the index and answer `/api/jobs?limit=100` | {} | {} | {} | 5 |",
+        ms(p50),
+        ms(p99),
+        ms(max)
+    );
+    let store = store.unwrap();
+    let pairs = |q: &str| -> Vec<(String, String)> {
+        q.split('&')
+            .map(|p| {
+                let (k, v) = p.split_once('=').unwrap();
+                (k.to_string(), v.to_string())
+            })
+            .collect()
+    };
+    let deep = store.facts(&format!("0{:012X}", n / 2)).unwrap();
+    let cases: [(&str, &str, Option<&Facts>, usize); 4] = [
+        ("page of 100, newest first", "limit=100", None, 1000),
+        (
+            "page of 100 after a cursor half-way down",
+            "limit=100",
+            Some(&deep),
+            1000,
+        ),
+        (
+            "page of 100, `status=failed` (one pass)",
+            "limit=100&status=failed",
+            None,
+            20,
+        ),
+        (
+            "page of 100, `sort=duration` (one pass)",
+            "limit=100&sort=duration",
+            None,
+            20,
+        ),
+    ];
+    for (what, query, cursor, runs) in cases {
+        let q = ListQuery::parse(&pairs(query)).unwrap();
+        let samples: Vec<Duration> = (0..runs)
+            .map(|_| {
+                let started = Instant::now();
+                let page = store.page(&q, cursor, &HashSet::new());
+                assert_eq!(page.rows.len(), 100);
+                started.elapsed()
+            })
+            .collect();
+        let (p50, p99, max) = percentiles(samples);
+        println!(
+            "| {what} | {} | {} | {} | {runs} |",
+            ms(p50),
+            ms(p99),
+            ms(max)
+        );
+    }
+    drop(store);
+
+    // Memory per indexed job, each measured in a fresh process.
+    let rss_jobs = env_usize("SCALE_RSS_JOBS", 100_000);
+    let logs = tempfile::tempdir().unwrap();
+    corpus::write_corpus(logs.path(), rss_jobs, 5, |rng| 8 + rng.below(57) as usize);
+    println!("\n## Memory, {rss_jobs} jobs of 8-64 tasks\n");
+    println!("| index | RSS growth | per job |");
+    println!("| --- | --- | --- |");
+    let exe = std::env::current_exe().unwrap();
+    for which in ["ours", "upstream"] {
+        let out = std::process::Command::new(&exe)
+            .args(["--rss-child", which, logs.path().to_str().unwrap()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut parts = text.split_whitespace();
+        let kib: u64 = parts.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let jobs: u64 = parts.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        assert_eq!(jobs as usize, rss_jobs, "{which}: {text}");
+        println!(
+            "| {which} | {:.1} MiB | {} bytes |",
+            kib as f64 / 1024.0,
+            kib * 1024 / jobs
+        );
+    }
+}
