@@ -83,6 +83,44 @@ fn read_one(c: &mut Criterion) {
     }
 }
 
+fn list(c: &mut Criterion) {
+    use tower::ServiceExt;
+    let dir = tempfile::tempdir().unwrap();
+    corpus::write_corpus(dir.path(), 2_000, 7, |rng| {
+        corpus::mixed_task_count(rng, false)
+    });
+    let store = Arc::new(LogStore::new(
+        dir.path(),
+        Arc::new(HistoryMetrics::unregistered()),
+    ));
+    store.rescan();
+    let ours = ballista_job_history::api::job_routes(Arc::new(DiskSource::new(store)));
+    let upstream = ballista_scheduler::history::history_router(Arc::new(
+        HistoryStore::load(dir.path()).unwrap(),
+    ));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut group = c.benchmark_group("GET /api/jobs, all 2,000 jobs");
+    group.sample_size(20);
+    for (name, router) in [("ours", ours), ("upstream", upstream)] {
+        group.bench_function(name, |b| {
+            b.to_async(&runtime).iter(|| async {
+                let request = http::Request::get("/api/jobs")
+                    .body(axum::body::Body::empty())
+                    .unwrap();
+                let response = router.clone().oneshot(request).await.unwrap();
+                let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                    .await
+                    .unwrap();
+                assert!(body.len() > 100_000);
+            })
+        });
+    }
+    group.finish();
+}
+
 fn compressed(c: &mut Criterion) {
     let plain = tempfile::tempdir().unwrap();
     let zstd = tempfile::tempdir().unwrap();
@@ -135,5 +173,5 @@ fn compressed(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, index, read_one, compressed);
+criterion_group!(benches, index, read_one, list, compressed);
 criterion_main!(benches);

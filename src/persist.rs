@@ -100,7 +100,7 @@ pub fn encode<'a>(jobs: impl Iterator<Item = &'a JobSummary>) -> Vec<u8> {
         out.extend_from_slice(&s.facts.start_time.to_le_bytes());
         out.extend_from_slice(&s.facts.end_time.to_le_bytes());
         put_str(&mut out, &s.job_status);
-        put_str(&mut out, &s.status);
+        put_str(&mut out, s.status());
         out.extend_from_slice(&s.num_stages.to_le_bytes());
         out.extend_from_slice(&s.completed_stages.to_le_bytes());
         out.push(s.percent_complete);

@@ -68,8 +68,9 @@ pub struct JobSummary {
     pub facts: Facts,
     /// Long status text.
     pub job_status: Box<str>,
-    /// Short status word, as the log has it.
-    pub status: Box<str>,
+    /// Short status word, when the log's differs from the state's own
+    /// (see [`JobSummary::status`]); `None` saves an allocation per job.
+    status_word: Option<Box<str>>,
     /// Number of stages.
     pub num_stages: u32,
     /// Number of completed stages.
@@ -101,7 +102,7 @@ impl JobSummary {
                 end_time: i.end_time,
             },
             job_status: i.job_status.into(),
-            status: i.status.into(),
+            status_word: status_word(state, i.status),
             num_stages: i.num_stages as u32,
             completed_stages: i.completed_stages as u32,
             percent_complete: i.percent_complete,
@@ -126,10 +127,11 @@ impl JobSummary {
     ) -> Self {
         let (file_name, len, modified) = file;
         let stamp = Stamp { len, modified };
+        let status_word = status_word(facts.state, String::from(status));
         Self {
             facts,
             job_status,
-            status,
+            status_word,
             num_stages,
             completed_stages,
             percent_complete,
@@ -139,29 +141,55 @@ impl JobSummary {
         }
     }
 
+    /// The short status word of the list entry, as the log has it.
+    pub fn status(&self) -> &str {
+        self.status_word
+            .as_deref()
+            .unwrap_or(self.facts.state.status_word())
+    }
+
     pub(crate) fn stamp(&self) -> Stamp {
         self.stamp
     }
 
-    /// The job's `GET /api/jobs` entry, in the scheduler's wire type.
+    /// The job's `GET /api/jobs` entry: the scheduler's wire type
+    /// (`JobResponse` without plans), serialized from borrowed fields.
     pub fn entry(&self) -> Bytes {
+        /// `ballista_api_types::dto::JobResponse` as the list serializes it
+        /// (plans absent), field for field.
+        #[derive(serde::Serialize)]
+        struct Entry<'a> {
+            job_id: &'a str,
+            job_name: &'a str,
+            job_status: &'a str,
+            status: &'a str,
+            num_stages: u32,
+            completed_stages: u32,
+            percent_complete: u8,
+            start_time: u64,
+            end_time: u64,
+        }
         let f = &self.facts;
-        let entry = JobResponse {
-            job_id: f.job_id.to_string(),
-            job_name: f.job_name.to_string(),
-            job_status: self.job_status.to_string(),
-            status: self.status.to_string(),
-            num_stages: self.num_stages as usize,
-            completed_stages: self.completed_stages as usize,
+        let entry = Entry {
+            job_id: &f.job_id,
+            job_name: &f.job_name,
+            job_status: &self.job_status,
+            status: self.status(),
+            num_stages: self.num_stages,
+            completed_stages: self.completed_stages,
             percent_complete: self.percent_complete,
             start_time: f.start_time,
             end_time: f.end_time,
-            logical_plan: None,
-            physical_plan: None,
-            stage_plan: None,
         };
-        serde_json::to_vec(&entry).unwrap_or_default().into()
+        let mut out = Vec::with_capacity(160 + self.job_status.len() + f.job_name.len());
+        let _ = serde_json::to_writer(&mut out, &entry);
+        out.into()
     }
+}
+
+/// `None` when `word` is the state's own word.
+fn status_word(state: JobState, word: String) -> Option<Box<str>> {
+    (word != state.status_word()).then(|| word.into_boxed_str())
 }
 
 /// What the index keeps per unfinished job (a `.running` log): its
@@ -417,8 +445,13 @@ impl LogStore {
                 if !index.jobs.is_empty() {
                     return 0;
                 }
+                index.order = jobs
+                    .iter()
+                    .map(|j| (Reverse(j.facts.start_key()), j.facts.job_id.clone()))
+                    .collect();
+                index.jobs.reserve(jobs.len());
                 for job in jobs {
-                    index.insert(job);
+                    index.jobs.insert(job.facts.job_id.clone(), job);
                 }
                 drop(index);
                 self.ready.store(true, Ordering::Release);
@@ -1246,7 +1279,7 @@ fn zst_footer(path: &Path) -> Result<Option<(Footer, u64)>, StoreError> {
     let total = u64::from(u32::from_le_bytes(
         trailer[..4].try_into().expect("4 bytes"),
     ));
-    if !(16..=file_len.min(TAIL_CHUNK * 64)).contains(&total) {
+    if !(16..=file_len.min(MAX_FOOTER_FRAME)).contains(&total) {
         return Ok(None);
     }
     let mut frame = vec![0u8; total as usize];
@@ -1287,8 +1320,12 @@ fn is_job_end_line(line: &[u8]) -> bool {
             .unwrap_or(false)
 }
 
-/// Bytes read from the end of a file at a time.
-const TAIL_CHUNK: u64 = 64 * 1024;
+/// The largest footer frame of a compressed log that is read.
+const MAX_FOOTER_FRAME: u64 = 4 * 1024 * 1024;
+/// Bytes read from the end of a file first (then doubling). A footer line
+/// is well under 4 KiB, so indexing a log costs one small read whatever
+/// its size.
+const TAIL_CHUNK: u64 = 4 * 1024;
 /// The longest line read whole (a `JobEnd` line of a very large job).
 pub const MAX_LINE: u64 = 512 * 1024 * 1024;
 
@@ -1740,6 +1777,23 @@ mod tests {
             assert_eq!(s.read_payloads("p", &[CONFIG]).unwrap(), None);
             assert_eq!(s.read_payloads("p", &[DOT]).unwrap(), None);
         }
+    }
+
+    #[test]
+    fn a_list_entry_is_the_schedulers_wire_type() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("w.eventlog"),
+            job_end_line("w", 1).replace("\"job_name\":\"n\"", "\"job_name\":\"ü \\\"q\\\"\"")
+                + "\n",
+        )
+        .unwrap();
+        let s = store(dir.path());
+        s.rescan();
+        let summary = s.summary("w").unwrap();
+        let wire: JobResponse = serde_json::from_slice(&summary.entry()).unwrap();
+        assert_eq!(wire.job_name, "ü \"q\"");
+        assert_eq!(serde_json::to_vec(&wire).unwrap(), summary.entry());
     }
 
     #[tokio::test(start_paused = true)]

@@ -117,6 +117,10 @@ async fn a_compressed_log_is_served_byte_identical_to_its_plain_twin() {
     let plain = plain_dir.join(format!("{job_id}.eventlog"));
     let plain_text = std::fs::read_to_string(&plain).unwrap();
     let zst_len = std::fs::metadata(&zst).unwrap().len();
+    println!(
+        "bytes on disk for one real job: plain {}, zstd {zst_len}",
+        plain_text.len()
+    );
     assert!(
         zst_len * 3 < plain_text.len() as u64,
         "compressed {zst_len} bytes vs plain {}",
