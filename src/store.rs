@@ -330,6 +330,8 @@ pub struct LogStore {
     dirty: AtomicBool,
     /// When the index was last saved.
     last_saved: parking_lot::Mutex<Option<std::time::Instant>>,
+    /// The last error saving the index, so a lasting one is logged once.
+    save_error: parking_lot::Mutex<Option<String>>,
 }
 
 /// The least time between two saves of the persistent index (a save of a
@@ -421,6 +423,7 @@ impl LogStore {
             index_file: None,
             dirty: AtomicBool::new(false),
             last_saved: parking_lot::Mutex::new(None),
+            save_error: parking_lot::Mutex::new(None),
         }
     }
 
@@ -462,7 +465,12 @@ impl LogStore {
                 );
                 n
             }
-            Err(crate::persist::IndexError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            // No index yet, or a directory that cannot be read (reported by
+            // the rescan): nothing to load.
+            Err(crate::persist::IndexError::Io(e)) => {
+                log::debug!("history: no persistent index at {}: {e}", path.display());
+                0
+            }
             Err(e) => {
                 log::warn!(
                     "history: the persistent index {} is unusable: {e}; rebuilding it from the \
@@ -496,14 +504,23 @@ impl LogStore {
         let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
         let written = std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, path));
         *last = Some(std::time::Instant::now());
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            self.dirty.store(true, Ordering::Release);
-            log::warn!(
-                "history: cannot save the persistent index {}: {e} (it is a cache; nothing \
-                 is lost, the next start indexes the directory)",
-                path.display()
-            );
+        let mut save_error = self.save_error.lock();
+        match written {
+            Ok(()) => *save_error = None,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                self.dirty.store(true, Ordering::Release);
+                // A lasting failure (a read-only directory) is logged once.
+                let message = e.to_string();
+                if save_error.as_ref() != Some(&message) {
+                    log::warn!(
+                        "history: cannot save the persistent index {}: {e} (it is a cache; \
+                         nothing is lost, the next start indexes the directory)",
+                        path.display()
+                    );
+                }
+                *save_error = Some(message);
+            }
         }
     }
 
