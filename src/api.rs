@@ -161,32 +161,29 @@ async fn get_timeline(
     Query(pairs): Pairs,
 ) -> Result<Response, ApiError> {
     let params = TimelineParams::parse(&pairs)?;
-    timeline(&source, &job_id, TimelineRequest::Json(params)).await
+    found(
+        source
+            .timeline(&job_id, TimelineRequest::Json(params))
+            .await?,
+    )
 }
 
 async fn get_timeline_svg(
     State(source): State<Source>,
     Path(job_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    timeline(&source, &job_id, TimelineRequest::Svg).await
+    found(source.timeline(&job_id, TimelineRequest::Svg).await?)
 }
 
-async fn timeline(
-    source: &Source,
-    job_id: &str,
-    request: TimelineRequest,
-) -> Result<Response, ApiError> {
-    match source.timeline(job_id, request).await? {
-        Some(reply) => Ok(reply.into_response()),
-        None => Err(ApiError::NotFound),
-    }
+/// The reply, or a 404 when the source does not know the job.
+fn found(reply: Option<Reply>) -> Result<Response, ApiError> {
+    reply
+        .map(IntoResponse::into_response)
+        .ok_or(ApiError::NotFound)
 }
 
 async fn answer(source: &Source, job_id: &str, payload: Payload) -> Result<Response, ApiError> {
-    match source.get(job_id, payload).await? {
-        Some(reply) => Ok(reply.into_response()),
-        None => Err(ApiError::NotFound),
-    }
+    found(source.get(job_id, payload).await?)
 }
 
 async fn get_job(
@@ -240,10 +237,7 @@ async fn cancel_job(
     State(source): State<Source>,
     Path(job_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    match source.cancel(&job_id).await? {
-        Some(reply) => Ok(reply.into_response()),
-        None => Err(ApiError::NotFound),
-    }
+    found(source.cancel(&job_id).await?)
 }
 
 /// What a history-only server says about itself on `/api/state`.

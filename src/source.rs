@@ -238,6 +238,23 @@ fn relay(answer: crate::live::Answer) -> Option<Reply> {
     })
 }
 
+/// Runs a read of job `job_id`'s log on the blocking pool; a failure is
+/// logged and answered 500 with a message naming the job, never a path.
+async fn read_log<T: Send + 'static>(
+    job_id: &str,
+    read: impl FnOnce() -> Result<T, crate::store::StoreError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(read)
+        .await
+        .map_err(|e| ApiError::Internal(format!("reading the event log failed: {e}")))?
+        .map_err(|e| {
+            log::warn!("history: job {job_id}: {e}");
+            ApiError::Internal(format!(
+                "the event log of job {job_id} cannot be served: {e}"
+            ))
+        })
+}
+
 /// A log directory.
 #[derive(Clone)]
 pub struct DiskSource {
@@ -256,20 +273,9 @@ impl DiskSource {
     }
 
     async fn job_end(&self, job_id: &str) -> Result<Option<JobEnd>, ApiError> {
-        if !self.store.contains(job_id) {
-            return Ok(None);
-        }
         let store = self.store.clone();
         let id = job_id.to_string();
-        let read = tokio::task::spawn_blocking(move || store.read_job_end(&id))
-            .await
-            .map_err(|e| ApiError::Internal(format!("reading the event log failed: {e}")))?;
-        read.map_err(|e| {
-            log::warn!("history: job {job_id}: {e}");
-            ApiError::Internal(format!(
-                "the event log of job {job_id} cannot be served: {e}"
-            ))
-        })
+        read_log(job_id, move || store.read_job_end(&id)).await
     }
 }
 
@@ -383,18 +389,12 @@ impl JobSource for DiskSource {
         let Some((header, path)) = self.timeline_source(job_id) else {
             return Ok(None);
         };
-        let id = job_id.to_string();
-        let reply = tokio::task::spawn_blocking(move || match request {
+        let reply = read_log(job_id, move || match request {
             TimelineRequest::Json(params) => read_timeline(&path, &header, params)
                 .map(|t| Reply::ok(JSON, serde_json::to_vec(&t).unwrap_or_default())),
             TimelineRequest::Svg => render_svg(&path, &header).map(|svg| Reply::ok(SVG, svg)),
         })
-        .await
-        .map_err(|e| ApiError::Internal(format!("reading the event log failed: {e}")))?
-        .map_err(|e| {
-            log::warn!("history: job {id}: {e}");
-            ApiError::Internal(format!("the timeline of job {id} cannot be served: {e}"))
-        })?;
+        .await?;
         Ok(Some(reply.logged()))
     }
 }
@@ -415,15 +415,7 @@ impl DiskSource {
         };
         let store = self.store.clone();
         let id = job_id.to_string();
-        let read = tokio::task::spawn_blocking(move || store.read_payloads(&id, names))
-            .await
-            .map_err(|e| ApiError::Internal(format!("reading the event log failed: {e}")))?
-            .map_err(|e| {
-                log::warn!("history: job {job_id}: {e}");
-                ApiError::Internal(format!(
-                    "the event log of job {job_id} cannot be served: {e}"
-                ))
-            })?;
+        let read = read_log(job_id, move || store.read_payloads(&id, names)).await?;
         let Some(mut parts) = read else {
             return Ok(None);
         };
@@ -476,16 +468,7 @@ impl DiskSource {
             )));
         };
         let path = self.store.dir().join(&*unfinished.file_name);
-        let start = tokio::task::spawn_blocking(move || read_job_start(&path))
-            .await
-            .map_err(|e| ApiError::Internal(format!("reading the event log failed: {e}")))?
-            .map_err(|e| {
-                log::warn!("history: job {}: {e}", unfinished.job_id);
-                ApiError::Internal(format!(
-                    "the event log of job {} cannot be served: {e}",
-                    unfinished.job_id
-                ))
-            })?;
+        let start = read_log(&unfinished.job_id, move || read_job_start(&path)).await?;
         Ok(Reply::ok(JSON, unfinished.response(state, Some(&start))).logged())
     }
 

@@ -2,11 +2,13 @@
 //! reads of one job's terminal record.
 //!
 //! **Invariant:** the index holds only each job's list summary. A request
-//! for a job reads that job's `JobEnd` line and nothing else: through the
-//! `Footer` our writer appends (one small read from the end of the file, one
-//! seek), or, for logs without one (upstream's), by reading backwards from
-//! the end to the start of the last line. Only a log whose last record is
-//! neither falls back to a forward scan.
+//! for a job reads that job's payload and nothing else: through the byte
+//! ranges of the `Footer` our writer appends (one small read from the end
+//! of the file, one seek per payload). A log without ranges has its
+//! `JobEnd` line read whole: located by the footer, or, for logs without
+//! one (upstream's), by reading backwards from the end to the start of the
+//! last line. Only a log whose last record is neither falls back to a
+//! forward scan.
 //!
 //! **Invariant:** a rescan of an unchanged directory costs one `stat` per
 //! file and opens nothing. A `*.eventlog.running` file that grew is read
@@ -228,11 +230,6 @@ impl Unfinished {
             Some(modified) if modified + abandoned_after < now => JobState::Abandoned,
             _ => JobState::Running,
         }
-    }
-
-    /// When the log was last written to.
-    pub fn modified(&self) -> Option<SystemTime> {
-        self.stamp.modified
     }
 
     /// Filter and sort facts.
@@ -875,19 +872,18 @@ impl LogStore {
         Page { rows, total }
     }
 
+    /// The path of a completed job's log.
+    fn completed_path(&self, job_id: &str) -> Option<PathBuf> {
+        let index = self.inner.read();
+        Some(self.dir.join(&*index.jobs.get(job_id)?.file_name))
+    }
+
     /// Reads the job's terminal record. `Ok(None)` when the job is not
     /// indexed as completed.
     pub fn read_job_end(&self, job_id: &str) -> Result<Option<JobEnd>, StoreError> {
-        let Some(file_name) = self
-            .inner
-            .read()
-            .jobs
-            .get(job_id)
-            .map(|s| s.file_name.clone())
-        else {
+        let Some(path) = self.completed_path(job_id) else {
             return Ok(None);
         };
-        let path = self.dir.join(&*file_name);
         let line = terminal_line(&path)?;
         decode_job_end(&line).map(Some)
     }
@@ -905,24 +901,11 @@ impl LogStore {
         job_id: &str,
         names: &[&str],
     ) -> Result<Option<Vec<Vec<u8>>>, StoreError> {
-        let Some(file_name) = self
-            .inner
-            .read()
-            .jobs
-            .get(job_id)
-            .map(|s| s.file_name.clone())
-        else {
+        let Some(path) = self.completed_path(job_id) else {
             return Ok(None);
         };
-        let path = self.dir.join(&*file_name);
         let zstd = is_zstd(&path);
-        let found = if zstd {
-            zst_footer(&path)?
-        } else {
-            let tail = TailLine::read(&path)?;
-            tail.footer()?.map(|f| (f, tail.file_len))
-        };
-        let Some((footer, file_len)) = found else {
+        let Some((footer, file_len)) = footer_of(&path)? else {
             return Ok(None);
         };
         let mut out = Vec::with_capacity(names.len());
@@ -1277,6 +1260,15 @@ fn decompress_line(frame: &[u8]) -> std::io::Result<Vec<u8>> {
         line.pop();
     }
     Ok(line)
+}
+
+/// The footer of a log of either format, with the file's length.
+fn footer_of(path: &Path) -> Result<Option<(Footer, u64)>, StoreError> {
+    if is_zstd(path) {
+        return zst_footer(path);
+    }
+    let tail = TailLine::read(path)?;
+    Ok(tail.footer()?.map(|f| (f, tail.file_len)))
 }
 
 /// The footer of a compressed log, from the skippable frame at its end,
