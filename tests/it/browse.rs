@@ -545,6 +545,49 @@ async fn the_timeline_of_a_real_job_matches_its_tasks() {
         .collect();
     assert_eq!(stages.len(), live.stages.len());
 
+    // Paging a live scheduler's list: its own jobs merged with the logs of
+    // other schedulers in its directory, each once.
+    for fixture in std::fs::read_dir(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/upstream"
+    ))
+    .unwrap()
+    {
+        let path = fixture.unwrap().path();
+        if path.extension().is_some_and(|e| e == "eventlog") {
+            std::fs::copy(&path, logs.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let full = wait_for("the copied logs are listed", || async {
+        let (_, total, _, body) = get_page(&sched.url("/api/jobs")).await;
+        let all = ids(&body);
+        (all.len() >= 7).then(|| {
+            assert_eq!(total, Some(all.len()));
+            all
+        })
+    })
+    .await;
+    assert_eq!(full.iter().filter(|id| **id == job_id).count(), 1);
+    let mut paged = Vec::new();
+    let mut url = sched.url("/api/jobs?limit=2");
+    loop {
+        let (status, total, next, body) = get_page(&url).await;
+        assert_eq!(status, 200);
+        assert_eq!(total, Some(full.len()));
+        paged.extend(ids(&body));
+        match next {
+            Some(after) => url = sched.url(&format!("/api/jobs?limit=2&after={after}")),
+            None => break,
+        }
+    }
+    assert_eq!(paged, full);
+    let (_, total, _, body) = get_page(&sched.url("/api/jobs?limit=3&offset=2")).await;
+    assert_eq!(ids(&body), full[2..5]);
+    assert_eq!(total, Some(full.len()));
+    let (_, _, _, body) =
+        get_page(&sched.url("/api/jobs?status=completed&name=tpch&sort=name")).await;
+    assert_eq!(ids(&body), ["golden-v1"]);
+
     // Paging splits the same tasks.
     let first = get_json(&sched.url(&format!("/api/job/{job_id}/timeline?limit=1"))).await;
     let second =
