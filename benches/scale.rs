@@ -10,8 +10,8 @@
 mod corpus;
 
 use ballista_job_history::metrics::HistoryMetrics;
-use ballista_job_history::query::{Facts, JobState, ListQuery};
-use ballista_job_history::store::{JobSummary, LogStore};
+use ballista_job_history::query::{Facts, FactsRef, JobState, ListQuery};
+use ballista_job_history::store::{JobSummary, LogStore, SummaryParts};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -33,26 +33,27 @@ fn summaries(n: usize) -> Vec<JobSummary> {
                 1 => JobState::Cancelled,
                 _ => JobState::Completed,
             };
-            JobSummary::restore(
-                Facts {
-                    job_id: Arc::from(format!("0{i:012X}")),
-                    job_name: Arc::from(format!("nightly report {}", i % 977)),
+            let id = format!("0{i:012X}");
+            let name = format!("nightly report {}", i % 977);
+            let file_name = format!("{id}.eventlog");
+            JobSummary::restore(SummaryParts {
+                facts: FactsRef {
+                    job_id: &id,
+                    job_name: &name,
                     state,
                     start_time: start,
                     end_time: start + 200 + rng.below(60_000),
                 },
-                "Completed. Produced 4 partitions containing 1000 rows. Elapsed time: 812 ms."
-                    .into(),
-                state.status_word().into(),
-                [3, 3],
-                100,
-                0,
-                (
-                    Arc::from(format!("job{i:09}.eventlog")),
-                    40_000,
-                    Some(SystemTime::now()),
-                ),
-            )
+                job_status: "Completed. Produced 4 partitions containing 1000 rows. \
+                             Elapsed time: 812 ms.",
+                status: state.status_word(),
+                stages: [3, 3],
+                percent_complete: 100,
+                dropped_records: 0,
+                file_name: &file_name,
+                len: 40_000,
+                modified: Some(SystemTime::now()),
+            })
         })
         .collect()
 }

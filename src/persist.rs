@@ -20,10 +20,9 @@
 //! never sees a torn index; several processes may share one (the last
 //! writer wins, and each is verified on load).
 
-use crate::query::{Facts, JobState};
-use crate::store::JobSummary;
+use crate::query::{FactsRef, JobState};
+use crate::store::{JobSummary, SummaryParts};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// The index file's name inside the log directory, by default.
@@ -93,13 +92,14 @@ pub fn encode<'a>(jobs: impl Iterator<Item = &'a JobSummary>) -> Vec<u8> {
     let mut count: u64 = 0;
     for s in jobs {
         count += 1;
-        put_str(&mut out, &s.file_name);
-        put_str(&mut out, &s.facts.job_id);
-        put_str(&mut out, &s.facts.job_name);
-        out.push(state_code(s.facts.state));
-        out.extend_from_slice(&s.facts.start_time.to_le_bytes());
-        out.extend_from_slice(&s.facts.end_time.to_le_bytes());
-        put_str(&mut out, &s.job_status);
+        let f = s.facts();
+        put_str(&mut out, &s.file_name());
+        put_str(&mut out, f.job_id);
+        put_str(&mut out, f.job_name);
+        out.push(state_code(f.state));
+        out.extend_from_slice(&f.start_time.to_le_bytes());
+        out.extend_from_slice(&f.end_time.to_le_bytes());
+        put_str(&mut out, s.job_status());
         put_str(&mut out, s.status());
         out.extend_from_slice(&s.num_stages.to_le_bytes());
         out.extend_from_slice(&s.completed_stages.to_le_bytes());
@@ -199,21 +199,23 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<JobSummary>, IndexError> {
             s if s >= 0 => Some(SystemTime::UNIX_EPOCH + Duration::new(s as u64, nanos)),
             s => Some(SystemTime::UNIX_EPOCH - Duration::from_secs((-(s + 1)) as u64)),
         };
-        out.push(JobSummary::restore(
-            Facts {
-                job_id: Arc::from(job_id),
-                job_name: Arc::from(job_name),
+        out.push(JobSummary::restore(SummaryParts {
+            facts: FactsRef {
+                job_id,
+                job_name,
                 state,
                 start_time,
                 end_time,
             },
-            job_status.into(),
-            status.into(),
-            [num_stages, completed_stages],
+            job_status,
+            status,
+            stages: [num_stages, completed_stages],
             percent_complete,
             dropped_records,
-            (Arc::from(file_name), len, modified),
-        ));
+            file_name,
+            len,
+            modified,
+        }));
     }
     if out.len() as u64 != count {
         return Err(IndexError::Damaged("record count mismatch"));
@@ -234,6 +236,7 @@ mod tests {
     use crate::store::LogStore;
     use std::collections::HashSet;
     use std::path::PathBuf;
+    use std::sync::Arc;
 
     fn log(dir: &Path, id: &str, start: u64) {
         let line = format!(

@@ -110,6 +110,45 @@ pub struct Facts {
 }
 
 impl Facts {
+    /// The facts as borrowed fields.
+    pub fn view(&self) -> FactsRef<'_> {
+        FactsRef {
+            job_id: &self.job_id,
+            job_name: &self.job_name,
+            state: self.state,
+            start_time: self.start_time,
+            end_time: self.end_time,
+        }
+    }
+
+    /// End minus start, when both are known.
+    pub fn duration(&self) -> Option<u64> {
+        self.view().duration()
+    }
+
+    /// The default position key: newest start first (see [`Sort::StartTime`]).
+    pub fn start_key(&self) -> u64 {
+        self.view().start_key()
+    }
+}
+
+/// [`Facts`] with borrowed strings: what filters and sorting read, without
+/// an allocation per job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FactsRef<'a> {
+    /// The job.
+    pub job_id: &'a str,
+    /// Its name.
+    pub job_name: &'a str,
+    /// Its state.
+    pub state: JobState,
+    /// Start time (epoch millis; 0 when not started).
+    pub start_time: u64,
+    /// End time (epoch millis; 0 when not ended).
+    pub end_time: u64,
+}
+
+impl FactsRef<'_> {
     fn numeric(&self, sort: Sort) -> u64 {
         let open = |t: u64| if t == 0 { u64::MAX } else { t };
         match sort {
@@ -129,6 +168,17 @@ impl Facts {
     /// The default position key: newest start first (see [`Sort::StartTime`]).
     pub fn start_key(&self) -> u64 {
         self.numeric(Sort::StartTime)
+    }
+
+    /// The owned facts.
+    pub fn to_owned(&self) -> Facts {
+        Facts {
+            job_id: Arc::from(self.job_id),
+            job_name: Arc::from(self.job_name),
+            state: self.state,
+            start_time: self.start_time,
+            end_time: self.end_time,
+        }
     }
 }
 
@@ -355,14 +405,14 @@ impl ListQuery {
     }
 
     /// Whether `facts` passes every filter.
-    pub fn matches(&self, facts: &Facts) -> bool {
+    pub fn matches(&self, facts: FactsRef<'_>) -> bool {
         if let Some(states) = &self.states
             && !states.contains(&facts.state)
         {
             return false;
         }
         if let Some(needle) = &self.name
-            && !contains_ignore_case(&facts.job_name, needle)
+            && !contains_ignore_case(facts.job_name, needle)
         {
             return false;
         }
@@ -383,20 +433,20 @@ impl ListQuery {
     }
 
     /// The query's total order over jobs.
-    pub fn compare(&self, a: &Facts, b: &Facts) -> Ordering {
+    pub fn compare(&self, a: FactsRef<'_>, b: FactsRef<'_>) -> Ordering {
         let primary = match self.sort {
             Sort::Name => a
                 .job_name
                 .to_lowercase()
                 .cmp(&b.job_name.to_lowercase())
-                .then_with(|| a.job_name.cmp(&b.job_name)),
+                .then_with(|| a.job_name.cmp(b.job_name)),
             sort => a.numeric(sort).cmp(&b.numeric(sort)),
         };
         let primary = match self.order() {
             Order::Asc => primary,
             Order::Desc => primary.reverse(),
         };
-        primary.then_with(|| a.job_id.cmp(&b.job_id))
+        primary.then_with(|| a.job_id.cmp(b.job_id))
     }
 
     /// Filters, orders and pages `rows`: the whole work for a source that
@@ -404,21 +454,23 @@ impl ListQuery {
     pub fn select(&self, rows: Vec<Row>, cursor: Option<&Facts>) -> Page {
         let mut rows: Vec<Row> = rows
             .into_iter()
-            .filter(|r| self.matches(&r.facts))
+            .filter(|r| self.matches(r.facts.view()))
             .collect();
         let total = rows.len();
         if let Some(cursor) = cursor {
-            rows.retain(|r| self.compare(&r.facts, cursor) == Ordering::Greater);
+            rows.retain(|r| self.compare(r.facts.view(), cursor.view()) == Ordering::Greater);
         }
         let end = self
             .limit
             .map_or(rows.len(), |l| self.offset.saturating_add(l))
             .min(rows.len());
         if end < rows.len() && end > 0 {
-            rows.select_nth_unstable_by(end - 1, |a, b| self.compare(&a.facts, &b.facts));
+            rows.select_nth_unstable_by(end - 1, |a, b| {
+                self.compare(a.facts.view(), b.facts.view())
+            });
             rows.truncate(end);
         }
-        rows.sort_by(|a, b| self.compare(&a.facts, &b.facts));
+        rows.sort_by(|a, b| self.compare(a.facts.view(), b.facts.view()));
         let rows = rows.into_iter().skip(self.offset).collect();
         Page { rows, total }
     }

@@ -21,7 +21,7 @@
 //! hides nothing but itself.
 
 use crate::metrics::HistoryMetrics;
-use crate::query::{Facts, JobState, ListQuery, Page, Row};
+use crate::query::{Facts, FactsRef, JobState, ListQuery, Page, Row};
 use crate::record::{
     Envelope, Footer, JobEnd, JobEndStatus, JobEndSummary, JobStart, SCHEMA_VERSION, TaskEnd, kind,
 };
@@ -64,27 +64,78 @@ pub enum StoreError {
 
 /// What the index keeps per completed job: the facts the list filters and
 /// sorts on, and the rest of its list entry.
+///
+/// Kept small, since a directory may hold millions of jobs: the strings
+/// (id, name, long status, and the short status and file name only when
+/// they cannot be derived) share one allocation, and the file name is
+/// derived from the id when the log is named `<id>.eventlog[.zst]`.
 #[derive(Debug, Clone)]
 pub struct JobSummary {
-    /// Id, name, state, start and end.
-    pub facts: Facts,
-    /// Long status text.
-    pub job_status: Box<str>,
-    /// Short status word, when the log's differs from the state's own
-    /// (see [`JobSummary::status`]); `None` saves an allocation per job.
-    status_word: Option<Box<str>>,
+    /// Id, name, long status, short status, file name, concatenated.
+    text: Box<str>,
+    /// Where the id, name, long status and short status end in `text`.
+    ends: [u32; 4],
+    start_time: u64,
+    end_time: u64,
+    /// Progress records dropped under backpressure.
+    pub dropped_records: u64,
+    /// The log's size when indexed.
+    len: u64,
+    /// The log's modification time when indexed: nanoseconds from the
+    /// epoch, [`i64::MIN`] when unknown.
+    modified: i64,
     /// Number of stages.
     pub num_stages: u32,
     /// Number of completed stages.
     pub completed_stages: u32,
+    state: JobState,
+    /// Percentage of completed stages.
+    pub percent_complete: u8,
+    file: FileKind,
+}
+
+/// How a completed log's file name is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FileKind {
+    /// `<id>.eventlog`.
+    Plain,
+    /// `<id>.eventlog.zst`.
+    Zstd,
+    /// Any other name; kept at the end of the summary's text.
+    Named,
+}
+
+impl FileKind {
+    fn of(id: &str, file_name: &str) -> Self {
+        match file_name.strip_prefix(id) {
+            Some(crate::writer::COMPLETED_SUFFIX) => Self::Plain,
+            Some(crate::writer::ZST_COMPLETED_SUFFIX) => Self::Zstd,
+            _ => Self::Named,
+        }
+    }
+}
+
+/// The parts of a [`JobSummary`], borrowed.
+#[derive(Debug, Clone, Copy)]
+pub struct SummaryParts<'a> {
+    /// Id, name, state, start and end.
+    pub facts: FactsRef<'a>,
+    /// Long status text.
+    pub job_status: &'a str,
+    /// Short status word.
+    pub status: &'a str,
+    /// Stages and completed stages.
+    pub stages: [u32; 2],
     /// Percentage of completed stages.
     pub percent_complete: u8,
     /// Progress records dropped under backpressure.
     pub dropped_records: u64,
     /// The log's file name within the directory.
-    pub file_name: Arc<str>,
-    /// Size and modification time when indexed.
-    stamp: Stamp,
+    pub file_name: &'a str,
+    /// The log's size when indexed.
+    pub len: u64,
+    /// The log's modification time when indexed.
+    pub modified: Option<SystemTime>,
 }
 
 impl JobSummary {
@@ -95,63 +146,147 @@ impl JobSummary {
             JobEndStatus::Failed(_) => JobState::Failed,
             JobEndStatus::Cancelled => JobState::Cancelled,
         };
-        Self {
-            facts: Facts {
-                job_id: Arc::from(id),
-                job_name: Arc::from(i.job_name),
+        Self::restore(SummaryParts {
+            facts: FactsRef {
+                job_id: id,
+                job_name: &i.job_name,
                 state,
                 start_time: i.start_time,
                 end_time: i.end_time,
             },
-            job_status: i.job_status.into(),
-            status_word: status_word(state, i.status),
-            num_stages: i.num_stages as u32,
-            completed_stages: i.completed_stages as u32,
+            job_status: &i.job_status,
+            status: &i.status,
+            stages: [i.num_stages as u32, i.completed_stages as u32],
             percent_complete: i.percent_complete,
             dropped_records: summary.dropped_records,
-            file_name: Arc::from(file_name),
-            stamp,
-        }
+            file_name,
+            len: stamp.len,
+            modified: stamp.modified,
+        })
     }
 
     /// Builds a summary from its parts (the persistent index does; so do
-    /// benchmarks that need many jobs without many files). `file` is the
-    /// log's file name, size and modification time.
-    #[allow(clippy::too_many_arguments)]
-    pub fn restore(
-        facts: Facts,
-        job_status: Box<str>,
-        status: Box<str>,
-        [num_stages, completed_stages]: [u32; 2],
-        percent_complete: u8,
-        dropped_records: u64,
-        file: (Arc<str>, u64, Option<SystemTime>),
-    ) -> Self {
-        let (file_name, len, modified) = file;
-        let stamp = Stamp { len, modified };
-        let status_word = status_word(facts.state, String::from(status));
-        Self {
-            facts,
-            job_status,
-            status_word,
-            num_stages,
-            completed_stages,
-            percent_complete,
-            dropped_records,
-            file_name,
-            stamp,
+    /// benchmarks that need many jobs without many files).
+    pub fn restore(p: SummaryParts<'_>) -> Self {
+        let f = p.facts;
+        let word = if p.status == f.state.status_word() {
+            ""
+        } else {
+            p.status
+        };
+        let file = FileKind::of(f.job_id, p.file_name);
+        let named = if file == FileKind::Named {
+            p.file_name
+        } else {
+            ""
+        };
+        let pieces = [f.job_id, f.job_name, p.job_status, word, named];
+        let mut text = String::with_capacity(pieces.iter().map(|s| s.len()).sum());
+        let mut ends = [0u32; 4];
+        for (i, piece) in pieces.iter().enumerate() {
+            text.push_str(piece);
+            if let Some(end) = ends.get_mut(i) {
+                *end = u32::try_from(text.len()).unwrap_or(u32::MAX);
+            }
         }
+        Self {
+            text: text.into_boxed_str(),
+            ends,
+            start_time: f.start_time,
+            end_time: f.end_time,
+            dropped_records: p.dropped_records,
+            len: p.len,
+            modified: p.modified.map_or(i64::MIN, nanos_since_epoch),
+            num_stages: p.stages[0],
+            completed_stages: p.stages[1],
+            state: f.state,
+            percent_complete: p.percent_complete,
+            file,
+        }
+    }
+
+    /// A summary that only sorts like a job with these facts (a cursor).
+    fn probe(start_time: u64, job_id: &str) -> Self {
+        Self::restore(SummaryParts {
+            facts: FactsRef {
+                job_id,
+                job_name: "",
+                state: JobState::Completed,
+                start_time,
+                end_time: 0,
+            },
+            job_status: "",
+            status: "",
+            stages: [0, 0],
+            percent_complete: 0,
+            dropped_records: 0,
+            file_name: "",
+            len: 0,
+            modified: None,
+        })
+    }
+
+    fn piece(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        let end = self.ends.get(i).map_or(self.text.len(), |&e| e as usize);
+        self.text.get(start..end).unwrap_or("")
+    }
+
+    /// The job's id.
+    pub fn job_id(&self) -> &str {
+        self.piece(0)
+    }
+
+    /// Id, name, state, start and end.
+    pub fn facts(&self) -> FactsRef<'_> {
+        FactsRef {
+            job_id: self.piece(0),
+            job_name: self.piece(1),
+            state: self.state,
+            start_time: self.start_time,
+            end_time: self.end_time,
+        }
+    }
+
+    /// The long status text.
+    pub fn job_status(&self) -> &str {
+        self.piece(2)
     }
 
     /// The short status word of the list entry, as the log has it.
     pub fn status(&self) -> &str {
-        self.status_word
-            .as_deref()
-            .unwrap_or(self.facts.state.status_word())
+        match self.piece(3) {
+            "" => self.state.status_word(),
+            word => word,
+        }
+    }
+
+    /// The log's file name within the directory.
+    pub fn file_name(&self) -> std::borrow::Cow<'_, str> {
+        match self.file {
+            FileKind::Plain => {
+                format!("{}{}", self.job_id(), crate::writer::COMPLETED_SUFFIX).into()
+            }
+            FileKind::Zstd => {
+                format!("{}{}", self.job_id(), crate::writer::ZST_COMPLETED_SUFFIX).into()
+            }
+            FileKind::Named => self.piece(4).into(),
+        }
+    }
+
+    /// Whether the log is `name`.
+    fn is_file(&self, name: &str) -> bool {
+        match self.file {
+            FileKind::Named => self.piece(4) == name,
+            kind => FileKind::of(self.job_id(), name) == kind,
+        }
     }
 
     pub(crate) fn stamp(&self) -> Stamp {
-        self.stamp
+        Stamp {
+            len: self.len,
+            modified: (self.modified != i64::MIN).then(|| time_from_nanos(self.modified)),
+        }
     }
 
     /// The job's `GET /api/jobs` entry: the scheduler's wire type
@@ -171,11 +306,11 @@ impl JobSummary {
             start_time: u64,
             end_time: u64,
         }
-        let f = &self.facts;
+        let f = self.facts();
         let entry = Entry {
-            job_id: &f.job_id,
-            job_name: &f.job_name,
-            job_status: &self.job_status,
+            job_id: f.job_id,
+            job_name: f.job_name,
+            job_status: self.job_status(),
             status: self.status(),
             num_stages: self.num_stages,
             completed_stages: self.completed_stages,
@@ -183,15 +318,81 @@ impl JobSummary {
             start_time: f.start_time,
             end_time: f.end_time,
         };
-        let mut out = Vec::with_capacity(160 + self.job_status.len() + f.job_name.len());
+        let mut out = Vec::with_capacity(160 + self.text.len());
         let _ = serde_json::to_writer(&mut out, &entry);
         out.into()
     }
 }
 
-/// `None` when `word` is the state's own word.
-fn status_word(state: JobState, word: String) -> Option<Box<str>> {
-    (word != state.status_word()).then(|| word.into_boxed_str())
+fn nanos_since_epoch(t: SystemTime) -> i64 {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_nanos()).map_or(i64::MIN + 1, |n| -n),
+    }
+}
+
+fn time_from_nanos(n: i64) -> SystemTime {
+    let d = Duration::from_nanos(n.unsigned_abs());
+    if n >= 0 {
+        SystemTime::UNIX_EPOCH + d
+    } else {
+        SystemTime::UNIX_EPOCH - d
+    }
+}
+
+/// The index's handle on a summary, hashed and compared by job id, so the
+/// set of summaries is also the map from id to summary.
+#[derive(Debug, Clone)]
+struct ById(Arc<JobSummary>);
+
+impl std::hash::Hash for ById {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.job_id().hash(state);
+    }
+}
+
+impl PartialEq for ById {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.job_id() == other.0.job_id()
+    }
+}
+
+impl Eq for ById {}
+
+impl std::borrow::Borrow<str> for ById {
+    fn borrow(&self) -> &str {
+        self.0.job_id()
+    }
+}
+
+/// The same summary in the default list order: newest start first, then id.
+#[derive(Debug, Clone)]
+struct ByStart(Arc<JobSummary>);
+
+impl ByStart {
+    fn key(&self) -> (Reverse<u64>, &str) {
+        (Reverse(self.0.facts().start_key()), self.0.job_id())
+    }
+}
+
+impl PartialEq for ByStart {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for ByStart {}
+
+impl PartialOrd for ByStart {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ByStart {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
+    }
 }
 
 /// What the index keeps per unfinished job (a `.running` log): its
@@ -338,10 +539,13 @@ pub const INDEX_SAVE_SPACING: Duration = Duration::from_secs(30);
 #[derive(Default)]
 struct Index {
     /// Completed jobs by id.
-    jobs: HashMap<Arc<str>, JobSummary>,
-    /// Completed jobs in the default order (newest start first, then id),
+    jobs: HashSet<ById>,
+    /// The same jobs in the default order (newest start first, then id),
     /// so the default list pages in O(page).
-    order: BTreeSet<(Reverse<u64>, Arc<str>)>,
+    order: BTreeSet<ByStart>,
+    /// Completed logs not named `<id>.eventlog[.zst]`, by file name, so a
+    /// rescan finds their jobs.
+    odd_names: HashMap<Box<str>, Box<str>>,
     /// Unfinished jobs (`.running` logs) by id.
     unfinished: HashMap<Arc<str>, Unfinished>,
     /// Logs that could not be indexed, by file name, with the stamp they
@@ -351,20 +555,39 @@ struct Index {
 
 impl Index {
     fn insert(&mut self, summary: JobSummary) {
-        let id = summary.facts.job_id.clone();
-        if let Some(old) = self.jobs.insert(id.clone(), summary) {
-            self.order
-                .remove(&(Reverse(old.facts.start_key()), old.facts.job_id));
+        let summary = Arc::new(summary);
+        self.remove(summary.job_id());
+        if summary.file == FileKind::Named {
+            self.odd_names
+                .insert(summary.file_name().into(), summary.job_id().into());
         }
-        let key = self.jobs[&id].facts.start_key();
-        self.order.insert((Reverse(key), id));
+        self.order.insert(ByStart(summary.clone()));
+        self.jobs.insert(ById(summary));
     }
 
-    fn remove(&mut self, id: &str) -> Option<JobSummary> {
-        let old = self.jobs.remove(id)?;
-        self.order
-            .remove(&(Reverse(old.facts.start_key()), old.facts.job_id.clone()));
+    fn remove(&mut self, id: &str) -> Option<Arc<JobSummary>> {
+        let ById(old) = self.jobs.take(id)?;
+        self.order.remove(&ByStart(old.clone()));
+        if old.file == FileKind::Named {
+            self.odd_names.remove(&*old.file_name());
+        }
         Some(old)
+    }
+
+    fn get(&self, id: &str) -> Option<&Arc<JobSummary>> {
+        self.jobs.get(id).map(|j| &j.0)
+    }
+
+    /// The completed job whose log is `name` (a `LogName` with `stem`).
+    fn by_file(&self, name: &str, stem: &str) -> Option<&Arc<JobSummary>> {
+        let id = self.odd_names.get(name).map_or(stem, |id| id);
+        self.get(id).filter(|s| s.is_file(name))
+    }
+
+    fn clear_completed(&mut self) {
+        self.jobs.clear();
+        self.order.clear();
+        self.odd_names.clear();
     }
 }
 
@@ -398,9 +621,6 @@ pub struct ScanReport {
     /// Logs skipped as unreadable (newly reported).
     pub bad: usize,
 }
-
-/// Indexed completed logs: file name to job id and stamp.
-type KnownLogs = HashMap<Arc<str>, (Arc<str>, Stamp)>;
 
 enum Found {
     Completed(JobSummary),
@@ -445,14 +665,20 @@ impl LogStore {
                 if !index.jobs.is_empty() {
                     return 0;
                 }
-                index.order = jobs
-                    .iter()
-                    .map(|j| (Reverse(j.facts.start_key()), j.facts.job_id.clone()))
-                    .collect();
-                index.jobs.reserve(jobs.len());
+                index.jobs.reserve(n);
+                let mut order = Vec::with_capacity(n);
                 for job in jobs {
-                    index.jobs.insert(job.facts.job_id.clone(), job);
+                    let job = Arc::new(job);
+                    if job.file == FileKind::Named {
+                        index
+                            .odd_names
+                            .insert(job.file_name().into(), job.job_id().into());
+                    }
+                    order.push(ByStart(job.clone()));
+                    index.jobs.insert(ById(job));
                 }
+                // Saved in this order, so the sort is one pass.
+                index.order = order.into_iter().collect();
                 drop(index);
                 self.ready.store(true, Ordering::Release);
                 log::info!(
@@ -496,7 +722,7 @@ impl LogStore {
         self.dirty.store(false, Ordering::Release);
         let bytes = {
             let index = self.inner.read();
-            crate::persist::encode(index.order.iter().map(|(_, id)| &index.jobs[id]))
+            crate::persist::encode(index.order.iter().map(|j| &*j.0))
         };
         let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
         let written = std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, path));
@@ -557,8 +783,7 @@ impl LogStore {
                 if !index.jobs.is_empty() {
                     self.dirty.store(true, Ordering::Release);
                 }
-                index.jobs.clear();
-                index.order.clear();
+                index.clear_completed();
                 index.unfinished.clear();
                 drop(index);
                 self.ready.store(true, Ordering::Release);
@@ -566,23 +791,15 @@ impl LogStore {
             }
         };
         *self.list_error.lock() = None;
-        // Snapshot what is known, then stat outside the lock.
-        let (known, known_unfinished): (KnownLogs, HashMap<Arc<str>, Unfinished>) = {
-            let index = self.inner.read();
-            (
-                index
-                    .jobs
-                    .iter()
-                    .map(|(id, s)| (s.file_name.clone(), (id.clone(), s.stamp)))
-                    .collect(),
-                index
-                    .unfinished
-                    .values()
-                    .map(|u| (u.file_name.clone(), u.clone()))
-                    .collect(),
-            )
-        };
-        let mut seen_ids: HashSet<Arc<str>> = HashSet::new();
+        // Snapshot the unfinished jobs; stat outside the lock.
+        let known_unfinished: HashMap<Arc<str>, Unfinished> = self
+            .inner
+            .read()
+            .unfinished
+            .values()
+            .map(|u| (u.file_name.clone(), u.clone()))
+            .collect();
+        let mut seen: HashSet<ById> = HashSet::new();
         let mut seen_unfinished: HashSet<Arc<str>> = HashSet::new();
         let mut fresh = Vec::new();
         let mut newly_bad = Vec::new();
@@ -613,10 +830,13 @@ impl LogStore {
                     seen_unfinished.insert(known.job_id.clone());
                     continue;
                 }
-            } else if let Some((id, known_stamp)) = known.get(name)
-                && *known_stamp == stamp
+            } else if let Some(known) = self
+                .inner
+                .read()
+                .by_file(name, stem)
+                .filter(|s| s.stamp() == stamp)
             {
-                seen_ids.insert(id.clone());
+                seen.insert(ById(known.clone()));
                 continue;
             }
             if self.inner.read().bad.get(name) == Some(&stamp) {
@@ -639,7 +859,6 @@ impl LogStore {
             };
             match found {
                 Ok(Found::Completed(summary)) => {
-                    seen_ids.insert(summary.facts.job_id.clone());
                     fresh.push(Found::Completed(summary));
                 }
                 Ok(Found::Unfinished(unfinished)) => {
@@ -656,18 +875,27 @@ impl LogStore {
             }
         }
         let mut index = self.inner.write();
-        let gone: Vec<Arc<str>> = index
-            .jobs
-            .keys()
-            .filter(|id| !seen_ids.contains(*id))
-            .cloned()
+        // Jobs whose log changed are replaced, not gone.
+        let reread: HashSet<&str> = fresh
+            .iter()
+            .filter_map(|f| match f {
+                Found::Completed(s) => Some(s.job_id()),
+                Found::Unfinished(_) => None,
+            })
             .collect();
+        let gone: Vec<Arc<JobSummary>> = index
+            .jobs
+            .iter()
+            .filter(|j| !seen.contains(*j) && !reread.contains(j.0.job_id()))
+            .map(|j| j.0.clone())
+            .collect();
+        drop((seen, reread));
         report.removed = gone.len();
         if !gone.is_empty() {
             self.dirty.store(true, Ordering::Release);
         }
-        for id in gone {
-            index.remove(&id);
+        for job in gone {
+            index.remove(job.job_id());
         }
         for found in fresh {
             match found {
@@ -686,7 +914,7 @@ impl LogStore {
         let Index {
             jobs, unfinished, ..
         } = &mut *index;
-        unfinished.retain(|id, _| seen_unfinished.contains(id) && !jobs.contains_key(id));
+        unfinished.retain(|id, _| seen_unfinished.contains(id) && !jobs.contains(&**id));
         index.bad.retain(|name, _| seen_bad.contains(name));
         for (name, stamp) in newly_bad {
             index.bad.insert(name, stamp);
@@ -702,15 +930,15 @@ impl LogStore {
         self.inner
             .read()
             .jobs
-            .values()
-            .map(|s| CompletedFile {
-                job_id: s.facts.job_id.clone(),
-                file_name: s.file_name.clone(),
-                len: s.stamp.len,
-                end_time: if s.facts.end_time > 0 {
-                    s.facts.end_time
+            .iter()
+            .map(|ById(s)| CompletedFile {
+                job_id: s.job_id().into(),
+                file_name: s.file_name().into(),
+                len: s.len,
+                end_time: if s.end_time > 0 {
+                    s.end_time
                 } else {
-                    s.stamp.modified.map(epoch_millis).unwrap_or(0)
+                    s.stamp().modified.map(epoch_millis).unwrap_or(0)
                 },
             })
             .collect()
@@ -730,7 +958,7 @@ impl LogStore {
 
     /// Whether `job_id` is indexed as completed.
     pub fn contains(&self, job_id: &str) -> bool {
-        self.inner.read().jobs.contains_key(job_id)
+        self.inner.read().jobs.contains(job_id)
     }
 
     /// Number of completed jobs indexed.
@@ -744,15 +972,15 @@ impl LogStore {
     }
 
     /// The completed job's summary, if indexed.
-    pub fn summary(&self, job_id: &str) -> Option<JobSummary> {
-        self.inner.read().jobs.get(job_id).cloned()
+    pub fn summary(&self, job_id: &str) -> Option<Arc<JobSummary>> {
+        self.inner.read().get(job_id).cloned()
     }
 
     /// The unfinished job's index entry and state, if indexed (and not
     /// also completed).
     pub fn unfinished(&self, job_id: &str) -> Option<(Unfinished, JobState)> {
         let index = self.inner.read();
-        if index.jobs.contains_key(job_id) {
+        if index.jobs.contains(job_id) {
             return None;
         }
         let u = index.unfinished.get(job_id)?;
@@ -762,18 +990,17 @@ impl LogStore {
     /// The path of a job's log, completed or unfinished.
     pub fn log_path(&self, job_id: &str) -> Option<PathBuf> {
         let index = self.inner.read();
-        let name = match index.jobs.get(job_id) {
-            Some(s) => s.file_name.clone(),
-            None => index.unfinished.get(job_id)?.file_name.clone(),
-        };
-        Some(self.dir.join(&*name))
+        match index.get(job_id) {
+            Some(s) => Some(self.dir.join(&*s.file_name())),
+            None => Some(self.dir.join(&*index.unfinished.get(job_id)?.file_name)),
+        }
     }
 
     /// The facts of a job, completed or unfinished (for a list cursor).
     pub fn facts(&self, job_id: &str) -> Option<Facts> {
         let index = self.inner.read();
-        if let Some(s) = index.jobs.get(job_id) {
-            return Some(s.facts.clone());
+        if let Some(s) = index.get(job_id) {
+            return Some(s.facts().to_owned());
         }
         let u = index.unfinished.get(job_id)?;
         Some(u.facts(u.state(SystemTime::now(), self.abandoned_after)))
@@ -789,25 +1016,25 @@ impl LogStore {
         if q.filters_nothing() && q.default_order() && !unfinished {
             let skipped = skip
                 .iter()
-                .filter(|id| index.jobs.contains_key(id.as_str()))
+                .filter(|id| index.jobs.contains(id.as_str()))
                 .count();
             let total = index.jobs.len() - skipped;
             let from = match cursor {
-                Some(c) => Bound::Excluded((Reverse(c.start_key()), c.job_id.clone())),
+                Some(c) => Bound::Excluded(ByStart(Arc::new(JobSummary::probe(
+                    c.start_time,
+                    &c.job_id,
+                )))),
                 None => Bound::Unbounded,
             };
             let rows = index
                 .order
                 .range((from, Bound::Unbounded))
-                .filter(|(_, id)| !skip.contains(&**id))
+                .filter(|ByStart(s)| !skip.contains(s.job_id()))
                 .skip(q.offset)
                 .take(q.limit.unwrap_or(usize::MAX))
-                .map(|(_, id)| {
-                    let s = &index.jobs[id];
-                    Row {
-                        facts: s.facts.clone(),
-                        entry: s.entry(),
-                    }
+                .map(|ByStart(s)| Row {
+                    facts: s.facts().to_owned(),
+                    entry: s.entry(),
                 })
                 .collect();
             return Page { rows, total };
@@ -817,7 +1044,7 @@ impl LogStore {
             index
                 .unfinished
                 .values()
-                .filter(|u| !index.jobs.contains_key(&u.job_id))
+                .filter(|u| !index.jobs.contains(&*u.job_id))
                 .map(|u| (u.facts(u.state(now, self.abandoned_after)), u))
                 .collect()
         } else {
@@ -828,23 +1055,23 @@ impl LogStore {
             Open(&'a Facts, &'a Unfinished),
         }
         impl Ref<'_> {
-            fn facts(&self) -> &Facts {
+            fn facts(&self) -> FactsRef<'_> {
                 match self {
-                    Ref::Done(s) => &s.facts,
-                    Ref::Open(f, _) => f,
+                    Ref::Done(s) => s.facts(),
+                    Ref::Open(f, _) => f.view(),
                 }
             }
         }
         let mut matching: Vec<Ref> = index
             .jobs
-            .values()
-            .map(Ref::Done)
+            .iter()
+            .map(|ById(s)| Ref::Done(s))
             .chain(states.iter().map(|(f, u)| Ref::Open(f, u)))
-            .filter(|r| q.matches(r.facts()) && !skip.contains(&*r.facts().job_id))
+            .filter(|r| q.matches(r.facts()) && !skip.contains(r.facts().job_id))
             .collect();
         let total = matching.len();
         if let Some(c) = cursor {
-            matching.retain(|r| q.compare(r.facts(), c) == std::cmp::Ordering::Greater);
+            matching.retain(|r| q.compare(r.facts(), c.view()) == std::cmp::Ordering::Greater);
         }
         let end = q
             .limit
@@ -860,7 +1087,7 @@ impl LogStore {
             .skip(q.offset)
             .map(|r| match r {
                 Ref::Done(s) => Row {
-                    facts: s.facts.clone(),
+                    facts: s.facts().to_owned(),
                     entry: s.entry(),
                 },
                 Ref::Open(f, u) => Row {
@@ -875,7 +1102,7 @@ impl LogStore {
     /// The path of a completed job's log.
     fn completed_path(&self, job_id: &str) -> Option<PathBuf> {
         let index = self.inner.read();
-        Some(self.dir.join(&*index.jobs.get(job_id)?.file_name))
+        Some(self.dir.join(&*index.get(job_id)?.file_name()))
     }
 
     /// Reads the job's terminal record. `Ok(None)` when the job is not
@@ -1484,6 +1711,40 @@ mod tests {
         let end = s.read_job_end("a").unwrap().unwrap();
         assert_eq!(end.job.get(), r#"{"job_id":"a"}"#);
         assert_eq!(end.dot, "digraph G {}");
+    }
+
+    #[test]
+    fn a_log_not_named_after_its_job_is_found_by_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("x.eventlog"), job_end_line("j1", 1) + "\n").unwrap();
+        std::fs::write(dir.path().join("j2.eventlog"), job_end_line("j2", 1) + "\n").unwrap();
+        let zst = zstd::encode_all((job_end_line("j3", 1) + "\n").as_bytes(), 3).unwrap();
+        std::fs::write(dir.path().join("j3.eventlog.zst"), zst).unwrap();
+        let index = dir.path().join("index");
+        let s = store(dir.path()).with_index_file(Some(index.clone()));
+        assert_eq!(s.rescan().read, 3);
+        let names = |s: &LogStore| {
+            ["j1", "j2", "j3"].map(|id| s.summary(id).unwrap().file_name().into_owned())
+        };
+        assert_eq!(names(&s), ["x.eventlog", "j2.eventlog", "j3.eventlog.zst"]);
+        assert_eq!(
+            s.read_job_end("j1").unwrap().unwrap().job.get(),
+            r#"{"job_id":"j1"}"#
+        );
+        // Unchanged files are not read again, whatever their names.
+        assert_eq!(s.rescan(), ScanReport::default());
+        s.persist(true);
+        let restored = store(dir.path()).with_index_file(Some(index));
+        assert_eq!(restored.load_persisted(), 3);
+        assert_eq!(names(&restored), names(&s));
+        assert_eq!(restored.rescan(), ScanReport::default());
+        // A log whose name now belongs to another job is read again.
+        std::fs::remove_file(dir.path().join("x.eventlog")).unwrap();
+        std::fs::write(dir.path().join("x.eventlog"), job_end_line("j4", 1) + "\n").unwrap();
+        let report = restored.rescan();
+        assert_eq!((report.read, report.removed), (1, 1));
+        assert!(restored.summary("j1").is_none());
+        assert_eq!(restored.summary("j4").unwrap().file_name(), "x.eventlog");
     }
 
     #[test]
