@@ -140,6 +140,28 @@ fn main() {
         ms(p99),
         ms(max)
     );
+    // Where a restart's time goes.
+    let phases: [(&str, &dyn Fn()); 2] = [
+        ("of which: reading the index file", &|| {
+            std::hint::black_box(std::fs::read(&index).unwrap());
+        }),
+        ("of which: reading and decoding it", &|| {
+            let jobs = ballista_job_history::persist::load(&index).unwrap();
+            assert_eq!(jobs.len(), n);
+        }),
+    ];
+    for (what, phase) in phases {
+        let (p50, p99, max) = percentiles(
+            (0..5)
+                .map(|_| {
+                    let started = Instant::now();
+                    phase();
+                    started.elapsed()
+                })
+                .collect(),
+        );
+        println!("| {what} | {} | {} | {} | 5 |", ms(p50), ms(p99), ms(max));
+    }
     let store = store.unwrap();
     let pairs = |q: &str| -> Vec<(String, String)> {
         q.split('&')

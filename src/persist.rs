@@ -20,7 +20,7 @@
 //! never sees a torn index; several processes may share one (the last
 //! writer wins, and each is verified on load).
 
-use crate::query::{FactsRef, JobState};
+use crate::query::{FactsRef, JobFacts, JobState};
 use crate::store::{JobSummary, SummaryParts};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -92,13 +92,12 @@ pub fn encode<'a>(jobs: impl Iterator<Item = &'a JobSummary>) -> Vec<u8> {
     let mut count: u64 = 0;
     for s in jobs {
         count += 1;
-        let f = s.facts();
         put_str(&mut out, &s.file_name());
-        put_str(&mut out, f.job_id);
-        put_str(&mut out, f.job_name);
-        out.push(state_code(f.state));
-        out.extend_from_slice(&f.start_time.to_le_bytes());
-        out.extend_from_slice(&f.end_time.to_le_bytes());
+        put_str(&mut out, s.job_id());
+        put_str(&mut out, s.job_name());
+        out.push(state_code(s.state()));
+        out.extend_from_slice(&s.start_time().to_le_bytes());
+        out.extend_from_slice(&s.end_time().to_le_bytes());
         put_str(&mut out, s.job_status());
         put_str(&mut out, s.status());
         out.extend_from_slice(&s.num_stages.to_le_bytes());
@@ -286,6 +285,18 @@ mod tests {
         // Verifying an unchanged directory reads no log.
         assert_eq!(second.rescan().read, 0);
         assert_eq!(listing(&second), want);
+    }
+
+    #[test]
+    fn an_index_listing_a_job_twice_is_not_used() {
+        let (dir, index, want) = setup(5);
+        let jobs = load(&index).unwrap();
+        std::fs::write(&index, encode(jobs.iter().chain(&jobs))).unwrap();
+        let s = store(dir.path(), &index);
+        assert_eq!(s.load_persisted(), 0);
+        assert!(s.is_empty() && !s.is_ready());
+        assert_eq!(s.rescan().read, 5);
+        assert_eq!(listing(&s), want);
     }
 
     #[test]

@@ -110,30 +110,74 @@ pub struct Facts {
 }
 
 impl Facts {
-    /// The facts as borrowed fields.
-    pub fn view(&self) -> FactsRef<'_> {
-        FactsRef {
-            job_id: &self.job_id,
-            job_name: &self.job_name,
-            state: self.state,
-            start_time: self.start_time,
-            end_time: self.end_time,
+    /// Copies the facts of `job`.
+    pub fn of(job: &(impl JobFacts + ?Sized)) -> Self {
+        Self {
+            job_id: Arc::from(job.job_id()),
+            job_name: Arc::from(job.job_name()),
+            state: job.state(),
+            start_time: job.start_time(),
+            end_time: job.end_time(),
         }
-    }
-
-    /// End minus start, when both are known.
-    pub fn duration(&self) -> Option<u64> {
-        self.view().duration()
-    }
-
-    /// The default position key: newest start first (see [`Sort::StartTime`]).
-    pub fn start_key(&self) -> u64 {
-        self.view().start_key()
     }
 }
 
-/// [`Facts`] with borrowed strings: what filters and sorting read, without
-/// an allocation per job.
+/// What filters and sorting read about a job: from owned facts, borrowed
+/// ones, or an index entry, whose strings are only touched when a filter
+/// or a tie needs them.
+pub trait JobFacts {
+    /// The job.
+    fn job_id(&self) -> &str;
+    /// Its name.
+    fn job_name(&self) -> &str;
+    /// Its state.
+    fn state(&self) -> JobState;
+    /// Start time (epoch millis; 0 when not started).
+    fn start_time(&self) -> u64;
+    /// End time (epoch millis; 0 when not ended).
+    fn end_time(&self) -> u64;
+
+    /// End minus start, when both are known.
+    fn duration(&self) -> Option<u64> {
+        let (start, end) = (self.start_time(), self.end_time());
+        (start > 0 && end > 0).then(|| end.saturating_sub(start))
+    }
+
+    /// The default position key: newest start first (see [`Sort::StartTime`]).
+    fn start_key(&self) -> u64 {
+        numeric(self, Sort::StartTime)
+    }
+}
+
+fn numeric(f: &(impl JobFacts + ?Sized), sort: Sort) -> u64 {
+    let open = |t: u64| if t == 0 { u64::MAX } else { t };
+    match sort {
+        Sort::StartTime => open(f.start_time()),
+        Sort::EndTime => open(f.end_time()),
+        Sort::Duration => f.duration().unwrap_or(u64::MAX),
+        Sort::Name => 0,
+    }
+}
+
+impl JobFacts for Facts {
+    fn job_id(&self) -> &str {
+        &self.job_id
+    }
+    fn job_name(&self) -> &str {
+        &self.job_name
+    }
+    fn state(&self) -> JobState {
+        self.state
+    }
+    fn start_time(&self) -> u64 {
+        self.start_time
+    }
+    fn end_time(&self) -> u64 {
+        self.end_time
+    }
+}
+
+/// [`Facts`] with borrowed strings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FactsRef<'a> {
     /// The job.
@@ -148,37 +192,21 @@ pub struct FactsRef<'a> {
     pub end_time: u64,
 }
 
-impl FactsRef<'_> {
-    fn numeric(&self, sort: Sort) -> u64 {
-        let open = |t: u64| if t == 0 { u64::MAX } else { t };
-        match sort {
-            Sort::StartTime => open(self.start_time),
-            Sort::EndTime => open(self.end_time),
-            Sort::Duration => self.duration().unwrap_or(u64::MAX),
-            Sort::Name => 0,
-        }
+impl JobFacts for FactsRef<'_> {
+    fn job_id(&self) -> &str {
+        self.job_id
     }
-
-    /// End minus start, when both are known.
-    pub fn duration(&self) -> Option<u64> {
-        (self.start_time > 0 && self.end_time > 0)
-            .then(|| self.end_time.saturating_sub(self.start_time))
+    fn job_name(&self) -> &str {
+        self.job_name
     }
-
-    /// The default position key: newest start first (see [`Sort::StartTime`]).
-    pub fn start_key(&self) -> u64 {
-        self.numeric(Sort::StartTime)
+    fn state(&self) -> JobState {
+        self.state
     }
-
-    /// The owned facts.
-    pub fn to_owned(&self) -> Facts {
-        Facts {
-            job_id: Arc::from(self.job_id),
-            job_name: Arc::from(self.job_name),
-            state: self.state,
-            start_time: self.start_time,
-            end_time: self.end_time,
-        }
+    fn start_time(&self) -> u64 {
+        self.start_time
+    }
+    fn end_time(&self) -> u64 {
+        self.end_time
     }
 }
 
@@ -405,22 +433,22 @@ impl ListQuery {
     }
 
     /// Whether `facts` passes every filter.
-    pub fn matches(&self, facts: FactsRef<'_>) -> bool {
+    pub fn matches(&self, facts: &(impl JobFacts + ?Sized)) -> bool {
         if let Some(states) = &self.states
-            && !states.contains(&facts.state)
+            && !states.contains(&facts.state())
         {
             return false;
         }
         if let Some(needle) = &self.name
-            && !contains_ignore_case(facts.job_name, needle)
+            && !contains_ignore_case(facts.job_name(), needle)
         {
             return false;
         }
         let within = |t: u64, after: Option<u64>, before: Option<u64>| {
             after.is_none_or(|a| t != 0 && t >= a) && before.is_none_or(|b| t != 0 && t <= b)
         };
-        if !within(facts.start_time, self.started_after, self.started_before)
-            || !within(facts.end_time, self.ended_after, self.ended_before)
+        if !within(facts.start_time(), self.started_after, self.started_before)
+            || !within(facts.end_time(), self.ended_after, self.ended_before)
         {
             return false;
         }
@@ -433,20 +461,23 @@ impl ListQuery {
     }
 
     /// The query's total order over jobs.
-    pub fn compare(&self, a: FactsRef<'_>, b: FactsRef<'_>) -> Ordering {
+    pub fn compare(&self, a: &(impl JobFacts + ?Sized), b: &(impl JobFacts + ?Sized)) -> Ordering {
         let primary = match self.sort {
+            // Lowercase, char by char (the order of the lowercased
+            // strings, without allocating them), then as written.
             Sort::Name => a
-                .job_name
-                .to_lowercase()
-                .cmp(&b.job_name.to_lowercase())
-                .then_with(|| a.job_name.cmp(b.job_name)),
-            sort => a.numeric(sort).cmp(&b.numeric(sort)),
+                .job_name()
+                .chars()
+                .flat_map(char::to_lowercase)
+                .cmp(b.job_name().chars().flat_map(char::to_lowercase))
+                .then_with(|| a.job_name().cmp(b.job_name())),
+            sort => numeric(a, sort).cmp(&numeric(b, sort)),
         };
         let primary = match self.order() {
             Order::Asc => primary,
             Order::Desc => primary.reverse(),
         };
-        primary.then_with(|| a.job_id.cmp(b.job_id))
+        primary.then_with(|| a.job_id().cmp(b.job_id()))
     }
 
     /// Filters, orders and pages `rows`: the whole work for a source that
@@ -454,23 +485,21 @@ impl ListQuery {
     pub fn select(&self, rows: Vec<Row>, cursor: Option<&Facts>) -> Page {
         let mut rows: Vec<Row> = rows
             .into_iter()
-            .filter(|r| self.matches(r.facts.view()))
+            .filter(|r| self.matches(&r.facts))
             .collect();
         let total = rows.len();
         if let Some(cursor) = cursor {
-            rows.retain(|r| self.compare(r.facts.view(), cursor.view()) == Ordering::Greater);
+            rows.retain(|r| self.compare(&r.facts, cursor) == Ordering::Greater);
         }
         let end = self
             .limit
             .map_or(rows.len(), |l| self.offset.saturating_add(l))
             .min(rows.len());
         if end < rows.len() && end > 0 {
-            rows.select_nth_unstable_by(end - 1, |a, b| {
-                self.compare(a.facts.view(), b.facts.view())
-            });
+            rows.select_nth_unstable_by(end - 1, |a, b| self.compare(&a.facts, &b.facts));
             rows.truncate(end);
         }
-        rows.sort_by(|a, b| self.compare(a.facts.view(), b.facts.view()));
+        rows.sort_by(|a, b| self.compare(&a.facts, &b.facts));
         let rows = rows.into_iter().skip(self.offset).collect();
         Page { rows, total }
     }

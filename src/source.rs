@@ -13,7 +13,7 @@
 
 use crate::api::ApiError;
 use crate::live::LiveApi;
-use crate::query::{Facts, JobState, ListQuery, Page, Row};
+use crate::query::{Facts, JobFacts, JobState, ListQuery, Page, Row};
 use crate::record::{JobEnd, Variant};
 use crate::store::{LogStore, Unfinished, read_job_start};
 use crate::timeline::{JobHeader, TimelineParams, read_timeline, render_svg};
@@ -360,7 +360,7 @@ impl JobSource for DiskSource {
 
     async fn cancel(&self, job_id: &str) -> Result<Option<Reply>, ApiError> {
         let state = match (self.store.summary(job_id), self.store.unfinished(job_id)) {
-            (Some(summary), _) => summary.facts().state,
+            (Some(summary), _) => summary.state(),
             (None, Some((_, state))) => state,
             (None, None) => return Ok(None),
         };
@@ -478,9 +478,9 @@ impl DiskSource {
         let header = match (self.store.summary(job_id), self.store.unfinished(job_id)) {
             (Some(s), _) => JobHeader {
                 job_id: job_id.to_string(),
-                state: s.facts().state,
-                start_time: s.facts().start_time,
-                end_time: s.facts().end_time,
+                state: s.state(),
+                start_time: s.start_time(),
+                end_time: s.end_time(),
                 dropped_records: Some(s.dropped_records),
             },
             (None, Some((u, state))) => JobHeader {

@@ -21,7 +21,7 @@
 //! hides nothing but itself.
 
 use crate::metrics::HistoryMetrics;
-use crate::query::{Facts, FactsRef, JobState, ListQuery, Page, Row};
+use crate::query::{Facts, FactsRef, JobFacts, JobState, ListQuery, Page, Row};
 use crate::record::{
     Envelope, Footer, JobEnd, JobEndStatus, JobEndSummary, JobStart, SCHEMA_VERSION, TaskEnd, kind,
 };
@@ -232,22 +232,6 @@ impl JobSummary {
         self.text.get(start..end).unwrap_or("")
     }
 
-    /// The job's id.
-    pub fn job_id(&self) -> &str {
-        self.piece(0)
-    }
-
-    /// Id, name, state, start and end.
-    pub fn facts(&self) -> FactsRef<'_> {
-        FactsRef {
-            job_id: self.piece(0),
-            job_name: self.piece(1),
-            state: self.state,
-            start_time: self.start_time,
-            end_time: self.end_time,
-        }
-    }
-
     /// The long status text.
     pub fn job_status(&self) -> &str {
         self.piece(2)
@@ -306,21 +290,38 @@ impl JobSummary {
             start_time: u64,
             end_time: u64,
         }
-        let f = self.facts();
         let entry = Entry {
-            job_id: f.job_id,
-            job_name: f.job_name,
+            job_id: self.job_id(),
+            job_name: self.job_name(),
             job_status: self.job_status(),
             status: self.status(),
             num_stages: self.num_stages,
             completed_stages: self.completed_stages,
             percent_complete: self.percent_complete,
-            start_time: f.start_time,
-            end_time: f.end_time,
+            start_time: self.start_time,
+            end_time: self.end_time,
         };
         let mut out = Vec::with_capacity(160 + self.text.len());
         let _ = serde_json::to_writer(&mut out, &entry);
         out.into()
+    }
+}
+
+impl JobFacts for JobSummary {
+    fn job_id(&self) -> &str {
+        self.piece(0)
+    }
+    fn job_name(&self) -> &str {
+        self.piece(1)
+    }
+    fn state(&self) -> JobState {
+        self.state
+    }
+    fn start_time(&self) -> u64 {
+        self.start_time
+    }
+    fn end_time(&self) -> u64 {
+        self.end_time
     }
 }
 
@@ -371,7 +372,7 @@ struct ByStart(Arc<JobSummary>);
 
 impl ByStart {
     fn key(&self) -> (Reverse<u64>, &str) {
-        (Reverse(self.0.facts().start_key()), self.0.job_id())
+        (Reverse(self.0.start_key()), self.0.job_id())
     }
 }
 
@@ -665,20 +666,40 @@ impl LogStore {
                 if !index.jobs.is_empty() {
                     return 0;
                 }
-                index.jobs.reserve(n);
-                let mut order = Vec::with_capacity(n);
-                for job in jobs {
-                    let job = Arc::new(job);
-                    if job.file == FileKind::Named {
-                        index
-                            .odd_names
-                            .insert(job.file_name().into(), job.job_id().into());
+                let jobs: Vec<Arc<JobSummary>> = jobs.into_iter().map(Arc::new).collect();
+                // The ordered set and the id set are built side by side.
+                let (order, (ids, odd_names)) = std::thread::scope(|scope| {
+                    // Saved in this order, so the sort is one pass.
+                    let order = scope.spawn(|| {
+                        jobs.iter()
+                            .map(|j| ByStart(j.clone()))
+                            .collect::<BTreeSet<_>>()
+                    });
+                    let mut ids = HashSet::with_capacity(n);
+                    let mut odd_names = HashMap::new();
+                    for job in &jobs {
+                        if job.file == FileKind::Named {
+                            odd_names.insert(job.file_name().into(), job.job_id().into());
+                        }
+                        ids.insert(ById(job.clone()));
                     }
-                    order.push(ByStart(job.clone()));
-                    index.jobs.insert(ById(job));
+                    let order = order
+                        .join()
+                        .unwrap_or_else(|p| std::panic::resume_unwind(p));
+                    (order, (ids, odd_names))
+                });
+                if order.len() != n || ids.len() != n {
+                    log::warn!(
+                        "history: the persistent index {} lists a job twice; rebuilding it \
+                         from the directory",
+                        path.display()
+                    );
+                    self.dirty.store(true, Ordering::Release);
+                    return 0;
                 }
-                // Saved in this order, so the sort is one pass.
-                index.order = order.into_iter().collect();
+                index.jobs = ids;
+                index.order = order;
+                index.odd_names = odd_names;
                 drop(index);
                 self.ready.store(true, Ordering::Release);
                 log::info!(
@@ -1000,7 +1021,7 @@ impl LogStore {
     pub fn facts(&self, job_id: &str) -> Option<Facts> {
         let index = self.inner.read();
         if let Some(s) = index.get(job_id) {
-            return Some(s.facts().to_owned());
+            return Some(Facts::of(&**s));
         }
         let u = index.unfinished.get(job_id)?;
         Some(u.facts(u.state(SystemTime::now(), self.abandoned_after)))
@@ -1033,7 +1054,7 @@ impl LogStore {
                 .skip(q.offset)
                 .take(q.limit.unwrap_or(usize::MAX))
                 .map(|ByStart(s)| Row {
-                    facts: s.facts().to_owned(),
+                    facts: Facts::of(&**s),
                     entry: s.entry(),
                 })
                 .collect();
@@ -1054,40 +1075,64 @@ impl LogStore {
             Done(&'a JobSummary),
             Open(&'a Facts, &'a Unfinished),
         }
-        impl Ref<'_> {
-            fn facts(&self) -> FactsRef<'_> {
+        impl JobFacts for Ref<'_> {
+            fn job_id(&self) -> &str {
                 match self {
-                    Ref::Done(s) => s.facts(),
-                    Ref::Open(f, _) => f.view(),
+                    Ref::Done(s) => s.job_id(),
+                    Ref::Open(f, _) => &f.job_id,
+                }
+            }
+            fn job_name(&self) -> &str {
+                match self {
+                    Ref::Done(s) => s.job_name(),
+                    Ref::Open(f, _) => &f.job_name,
+                }
+            }
+            fn state(&self) -> JobState {
+                match self {
+                    Ref::Done(s) => s.state,
+                    Ref::Open(f, _) => f.state,
+                }
+            }
+            fn start_time(&self) -> u64 {
+                match self {
+                    Ref::Done(s) => s.start_time,
+                    Ref::Open(f, _) => f.start_time,
+                }
+            }
+            fn end_time(&self) -> u64 {
+                match self {
+                    Ref::Done(s) => s.end_time,
+                    Ref::Open(f, _) => f.end_time,
                 }
             }
         }
         let mut matching: Vec<Ref> = index
-            .jobs
+            .order
             .iter()
-            .map(|ById(s)| Ref::Done(s))
+            .map(|ByStart(s)| Ref::Done(s))
             .chain(states.iter().map(|(f, u)| Ref::Open(f, u)))
-            .filter(|r| q.matches(r.facts()) && !skip.contains(r.facts().job_id))
+            .filter(|r| q.matches(r) && (skip.is_empty() || !skip.contains(r.job_id())))
             .collect();
         let total = matching.len();
         if let Some(c) = cursor {
-            matching.retain(|r| q.compare(r.facts(), c.view()) == std::cmp::Ordering::Greater);
+            matching.retain(|r| q.compare(r, c) == std::cmp::Ordering::Greater);
         }
         let end = q
             .limit
             .map_or(matching.len(), |l| q.offset.saturating_add(l))
             .min(matching.len());
         if end > 0 && end < matching.len() {
-            matching.select_nth_unstable_by(end - 1, |a, b| q.compare(a.facts(), b.facts()));
+            matching.select_nth_unstable_by(end - 1, |a, b| q.compare(a, b));
             matching.truncate(end);
         }
-        matching.sort_by(|a, b| q.compare(a.facts(), b.facts()));
+        matching.sort_by(|a, b| q.compare(a, b));
         let rows = matching
             .into_iter()
             .skip(q.offset)
             .map(|r| match r {
                 Ref::Done(s) => Row {
-                    facts: s.facts().to_owned(),
+                    facts: Facts::of(s),
                     entry: s.entry(),
                 },
                 Ref::Open(f, u) => Row {
