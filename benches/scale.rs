@@ -10,7 +10,7 @@
 mod corpus;
 
 use ballista_job_history::metrics::HistoryMetrics;
-use ballista_job_history::query::{Facts, FactsRef, JobState, ListQuery};
+use ballista_job_history::query::{Facts, FactsRef, JobFacts, JobState, ListQuery};
 use ballista_job_history::store::{JobSummary, LogStore, SummaryParts};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -56,6 +56,102 @@ fn summaries(n: usize) -> Vec<JobSummary> {
             })
         })
         .collect()
+}
+
+/// The binary, restarted over a directory of `n` (empty) logs and its
+/// persistent index: time from spawning the process to the first answer
+/// of `/api/jobs?limit=100` that lists all `n` jobs.
+fn process_restart(n: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let stamp = SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000);
+    let jobs = summaries(n);
+    for job in &jobs {
+        let file = std::fs::File::create(dir.path().join(&*job.file_name())).unwrap();
+        file.set_modified(stamp).unwrap();
+    }
+    let index: Vec<JobSummary> = jobs
+        .iter()
+        .map(|j| {
+            JobSummary::restore(SummaryParts {
+                facts: FactsRef {
+                    job_id: j.job_id(),
+                    job_name: j.job_name(),
+                    state: j.state(),
+                    start_time: j.start_time(),
+                    end_time: j.end_time(),
+                },
+                job_status: j.job_status(),
+                status: j.status(),
+                stages: [j.num_stages, j.completed_stages],
+                percent_complete: j.percent_complete,
+                dropped_records: j.dropped_records,
+                file_name: &j.file_name(),
+                len: 0,
+                modified: Some(stamp),
+            })
+        })
+        .collect();
+    drop(jobs);
+    std::fs::write(
+        dir.path()
+            .join(ballista_job_history::persist::DEFAULT_FILE_NAME),
+        ballista_job_history::persist::encode(index.iter()),
+    )
+    .unwrap();
+    drop(index);
+    let mut samples = Vec::new();
+    for _ in 0..5 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let started = Instant::now();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ballista-scheduler"))
+            .args(["--history-only", "--bind-host", "127.0.0.1", "--bind-port"])
+            .arg(port.to_string())
+            .arg("--event-log-dir")
+            .arg(dir.path())
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .unwrap();
+        let want = format!("x-total-count: {n}\r\n");
+        loop {
+            if let Some(answer) = get(port, "/api/jobs?limit=100")
+                && answer.to_ascii_lowercase().contains(&want)
+            {
+                samples.push(started.elapsed());
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "never listed");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let (p50, p99, max) = percentiles(samples);
+    println!(
+        "| restart of the binary over {n} logs: process start to the first full \
+         `/api/jobs?limit=100` | {} | {} | {} | 5 |",
+        ms(p50),
+        ms(p99),
+        ms(max)
+    );
+}
+
+/// One HTTP/1.1 GET on loopback: the whole answer, or `None` when nothing
+/// listens yet.
+fn get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    Some(answer)
 }
 
 fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration, Duration) {
@@ -212,6 +308,7 @@ fn main() {
         );
     }
     drop(store);
+    process_restart(env_usize("SCALE_PROCESS_JOBS", n));
 
     // Memory per indexed job, each measured in a fresh process.
     let rss_jobs = env_usize("SCALE_RSS_JOBS", 100_000);
