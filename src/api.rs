@@ -34,6 +34,9 @@ pub enum ApiError {
     /// Something failed on our side; the message says what, without paths.
     #[error("{0}")]
     Internal(String),
+    /// The API is protected by a token and the request did not carry it.
+    #[error("{0}")]
+    Unauthorized(&'static str),
 }
 
 #[derive(serde::Serialize)]
@@ -50,6 +53,7 @@ impl ApiError {
             ApiError::NotFound | ApiError::Missing(_) => StatusCode::NOT_FOUND,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
         }
     }
 }
@@ -60,13 +64,21 @@ impl IntoResponse for ApiError {
         let error = match self {
             ApiError::NotFound => None,
             ApiError::Missing(e) | ApiError::BadRequest(e) | ApiError::Internal(e) => Some(e),
+            ApiError::Unauthorized(e) => Some(e.to_string()),
         };
         let body = ErrorBody {
             http_code: status.as_u16(),
             reason: status.canonical_reason(),
             error,
         };
-        (status, Json(body)).into_response()
+        let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                http::HeaderValue::from_static("Bearer realm=\"ballista\""),
+            );
+        }
+        response
     }
 }
 

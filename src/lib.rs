@@ -2,6 +2,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod auth;
 pub mod capture;
 pub mod listener;
 pub mod live;

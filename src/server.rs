@@ -78,6 +78,9 @@ pub struct HistoryOptions {
     pub retention: Option<RetentionPolicy>,
     /// The persistent index file; `None` keeps none.
     pub index_file: Option<PathBuf>,
+    /// The bearer token the REST API requires (see [`crate::auth`]);
+    /// `None` leaves it open, as upstream's is.
+    pub api_token: Option<crate::auth::ApiToken>,
 }
 
 impl HistoryOptions {
@@ -95,6 +98,7 @@ impl HistoryOptions {
             abandoned_after: crate::store::DEFAULT_ABANDONED_AFTER,
             compression: Compression::None,
             retention: None,
+            api_token: None,
         }
     }
 }
@@ -268,7 +272,10 @@ pub async fn run_scheduler(
         writer_parts = Some((writer, thread));
     }
 
-    let router = live_router(&scheduler, &config, api, source, tap);
+    let router = crate::auth::protect(
+        live_router(&scheduler, &config, api, source, tap),
+        history.as_ref().and_then(|h| h.api_token.clone()),
+    );
     log::info!(
         "Ballista scheduler v{BALLISTA_VERSION} listening on {:?}{}",
         listener.local_addr().ok(),
@@ -419,7 +426,8 @@ pub async fn run_history(
         listener.local_addr().ok(),
         options.event_log_dir.display()
     );
-    let served = axum::serve(listener, with_version_headers(router))
+    let router = crate::auth::protect(with_version_headers(router), options.api_token.clone());
+    let served = axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await;
     let _ = stop_tx.send(true);

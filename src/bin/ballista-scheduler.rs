@@ -2,6 +2,7 @@
 //! It only parses flags and calls the library.
 
 use ballista_core::config::LogRotationPolicy;
+use ballista_job_history::auth::ApiToken;
 use ballista_job_history::redact::{DEFAULT_PATTERN, Redactor};
 use ballista_job_history::retention::{
     DEFAULT_ORPHAN_GRACE, RetentionPolicy, parse_bytes, parse_duration,
@@ -97,6 +98,12 @@ struct Cli {
     /// Keep no persistent index: every start indexes the directory.
     #[arg(long, conflicts_with = "history_index")]
     no_history_index: bool,
+
+    /// Require `Authorization: Bearer <token>` on every `/api` route (the
+    /// health checks stay open), the token being this file's content.
+    /// Off by default, as upstream's API is open.
+    #[arg(long)]
+    api_token_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -188,14 +195,21 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         .map_err(|e| format!("--event-log-redact-pattern: {e}"))?;
     let retention = cli.retention();
     if cli.upstream.event_log_dir.is_none()
-        && (retention.is_some() || cli.event_log_compression != CompressionArg::None)
+        && (retention.is_some()
+            || cli.event_log_compression != CompressionArg::None
+            || cli.api_token_file.is_some())
     {
         return Err(
-            "--retain-*, --orphan-grace and --event-log-compression need \
+            "--retain-*, --orphan-grace, --event-log-compression and --api-token-file need \
                     --event-log-dir DIR"
                 .into(),
         );
     }
+    let api_token = cli
+        .api_token_file
+        .as_deref()
+        .map(ApiToken::from_file)
+        .transpose()?;
     let history = cli.upstream.event_log_dir.clone().map(|dir| {
         let mut options = HistoryOptions::new(dir);
         options.update_interval = Duration::from_secs(cli.update_interval_seconds);
@@ -208,6 +222,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             CompressionArg::Zstd => Compression::Zstd(DEFAULT_ZSTD_LEVEL),
         };
         options.retention = retention.clone();
+        options.api_token = api_token;
         if cli.no_history_index {
             options.index_file = None;
         } else if let Some(path) = &cli.history_index {

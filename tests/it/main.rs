@@ -9,3 +9,4 @@ mod history;
 mod library;
 mod live;
 mod record;
+mod security;
