@@ -160,7 +160,7 @@ async fn list_jobs(
     headers.insert(TOTAL_COUNT_HEADER, page.total.into());
     if let (Some(limit), Some(last)) = (query.limit, page.rows.last())
         && page.rows.len() == limit
-        && let Ok(value) = http::HeaderValue::from_str(&last.facts.job_id)
+        && let Ok(value) = http::HeaderValue::from_str(last.facts.job_id())
     {
         headers.insert(NEXT_AFTER_HEADER, value);
     }

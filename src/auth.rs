@@ -136,7 +136,11 @@ mod tests {
             b"Bearer",
             b"",
         ] {
-            assert!(!token.permits(Some(wrong)), "{}", String::from_utf8_lossy(wrong));
+            assert!(
+                !token.permits(Some(wrong)),
+                "{}",
+                String::from_utf8_lossy(wrong)
+            );
         }
         assert!(!token.permits(None));
     }
@@ -149,9 +153,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("token");
         std::fs::write(&path, "  abc123\n").unwrap();
-        assert!(ApiToken::from_file(&path).unwrap().permits(Some(b"Bearer abc123")));
+        assert!(
+            ApiToken::from_file(&path)
+                .unwrap()
+                .permits(Some(b"Bearer abc123"))
+        );
         std::fs::write(&path, "\n").unwrap();
-        assert!(matches!(ApiToken::from_file(&path), Err(TokenError::Invalid(_))));
+        assert!(matches!(
+            ApiToken::from_file(&path),
+            Err(TokenError::Invalid(_))
+        ));
         let missing = ApiToken::from_file(&dir.path().join("none")).unwrap_err();
         assert!(missing.to_string().contains("cannot read"), "{missing}");
         assert!(!format!("{:?}", ApiToken::new("abc123").unwrap()).contains("abc123"));
@@ -169,10 +180,21 @@ mod tests {
 
     #[test]
     fn health_checks_and_non_api_paths_are_not_protected() {
-        for open in ["/healthz", "/readyz", "/apis", "/ballista.protobuf.SchedulerGrpc/PollWork"] {
+        for open in [
+            "/healthz",
+            "/readyz",
+            "/apis",
+            "/ballista.protobuf.SchedulerGrpc/PollWork",
+        ] {
             assert!(!protected(open), "{open}");
         }
-        for closed in ["/api", "/api/jobs", "/api/job/x/stages", "/api/metrics", "/api/state"] {
+        for closed in [
+            "/api",
+            "/api/jobs",
+            "/api/job/x/stages",
+            "/api/metrics",
+            "/api/state",
+        ] {
             assert!(protected(closed), "{closed}");
         }
     }

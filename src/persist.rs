@@ -254,7 +254,7 @@ mod tests {
         s.page(&ListQuery::default(), None, &HashSet::new())
             .rows
             .into_iter()
-            .map(|r| (r.facts.job_id.to_string(), r.entry.to_vec()))
+            .map(|r| (r.facts.job_id().to_string(), r.entry.to_vec()))
             .collect()
     }
 

@@ -125,7 +125,7 @@ impl Facts {
 /// What filters and sorting read about a job: from owned facts, borrowed
 /// ones, or an index entry, whose strings are only touched when a filter
 /// or a tie needs them.
-pub trait JobFacts {
+pub trait JobFacts: std::fmt::Debug {
     /// The job.
     fn job_id(&self) -> &str;
     /// Its name.
@@ -213,10 +213,20 @@ impl JobFacts for FactsRef<'_> {
 /// One job of a list: its facts and its entry's JSON bytes.
 #[derive(Debug, Clone)]
 pub struct Row {
-    /// Filter and sort facts.
-    pub facts: Facts,
+    /// Filter and sort facts: shared with the index for an indexed job.
+    pub facts: Arc<dyn JobFacts + Send + Sync>,
     /// The `GET /api/jobs` entry, verbatim.
     pub entry: Bytes,
+}
+
+impl Row {
+    /// A row of owned facts.
+    pub fn new(facts: Facts, entry: Bytes) -> Self {
+        Self {
+            facts: Arc::new(facts),
+            entry,
+        }
+    }
 }
 
 /// One page of a list.
@@ -485,21 +495,21 @@ impl ListQuery {
     pub fn select(&self, rows: Vec<Row>, cursor: Option<&Facts>) -> Page {
         let mut rows: Vec<Row> = rows
             .into_iter()
-            .filter(|r| self.matches(&r.facts))
+            .filter(|r| self.matches(&*r.facts))
             .collect();
         let total = rows.len();
         if let Some(cursor) = cursor {
-            rows.retain(|r| self.compare(&r.facts, cursor) == Ordering::Greater);
+            rows.retain(|r| self.compare(&*r.facts, cursor) == Ordering::Greater);
         }
         let end = self
             .limit
             .map_or(rows.len(), |l| self.offset.saturating_add(l))
             .min(rows.len());
         if end < rows.len() && end > 0 {
-            rows.select_nth_unstable_by(end - 1, |a, b| self.compare(&a.facts, &b.facts));
+            rows.select_nth_unstable_by(end - 1, |a, b| self.compare(&*a.facts, &*b.facts));
             rows.truncate(end);
         }
-        rows.sort_by(|a, b| self.compare(&a.facts, &b.facts));
+        rows.sort_by(|a, b| self.compare(&*a.facts, &*b.facts));
         let rows = rows.into_iter().skip(self.offset).collect();
         Page { rows, total }
     }
@@ -533,20 +543,20 @@ mod tests {
     }
 
     fn row(id: &str, name: &str, state: JobState, start: u64, end: u64) -> Row {
-        Row {
-            facts: Facts {
+        Row::new(
+            Facts {
                 job_id: id.into(),
                 job_name: name.into(),
                 state,
                 start_time: start,
                 end_time: end,
             },
-            entry: Bytes::from(id.to_string()),
-        }
+            Bytes::from(id.to_string()),
+        )
     }
 
     fn ids(page: &Page) -> Vec<&str> {
-        page.rows.iter().map(|r| &*r.facts.job_id).collect()
+        page.rows.iter().map(|r| r.facts.job_id()).collect()
     }
 
     fn sample() -> Vec<Row> {
@@ -599,7 +609,7 @@ mod tests {
         assert_eq!(ids(&page), ["d", "c"]);
         assert_eq!(page.total, 5);
         let q = ListQuery::parse(&pairs("limit=2")).unwrap();
-        let cursor = sample()[2].facts.clone();
+        let cursor = Facts::of(&*sample()[2].facts);
         assert_eq!(ids(&q.select(sample(), Some(&cursor))), ["b", "a"]);
     }
 

@@ -176,16 +176,16 @@ impl LiveSource {
             .into_iter()
             .filter_map(|raw| {
                 let keys: EntryKeys = serde_json::from_str(raw.get()).ok()?;
-                Some(Row {
-                    facts: Facts {
+                Some(Row::new(
+                    Facts {
                         job_id: Arc::from(&*keys.job_id),
                         job_name: Arc::from(&*keys.job_name),
                         state: JobState::from_status_word(&keys.status),
                         start_time: keys.start_time,
                         end_time: keys.end_time,
                     },
-                    entry: Bytes::copy_from_slice(raw.get().as_bytes()),
-                })
+                    Bytes::copy_from_slice(raw.get().as_bytes()),
+                ))
             })
             .collect())
     }
@@ -202,8 +202,8 @@ impl JobSource for LiveSource {
             .rows()
             .await?
             .into_iter()
-            .find(|r| &*r.facts.job_id == job_id)
-            .map(|r| r.facts))
+            .find(|r| r.facts.job_id() == job_id)
+            .map(|r| Facts::of(&*r.facts)))
     }
 
     async fn get(&self, job_id: &str, payload: Payload) -> Result<Option<Reply>, ApiError> {
@@ -536,7 +536,7 @@ impl JobSource for Layered {
         // Every live job, and the disk's first `offset + limit` jobs among
         // the others: enough to cut the merged page.
         let live = self.live.rows().await?;
-        let skip: HashSet<String> = live.iter().map(|r| r.facts.job_id.to_string()).collect();
+        let skip: HashSet<String> = live.iter().map(|r| r.facts.job_id().to_string()).collect();
         let widened = ListQuery {
             offset: 0,
             limit: query.limit.map(|l| l.saturating_add(query.offset)),

@@ -276,6 +276,13 @@ impl JobSummary {
     /// The job's `GET /api/jobs` entry: the scheduler's wire type
     /// (`JobResponse` without plans), serialized from borrowed fields.
     pub fn entry(&self) -> Bytes {
+        let mut out = Vec::with_capacity(160 + self.text.len());
+        self.write_entry(&mut out);
+        out.into()
+    }
+
+    /// Appends [`JobSummary::entry`] to `out`.
+    pub fn write_entry(&self, out: &mut Vec<u8>) {
         /// `ballista_api_types::dto::JobResponse` as the list serializes it
         /// (plans absent), field for field.
         #[derive(serde::Serialize)]
@@ -301,9 +308,7 @@ impl JobSummary {
             start_time: self.start_time,
             end_time: self.end_time,
         };
-        let mut out = Vec::with_capacity(160 + self.text.len());
-        let _ = serde_json::to_writer(&mut out, &entry);
-        out.into()
+        let _ = serde_json::to_writer(out, &entry);
     }
 }
 
@@ -323,6 +328,26 @@ impl JobFacts for JobSummary {
     fn end_time(&self) -> u64 {
         self.end_time
     }
+}
+
+/// The rows of `jobs`: their entries are serialized into one buffer and
+/// each row's is a slice of it; their facts are the index's own.
+fn rows_of<'a>(jobs: impl Iterator<Item = &'a Arc<JobSummary>>) -> Vec<Row> {
+    let mut buffer = Vec::new();
+    let mut spans = Vec::new();
+    for job in jobs {
+        let start = buffer.len();
+        job.write_entry(&mut buffer);
+        spans.push((job.clone(), start..buffer.len()));
+    }
+    let buffer = Bytes::from(buffer);
+    spans
+        .into_iter()
+        .map(|(job, span)| Row {
+            facts: job,
+            entry: buffer.slice(span),
+        })
+        .collect()
 }
 
 fn nanos_since_epoch(t: SystemTime) -> i64 {
@@ -1047,18 +1072,17 @@ impl LogStore {
                 )))),
                 None => Bound::Unbounded,
             };
-            let rows = index
+            let jobs = index
                 .order
                 .range((from, Bound::Unbounded))
-                .filter(|ByStart(s)| !skip.contains(s.job_id()))
+                .filter(|ByStart(s)| skip.is_empty() || !skip.contains(s.job_id()))
                 .skip(q.offset)
                 .take(q.limit.unwrap_or(usize::MAX))
-                .map(|ByStart(s)| Row {
-                    facts: Facts::of(&**s),
-                    entry: s.entry(),
-                })
-                .collect();
-            return Page { rows, total };
+                .map(|ByStart(s)| s);
+            return Page {
+                rows: rows_of(jobs),
+                total,
+            };
         }
         let now = SystemTime::now();
         let states: Vec<(Facts, &Unfinished)> = if unfinished {
@@ -1071,8 +1095,9 @@ impl LogStore {
         } else {
             Vec::new()
         };
+        #[derive(Debug)]
         enum Ref<'a> {
-            Done(&'a JobSummary),
+            Done(&'a Arc<JobSummary>),
             Open(&'a Facts, &'a Unfinished),
         }
         impl JobFacts for Ref<'_> {
@@ -1132,13 +1157,10 @@ impl LogStore {
             .skip(q.offset)
             .map(|r| match r {
                 Ref::Done(s) => Row {
-                    facts: Facts::of(s),
+                    facts: s.clone(),
                     entry: s.entry(),
                 },
-                Ref::Open(f, u) => Row {
-                    facts: f.clone(),
-                    entry: u.response(f.state, None),
-                },
+                Ref::Open(f, u) => Row::new(f.clone(), u.response(f.state, None)),
             })
             .collect();
         Page { rows, total }
@@ -1942,7 +1964,10 @@ mod tests {
                 .collect()
         };
         let ids = |p: &Page| -> Vec<String> {
-            p.rows.iter().map(|r| r.facts.job_id.to_string()).collect()
+            p.rows
+                .iter()
+                .map(|r| r.facts.job_id().to_string())
+                .collect()
         };
         let none = HashSet::new();
         // `min_duration_ms=0` filters nothing but forces the full pass.

@@ -40,7 +40,12 @@ async fn assert_protected(server: &Proc, job_id: &str) {
     ];
     for route in &routes {
         let url = server.url(route);
-        for wrong in [None, Some("Bearer nope"), Some("Bearer tok-7f3a9c_Q"), Some(TOKEN)] {
+        for wrong in [
+            None,
+            Some("Bearer nope"),
+            Some("Bearer tok-7f3a9c_Q"),
+            Some(TOKEN),
+        ] {
             let (status, body, challenge) = get_with(&url, wrong).await;
             assert_eq!(status, 401, "{route} with {wrong:?}: {body}");
             assert_eq!(challenge.as_deref(), Some("Bearer realm=\"ballista\""));
