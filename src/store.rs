@@ -1312,12 +1312,11 @@ fn scan_running(
             if n > MAX_RUNNING_LINE {
                 // Skip the rest of an overlong line.
                 state.scanned += n as u64;
-                let mut sink = Vec::new();
-                let rest = reader.read_until(b'\n', &mut sink)?;
-                if sink.last() != Some(&b'\n') {
+                let (rest, ended) = skip_line(&mut reader)?;
+                if !ended {
                     break;
                 }
-                state.scanned += rest as u64;
+                state.scanned += rest;
                 continue;
             }
             break; // a line still being written
@@ -1643,42 +1642,54 @@ impl TailLine {
     fn read(path: &Path) -> Result<Self, StoreError> {
         let mut file = File::open(path)?;
         let file_len = file.metadata()?.len();
-        // `buf` holds the bytes `[start, file_len)`; it grows backwards by
-        // chunks that double, so a long last line costs linear time.
-        let mut buf: Vec<u8> = Vec::new();
-        let mut start = file_len;
-        while start > 0 {
-            let step = TAIL_CHUNK.max(buf.len() as u64);
-            let new_start = start.saturating_sub(step);
-            let mut chunk = vec![0; (start - new_start) as usize];
-            file.seek(SeekFrom::Start(new_start))?;
+        // Backwards in chunks that grow from 4 KiB to 1 MiB, remembering
+        // only where the line ends; then the line is read once. Memory is
+        // one chunk plus the line, whatever the file holds.
+        let mut chunk = Vec::new();
+        let mut step = TAIL_CHUNK;
+        let mut end: Option<u64> = None;
+        let mut pos = file_len;
+        while pos > 0 {
+            let from = pos.saturating_sub(step);
+            chunk.resize((pos - from) as usize, 0);
+            file.seek(SeekFrom::Start(from))?;
             file.read_exact(&mut chunk)?;
-            chunk.extend_from_slice(&buf);
-            buf = chunk;
-            start = new_start;
-            let Some(last) = buf.iter().rposition(|b| !b.is_ascii_whitespace()) else {
-                continue;
-            };
-            let content = &buf[..=last];
-            if let Some(nl) = content.iter().rposition(|&b| b == b'\n') {
-                return Ok(Self {
-                    file_len,
-                    line: content[nl + 1..].to_vec(),
-                });
+            let mut search = &chunk[..];
+            if end.is_none()
+                && let Some(last) = chunk.iter().rposition(|b| !b.is_ascii_whitespace())
+            {
+                end = Some(from + last as u64 + 1);
+                search = &chunk[..last];
             }
-            if start == 0 {
-                return Ok(Self {
-                    file_len,
-                    line: content.to_vec(),
-                });
+            if let Some(end) = end {
+                if let Some(nl) = search.iter().rposition(|&b| b == b'\n') {
+                    return Self::line_at(&mut file, file_len, from + nl as u64 + 1, end);
+                }
+                if end - from > MAX_LINE {
+                    return Err(StoreError::Malformed(format!(
+                        "the last line is longer than {MAX_LINE} bytes"
+                    )));
+                }
             }
-            if file_len - start > MAX_LINE {
-                return Err(StoreError::Malformed(format!(
-                    "the last line is longer than {MAX_LINE} bytes"
-                )));
-            }
+            pos = from;
+            step = (step * 2).min(1024 * 1024);
         }
-        Err(StoreError::NoTerminalRecord)
+        match end {
+            Some(end) => Self::line_at(&mut file, file_len, 0, end),
+            None => Err(StoreError::NoTerminalRecord),
+        }
+    }
+
+    fn line_at(file: &mut File, file_len: u64, start: u64, end: u64) -> Result<Self, StoreError> {
+        if end - start > MAX_LINE {
+            return Err(StoreError::Malformed(format!(
+                "the last line is longer than {MAX_LINE} bytes"
+            )));
+        }
+        let mut line = vec![0; (end - start) as usize];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut line)?;
+        Ok(Self { file_len, line })
     }
 
     /// The footer, when the last line is one.
@@ -1734,17 +1745,60 @@ fn read_at(path: &Path, offset: u64, len: u64, file_len: u64) -> std::io::Result
 
 /// The first `JobEnd` line, scanning from the start: the slow path, for
 /// logs whose last record is something else.
-fn forward_scan(reader: impl BufRead) -> Result<Vec<u8>, StoreError> {
-    for line in reader.split(b'\n') {
-        let line = line?;
-        if line.len() as u64 > MAX_LINE {
-            continue;
-        }
-        if line.starts_with(b"{") && is_job_end_line(&line) {
+fn forward_scan(mut reader: impl BufRead) -> Result<Vec<u8>, StoreError> {
+    let mut line = Vec::new();
+    while let Some(whole) = bounded_line(&mut reader, &mut line, MAX_LINE)? {
+        if whole && line.starts_with(b"{") && is_job_end_line(&line) {
             return Ok(line);
         }
     }
     Err(StoreError::NoTerminalRecord)
+}
+
+/// Reads the next line (without its `\n`) into `line`, buffering at most
+/// `max` bytes: `Some(false)` for a longer line, whose rest is skipped
+/// unread into memory; `None` at the end.
+fn bounded_line(
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    max: u64,
+) -> std::io::Result<Option<bool>> {
+    line.clear();
+    let n = reader.by_ref().take(max + 1).read_until(b'\n', line)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if line.last() == Some(&b'\n') {
+        line.pop();
+        return Ok(Some(true));
+    }
+    if (line.len() as u64) <= max {
+        return Ok(Some(true)); // the last line, without a newline
+    }
+    line.clear();
+    skip_line(reader)?;
+    Ok(Some(false))
+}
+
+/// Consumes the rest of the current line, newline included, without
+/// keeping it: the bytes consumed, and whether a newline ended them.
+fn skip_line(reader: &mut impl BufRead) -> std::io::Result<(u64, bool)> {
+    let mut skipped = 0;
+    loop {
+        let chunk = reader.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok((skipped, false));
+        }
+        let (n, ended) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (chunk.len(), false),
+        };
+        reader.consume(n);
+        skipped += n as u64;
+        if ended {
+            return Ok((skipped, true));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1812,6 +1866,20 @@ mod tests {
         assert_eq!((report.read, report.removed), (1, 1));
         assert!(restored.summary("j1").is_none());
         assert_eq!(restored.summary("j4").unwrap().file_name(), "x.eventlog");
+    }
+
+    #[test]
+    fn an_overlong_line_is_skipped_without_buffering_it() {
+        let text = b"short\nxxxxxxxxxxxxxxxxxxxx\n{\"a\":1}\nlast";
+        let mut reader = std::io::BufReader::with_capacity(4, &text[..]);
+        let mut line = Vec::new();
+        let mut seen = Vec::new();
+        while let Some(whole) = bounded_line(&mut reader, &mut line, 8).unwrap() {
+            assert!(line.len() <= 9);
+            seen.push((whole, String::from_utf8(line.clone()).unwrap()));
+        }
+        let want = [(true, "short"), (false, ""), (true, "{\"a\":1}"), (true, "last")];
+        assert_eq!(seen, want.map(|(w, l)| (w, l.to_string())));
     }
 
     #[test]

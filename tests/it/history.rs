@@ -5,7 +5,7 @@ use ballista_api_types::dto::{JobResponse, QueryStagesResponse};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/upstream");
+pub(crate) const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/upstream");
 
 /// A live answer: status, content type, body.
 pub(crate) type Captured = (u16, String, Vec<u8>);
@@ -37,7 +37,7 @@ pub(crate) async fn capture_routes(
     out
 }
 
-fn copy_fixtures(to: &Path) {
+pub(crate) fn copy_fixtures(to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(FIXTURES).unwrap() {
         let path = entry.unwrap().path();

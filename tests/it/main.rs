@@ -6,6 +6,7 @@ mod crash;
 mod disk;
 mod harness;
 mod history;
+mod hostile;
 mod library;
 mod live;
 mod record;
