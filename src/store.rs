@@ -1878,7 +1878,12 @@ mod tests {
             assert!(line.len() <= 9);
             seen.push((whole, String::from_utf8(line.clone()).unwrap()));
         }
-        let want = [(true, "short"), (false, ""), (true, "{\"a\":1}"), (true, "last")];
+        let want = [
+            (true, "short"),
+            (false, ""),
+            (true, "{\"a\":1}"),
+            (true, "last"),
+        ];
         assert_eq!(seen, want.map(|(w, l)| (w, l.to_string())));
     }
 

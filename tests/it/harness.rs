@@ -35,7 +35,11 @@ pub struct Proc {
 impl Proc {
     /// `ballista-scheduler` with `args`, on a fresh loopback port.
     pub fn spawn(args: &[&str]) -> Proc {
-        let port = free_port();
+        Self::spawn_on(free_port(), args)
+    }
+
+    /// `ballista-scheduler` with `args`, on loopback `port`.
+    pub fn spawn_on(port: u16, args: &[&str]) -> Proc {
         let port_s = port.to_string();
         let mut all = vec![
             "--bind-host",
@@ -61,10 +65,15 @@ impl Proc {
     /// A recording scheduler on `dir`, pull-staged (as the in-process
     /// executor polls for work).
     pub fn scheduler(dir: &Path, extra: &[&str]) -> Proc {
+        Self::scheduler_on(free_port(), dir, extra)
+    }
+
+    /// The same on loopback `port` (a restart keeps its executors).
+    pub fn scheduler_on(port: u16, dir: &Path, extra: &[&str]) -> Proc {
         let dir = dir.to_str().unwrap();
         let mut args = vec!["--event-log-dir", dir, "--scheduler-policy", "pull-staged"];
         args.extend_from_slice(extra);
-        Proc::spawn(&args)
+        Proc::spawn_on(port, &args)
     }
 
     /// A history-only server on `dir`.

@@ -68,7 +68,8 @@ async fn hostile_files_affect_only_themselves() {
     // One 100 MB line.
     std::fs::write(dir.join("one-line.eventlog"), vec![b'x'; 100 << 20]).unwrap();
     // A JSON-looking terminal record with invalid UTF-8 in it.
-    let mut bad_utf8 = b"{\"ev\":\"JobEnd\",\"version\":1,\"data\":{\"index\":{\"job_id\":\"".to_vec();
+    let mut bad_utf8 =
+        b"{\"ev\":\"JobEnd\",\"version\":1,\"data\":{\"index\":{\"job_id\":\"".to_vec();
     bad_utf8.extend_from_slice(&[0xff, 0xfe, 0xc3]);
     bad_utf8.extend_from_slice(b"\"}}}\n");
     std::fs::write(dir.join("bad-utf8.eventlog"), bad_utf8).unwrap();
@@ -90,7 +91,10 @@ async fn hostile_files_affect_only_themselves() {
         (a.len() >= want.len()).then_some(a)
     })
     .await;
-    assert_eq!(got, want, "every real job is served exactly as from a clean directory");
+    assert_eq!(
+        got, want,
+        "every real job is served exactly as from a clean directory"
+    );
 
     // The growing log: appended to between rescans, never torn.
     let task = String::from_utf8(
@@ -140,7 +144,9 @@ async fn hostile_files_affect_only_themselves() {
         .unwrap();
     for route in ["config", "stages", "dot"] {
         let (status, _, body) = get(&server.url(&format!("/api/job/{small_id}/{route}"))).await;
-        let clean_answer = get(&baseline.url(&format!("/api/job/{small_id}/{route}"))).await.2;
+        let clean_answer = get(&baseline.url(&format!("/api/job/{small_id}/{route}")))
+            .await
+            .2;
         assert!(
             status != 200 || body == clean_answer,
             "{route}: a shrunk log answered {status} with other bytes"
@@ -159,7 +165,9 @@ async fn hostile_files_affect_only_themselves() {
     let peak_mib = server.peak_rss_kib() / 1024;
     assert!(peak_mib < 512, "peak RSS {peak_mib} MiB");
     let ids = job_ids(&server).await;
-    for hostile in ["zeros", "one-line", "bad-utf8", "dev-zero", "a-dir", "fifo", "fifo2"] {
+    for hostile in [
+        "zeros", "one-line", "bad-utf8", "dev-zero", "a-dir", "fifo", "fifo2",
+    ] {
         assert!(!ids.iter().any(|i| i == hostile), "{hostile} listed");
     }
 }
@@ -188,7 +196,13 @@ async fn a_hundred_thousand_tiny_logs_are_indexed_in_bounded_memory() {
         let request = client.get(server.url("/api/jobs?limit=10"));
         async move {
             let r = request.send().await.ok()?;
-            let total: usize = r.headers().get("x-total-count")?.to_str().ok()?.parse().ok()?;
+            let total: usize = r
+                .headers()
+                .get("x-total-count")?
+                .to_str()
+                .ok()?
+                .parse()
+                .ok()?;
             (total == N).then_some(total)
         }
     })
