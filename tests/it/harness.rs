@@ -40,6 +40,17 @@ impl Proc {
 
     /// `ballista-scheduler` with `args`, on loopback `port`.
     pub fn spawn_on(port: u16, args: &[&str]) -> Proc {
+        Self::spawn_logged(port, args, None)
+    }
+
+    /// The same, its log (stdout) written to `log` when given.
+    pub fn spawn_logged(port: u16, args: &[&str], log: Option<&Path>) -> Proc {
+        Self::spawn_wrapped(port, &[], args, log)
+    }
+
+    /// The same under a wrapper command (`wrapper` then the binary and its
+    /// arguments), e.g. a tracer.
+    pub fn spawn_wrapped(port: u16, wrapper: &[&str], args: &[&str], log: Option<&Path>) -> Proc {
         let port_s = port.to_string();
         let mut all = vec![
             "--bind-host",
@@ -50,13 +61,28 @@ impl Proc {
             &port_s,
         ];
         all.extend_from_slice(args);
-        let child = Command::new(env!("CARGO_BIN_EXE_ballista-scheduler"))
+        let binary = env!("CARGO_BIN_EXE_ballista-scheduler");
+        let (program, before): (&str, &[&str]) = match wrapper.split_first() {
+            Some((program, rest)) => (program, rest),
+            None => (binary, &[]),
+        };
+        let child = Command::new(program)
+            .args(before)
+            .args(if wrapper.is_empty() {
+                None
+            } else {
+                Some(binary)
+            })
             .args(&all)
             .env(
                 "RUST_LOG",
                 std::env::var("TEST_SCHEDULER_LOG").unwrap_or_else(|_| "warn".into()),
             )
             .stdin(Stdio::null())
+            .stdout(match log {
+                Some(path) => Stdio::from(std::fs::File::create(path).expect("a log file")),
+                None => Stdio::inherit(),
+            })
             .spawn()
             .expect("the binary starts");
         Proc { child, port }
@@ -119,6 +145,11 @@ impl Proc {
                     .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
             })
             .expect("the process's status")
+    }
+
+    /// Waits until the process has exited on its own.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        self.child.wait().expect("the process is reaped")
     }
 
     /// SIGKILL, and reap.

@@ -4,6 +4,8 @@
 mod browse;
 mod crash;
 mod disk;
+mod durability;
+mod faults;
 mod harness;
 mod history;
 mod hostile;
