@@ -893,6 +893,84 @@ mod tests {
         assert_eq!(metrics.dropped_records.get(), 4);
     }
 
+    /// Descriptors of this process open on files under `dir`.
+    fn fds_under(dir: &Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .flatten()
+            .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t.starts_with(dir)))
+            .count()
+    }
+
+    fn rss_kib() -> u64 {
+        std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap()
+    }
+
+    #[test]
+    fn five_thousand_jobs_at_once_stay_within_the_descriptor_limit() {
+        const JOBS: usize = 5_000;
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Arc::new(HistoryMetrics::unregistered());
+        let mut config = WriterConfig::new(dir.path());
+        config.max_open_files = 256;
+        let (handle, thread) = spawn(config, metrics.clone()).unwrap();
+        let flush = |handle: &WriterHandle| {
+            let (tx, rx) = mpsc::channel();
+            handle.send(WriterMsg::Flush(tx));
+            rx.recv().unwrap();
+        };
+        let rss_before = rss_kib();
+        // Every job starts before any ends: 5,000 logs open at once.
+        for j in 0..JOBS {
+            handle.send(WriterMsg::Start(start(&format!("job{j}"))));
+        }
+        flush(&handle);
+        let mut peak_fds = fds_under(dir.path());
+        for round in 0..4 {
+            for j in 0..JOBS {
+                handle.send(WriterMsg::Tasks {
+                    job_id: format!("job{j}"),
+                    tasks: vec![task(1, round)],
+                });
+            }
+            flush(&handle);
+            peak_fds = peak_fds.max(fds_under(dir.path()));
+        }
+        let running = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(running, JOBS, "one .running log per job");
+        let rss_growth_mib = rss_kib().saturating_sub(rss_before) / 1024;
+        for j in 0..JOBS {
+            let id = format!("job{j}");
+            handle.send(WriterMsg::End {
+                job_id: id.clone(),
+                fallback_start: start(&id),
+                stages: vec![],
+                end: end(&id),
+            });
+        }
+        drop(handle);
+        thread.join().unwrap();
+        assert!(peak_fds <= 256, "{peak_fds} descriptors open at once");
+        assert!(rss_growth_mib < 64, "memory grew by {rss_growth_mib} MiB");
+        assert_eq!(metrics.write_errors.get(), 0);
+        for j in [0, JOBS / 2, JOBS - 1] {
+            let text =
+                std::fs::read_to_string(dir.path().join(format!("job{j}.eventlog"))).unwrap();
+            assert_eq!(text.matches("\"TaskEnd\"").count(), 4, "job{j}");
+        }
+        let completed = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".eventlog"))
+            .count();
+        assert_eq!(completed, JOBS);
+    }
+
     #[tokio::test]
     async fn open_files_stay_under_the_limit_and_reopen_in_append_mode() {
         for compression in [Compression::None, Compression::Zstd(DEFAULT_ZSTD_LEVEL)] {
