@@ -138,6 +138,17 @@ fn serve_under_load(runtime: &tokio::runtime::Runtime) {
             .pool_max_idle_per_host(connections)
             .build()
             .unwrap();
+        // Load starts once the first pass over the directory is done (a
+        // job not yet indexed is a 404).
+        let ready = format!("{base}/readyz");
+        while !client
+            .get(&ready)
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let until = Instant::now() + Duration::from_secs(seconds);
         let tasks: Vec<_> = (0..connections)
             .map(|c| {
@@ -152,7 +163,16 @@ fn serve_under_load(runtime: &tokio::runtime::Runtime) {
                         let started = Instant::now();
                         let ok = match client.get(&url).send().await {
                             Ok(r) if r.status().is_success() => r.bytes().await.is_ok(),
-                            _ => false,
+                            Ok(r) => {
+                                let status = r.status();
+                                let body = r.text().await.unwrap_or_default();
+                                eprintln!("error: {url}: {status} {body}");
+                                false
+                            }
+                            Err(e) => {
+                                eprintln!("error: {url}: {e}");
+                                false
+                            }
                         };
                         samples.push((route, started.elapsed(), ok));
                     }

@@ -4,6 +4,8 @@
 pub mod api;
 pub mod auth;
 pub mod capture;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod listener;
 pub mod live;
 pub mod metrics;

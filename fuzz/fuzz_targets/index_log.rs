@@ -1,0 +1,6 @@
+//! The index path: arbitrary bytes as a log file, rescanned, listed, read.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    ballista_job_history::fuzzing::index_log(data);
+});

@@ -1,0 +1,6 @@
+//! The single-record path: arbitrary bytes as a log file, each reader.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    ballista_job_history::fuzzing::read_log(data);
+});
