@@ -159,24 +159,6 @@ fn numeric(f: &(impl JobFacts + ?Sized), sort: Sort) -> u64 {
     }
 }
 
-impl JobFacts for Facts {
-    fn job_id(&self) -> &str {
-        &self.job_id
-    }
-    fn job_name(&self) -> &str {
-        &self.job_name
-    }
-    fn state(&self) -> JobState {
-        self.state
-    }
-    fn start_time(&self) -> u64 {
-        self.start_time
-    }
-    fn end_time(&self) -> u64 {
-        self.end_time
-    }
-}
-
 /// [`Facts`] with borrowed strings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FactsRef<'a> {
@@ -192,23 +174,30 @@ pub struct FactsRef<'a> {
     pub end_time: u64,
 }
 
-impl JobFacts for FactsRef<'_> {
-    fn job_id(&self) -> &str {
-        self.job_id
-    }
-    fn job_name(&self) -> &str {
-        self.job_name
-    }
-    fn state(&self) -> JobState {
-        self.state
-    }
-    fn start_time(&self) -> u64 {
-        self.start_time
-    }
-    fn end_time(&self) -> u64 {
-        self.end_time
-    }
+/// Both carry the facts as fields of the trait's names.
+macro_rules! job_facts_from_fields {
+    ($($t:ty),*) => {$(
+        impl JobFacts for $t {
+            fn job_id(&self) -> &str {
+                &self.job_id
+            }
+            fn job_name(&self) -> &str {
+                &self.job_name
+            }
+            fn state(&self) -> JobState {
+                self.state
+            }
+            fn start_time(&self) -> u64 {
+                self.start_time
+            }
+            fn end_time(&self) -> u64 {
+                self.end_time
+            }
+        }
+    )*};
 }
+
+job_facts_from_fields!(Facts, FactsRef<'_>);
 
 /// One job of a list: its facts and its entry's JSON bytes.
 #[derive(Debug, Clone)]

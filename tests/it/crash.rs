@@ -121,13 +121,7 @@ async fn an_unusable_log_directory_never_stops_scheduling() {
     }
     let errors: u64 = wait_for("the failures are counted", || async {
         let metrics = String::from_utf8(get(&sched.url("/api/metrics")).await.2).unwrap();
-        let n: u64 = metrics
-            .lines()
-            .find(|l| l.starts_with("ballista_job_history_write_errors_total "))?
-            .rsplit(' ')
-            .next()?
-            .parse()
-            .ok()?;
+        let n = counter(&metrics, "ballista_job_history_write_errors_total");
         (n >= 3).then_some(n)
     })
     .await;
@@ -187,7 +181,7 @@ fn inspect(dir: &std::path::Path) -> AfterKill {
     out
 }
 
-/// A kill-and-restart loop: a scheduler with a real executor runs short
+/// A kill-and-restart loop: a scheduler with three real executors runs short
 /// jobs back to back (eight clients at once) and is SIGKILLed at random
 /// moments, then restarted on the same directory and port. After every
 /// kill: no completed log is torn, no job has two logs, every job a client
@@ -223,7 +217,9 @@ async fn repeated_sigkills_never_tear_a_log_or_lose_a_finished_job() {
     let port = free_port();
     let mut sched = Proc::scheduler_on(port, &logs, &[]);
     sched.wait_healthy().await;
-    start_executor(port).await;
+    for _ in 0..3 {
+        start_executor(port).await;
+    }
 
     let finished: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
     let counter = Arc::new(std::sync::atomic::AtomicUsize::new(0));

@@ -45,11 +45,7 @@ impl Drop for TinyFs {
 }
 
 fn write_errors(metrics: &str) -> u64 {
-    metrics
-        .lines()
-        .find(|l| l.starts_with("ballista_job_history_write_errors_total "))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0)
+    counter(metrics, "ballista_job_history_write_errors_total")
 }
 
 /// Fills the filesystem of `dir` with one file; returns its path.

@@ -205,6 +205,15 @@ where
     }
 }
 
+/// The value of the Prometheus counter `name` in a `/api/metrics` answer
+/// (0 when absent).
+pub fn counter(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// A plain HTTP client.
 pub fn http_client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
