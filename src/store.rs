@@ -1655,14 +1655,22 @@ impl TailLine {
             file.seek(SeekFrom::Start(from))?;
             file.read_exact(&mut chunk)?;
             let mut search = &chunk[..];
+            let mut ends_here = false;
             if end.is_none()
                 && let Some(last) = chunk.iter().rposition(|b| !b.is_ascii_whitespace())
             {
                 end = Some(from + last as u64 + 1);
                 search = &chunk[..last];
+                ends_here = true;
             }
             if let Some(end) = end {
                 if let Some(nl) = search.iter().rposition(|&b| b == b'\n') {
+                    if ends_here {
+                        // The whole line is in this chunk (the usual case:
+                        // a footer in the last 4 KiB).
+                        let line = chunk[nl + 1..(end - from) as usize].to_vec();
+                        return Ok(Self { file_len, line });
+                    }
                     return Self::line_at(&mut file, file_len, from + nl as u64 + 1, end);
                 }
                 if end - from > MAX_LINE {
