@@ -547,17 +547,7 @@ async fn the_timeline_of_a_real_job_matches_its_tasks() {
 
     // Paging a live scheduler's list: its own jobs merged with the logs of
     // other schedulers in its directory, each once.
-    for fixture in std::fs::read_dir(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/upstream"
-    ))
-    .unwrap()
-    {
-        let path = fixture.unwrap().path();
-        if path.extension().is_some_and(|e| e == "eventlog") {
-            std::fs::copy(&path, logs.join(path.file_name().unwrap())).unwrap();
-        }
-    }
+    crate::history::copy_fixtures(&logs);
     let full = wait_for("the copied logs are listed", || async {
         let (_, total, _, body) = get_page(&sched.url("/api/jobs")).await;
         let all = ids(&body);

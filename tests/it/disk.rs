@@ -263,17 +263,7 @@ async fn a_history_server_applies_retention_and_counts_it() {
 async fn a_restart_keeps_every_job_whatever_happened_to_the_persistent_index() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    for fixture in std::fs::read_dir(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/upstream"
-    ))
-    .unwrap()
-    {
-        let path = fixture.unwrap().path();
-        if path.extension().is_some_and(|e| e == "eventlog") {
-            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
-        }
-    }
+    crate::history::copy_fixtures(dir);
     let index = dir.join(ballista_job_history::persist::DEFAULT_FILE_NAME);
     let list = |server: &Proc| {
         let url = server.url("/api/jobs");
