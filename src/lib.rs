@@ -13,6 +13,7 @@ pub mod persist;
 pub mod query;
 pub mod record;
 pub mod redact;
+pub mod remote;
 pub mod retention;
 pub mod server;
 pub mod source;

@@ -26,6 +26,10 @@ pub struct HistoryMetrics {
     pub retention_removed_orphans: IntCounter,
     /// Cleaner passes run.
     pub retention_passes: IntCounter,
+    /// Completed logs uploaded from the spool to an object store.
+    pub uploads: IntCounter,
+    /// Failed upload attempts (each is retried).
+    pub upload_errors: IntCounter,
 }
 
 fn counter(name: &str, help: &str) -> IntCounter {
@@ -68,6 +72,14 @@ impl HistoryMetrics {
                 "ballista_job_history_retention_passes_total",
                 "Retention cleaner passes run",
             ),
+            uploads: counter(
+                "ballista_job_history_uploads_total",
+                "Completed event logs uploaded from the spool to the object store",
+            ),
+            upload_errors: counter(
+                "ballista_job_history_upload_errors_total",
+                "Failed attempts to upload an event log to the object store (each is retried)",
+            ),
         }
     }
 
@@ -97,6 +109,8 @@ impl HistoryMetrics {
             &self.retention_removed_bytes,
             &self.retention_removed_orphans,
             &self.retention_passes,
+            &self.uploads,
+            &self.upload_errors,
         ] {
             registry.register(Box::new(c.clone()))?;
         }

@@ -109,7 +109,7 @@ impl Cleaner {
         if self.policy.dry_run {
             return Removal::Removed;
         }
-        match std::fs::remove_file(self.store.dir().join(name)) {
+        match self.store.remove_log(name) {
             Ok(()) => Removal::Removed,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Removal::AlreadyGone,
             Err(e) => {
@@ -174,6 +174,10 @@ impl Cleaner {
     }
 
     fn orphans(&self, now: SystemTime, report: &mut PassReport) {
+        // Only completed logs are uploaded to an object store.
+        if self.store.remote_dir().is_some() {
+            return;
+        }
         let Ok(entries) = std::fs::read_dir(self.store.dir()) else {
             return;
         };

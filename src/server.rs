@@ -15,6 +15,7 @@ use crate::listener::{EventLogListener, TappedScheduler, TaskTap};
 use crate::live::LiveApi;
 use crate::metrics::HistoryMetrics;
 use crate::redact::Redactor;
+use crate::remote::{RemoteDir, Uploader};
 use crate::retention::{Cleaner, Protect, RetentionPolicy};
 use crate::source::{DiskSource, JobSource, Layered, LiveSource};
 use crate::store::LogStore;
@@ -81,6 +82,10 @@ pub struct HistoryOptions {
     /// The bearer token the REST API requires (see [`crate::auth`]);
     /// `None` leaves it open, as upstream's is.
     pub api_token: Option<crate::auth::ApiToken>,
+    /// The object-store prefix the logs live under, when they are not
+    /// local; `event_log_dir` is then the local spool where a recording
+    /// scheduler writes logs before uploading them.
+    pub remote: Option<RemoteDir>,
 }
 
 impl HistoryOptions {
@@ -99,7 +104,39 @@ impl HistoryOptions {
             compression: Compression::None,
             retention: None,
             api_token: None,
+            remote: None,
         }
+    }
+
+    /// Defaults for logs under an object-store prefix, with `spool` as the
+    /// local directory for logs being written and not yet uploaded (and for
+    /// the persistent index).
+    pub fn remote(remote: RemoteDir, spool: impl Into<PathBuf>) -> Self {
+        let mut options = Self::new(spool);
+        options.remote = Some(remote);
+        options
+    }
+
+    /// Where the logs are, for messages.
+    fn shown(&self) -> String {
+        match &self.remote {
+            Some(remote) => format!(
+                "{} (spool {})",
+                remote.url(),
+                self.event_log_dir.display()
+            ),
+            None => self.event_log_dir.display().to_string(),
+        }
+    }
+
+    /// The index over the logs, local or remote.
+    fn store(&self, metrics: Arc<HistoryMetrics>) -> LogStore {
+        match &self.remote {
+            Some(remote) => LogStore::remote(remote.clone(), metrics),
+            None => LogStore::new(&self.event_log_dir, metrics),
+        }
+        .with_abandoned_after(self.abandoned_after)
+        .with_index_file(self.index_file.clone())
     }
 }
 
@@ -201,15 +238,22 @@ pub async fn run_scheduler(
             wc.queue_capacity = options.queue_capacity;
             wc.max_open_files = options.max_open_files;
             wc.compression = options.compression;
+            // Logs for an object store are written to the spool, then
+            // uploaded by the uploader as each one completes.
+            let uploads = options.remote.as_ref().map(|_| {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                wc.completed = Some(tx);
+                rx
+            });
             let (writer, thread) = writer::spawn(wc, metrics.clone())?;
             let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
-            Some((writer, thread, events_tx, events_rx, metrics))
+            Some((writer, thread, events_tx, events_rx, metrics, uploads))
         }
         None => None,
     };
     let collector: Arc<dyn ballista_scheduler::metrics::SchedulerMetricsCollector> =
         match &recording {
-            Some((_, _, events_tx, _, _)) => {
+            Some((_, _, events_tx, _, _, _)) => {
                 Arc::new(EventLogListener::new(default_collector, events_tx.clone()))
             }
             None => default_collector,
@@ -238,16 +282,16 @@ pub async fn run_scheduler(
     let mut tap = None;
     let mut background = Vec::new();
     let mut writer_parts = None;
-    if let (Some(options), Some((writer, thread, _events_tx, events_rx, metrics))) =
+    if let (Some(options), Some((writer, thread, _events_tx, events_rx, metrics, uploads))) =
         (&history, recording)
     {
         let capturer = Capturer::new(api.clone(), writer.clone(), options.redactor.clone());
         background.push(tokio::spawn(capturer.run(events_rx, stopped())));
-        let store = Arc::new(
-            LogStore::new(&options.event_log_dir, metrics.clone())
-                .with_abandoned_after(options.abandoned_after)
-                .with_index_file(options.index_file.clone()),
-        );
+        if let (Some(remote), Some(uploads)) = (&options.remote, uploads) {
+            let uploader = Uploader::new(remote.clone(), &options.event_log_dir, metrics.clone());
+            background.push(tokio::spawn(uploader.run(uploads, stopped())));
+        }
+        let store = Arc::new(options.store(metrics.clone()));
         background.push(tokio::spawn(
             store
                 .clone()
@@ -280,7 +324,7 @@ pub async fn run_scheduler(
         "Ballista scheduler v{BALLISTA_VERSION} listening on {:?}{}",
         listener.local_addr().ok(),
         match &history {
-            Some(h) => format!(", recording jobs to {}", h.event_log_dir.display()),
+            Some(h) => format!(", recording jobs to {}", h.shown()),
             None => String::new(),
         }
     );
@@ -389,11 +433,11 @@ pub async fn run_history(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     let metrics = HistoryMetrics::global();
-    let store = Arc::new(
-        LogStore::new(&options.event_log_dir, metrics.clone())
-            .with_abandoned_after(options.abandoned_after)
-            .with_index_file(options.index_file.clone()),
-    );
+    if options.remote.is_some() {
+        // The local directory holds the persistent index of the store.
+        let _ = std::fs::create_dir_all(&options.event_log_dir);
+    }
+    let store = Arc::new(options.store(metrics.clone()));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {
         let mut rx = stop_rx.clone();
@@ -424,7 +468,7 @@ pub async fn run_history(
     log::info!(
         "Ballista job history server listening on {:?}, serving {}",
         listener.local_addr().ok(),
-        options.event_log_dir.display()
+        options.shown()
     );
     let router = crate::auth::protect(with_version_headers(router), options.api_token.clone());
     let served = axum::serve(listener, router)

@@ -467,14 +467,16 @@ impl DiskSource {
                 unfinished.job_id
             )));
         };
-        let path = self.store.dir().join(&*unfinished.file_name);
+        let path = self
+            .store
+            .log(&unfinished.file_name, unfinished.stamp.len);
         let start = read_log(&unfinished.job_id, move || read_job_start(&path)).await?;
         Ok(Reply::ok(JSON, unfinished.response(state, Some(&start))).logged())
     }
 
     /// The timeline header and log path of a job, completed or unfinished.
-    fn timeline_source(&self, job_id: &str) -> Option<(JobHeader, std::path::PathBuf)> {
-        let path = self.store.log_path(job_id)?;
+    fn timeline_source(&self, job_id: &str) -> Option<(JobHeader, crate::store::LogRef)> {
+        let path = self.store.log_of(job_id)?;
         let header = match (self.store.summary(job_id), self.store.unfinished(job_id)) {
             (Some(s), _) => JobHeader {
                 job_id: job_id.to_string(),

@@ -21,6 +21,7 @@
 //! hides nothing but itself.
 
 use crate::metrics::HistoryMetrics;
+use crate::remote::RemoteDir;
 use crate::query::{Facts, FactsRef, JobFacts, JobState, ListQuery, Page, Row};
 use crate::record::{
     Envelope, Footer, JobEnd, JobEndStatus, JobEndSummary, JobStart, SCHEMA_VERSION, TaskEnd, kind,
@@ -32,6 +33,7 @@ use parking_lot::RwLock;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
+use std::fs::ReadDir;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
@@ -446,7 +448,8 @@ pub struct Unfinished {
     pub file_name: Arc<str>,
     /// Bytes of complete lines read so far.
     scanned: u64,
-    stamp: Stamp,
+    /// The log's size and modification time when it was read.
+    pub(crate) stamp: Stamp,
 }
 
 impl Unfinished {
@@ -535,6 +538,124 @@ impl Stamp {
     }
 }
 
+/// Where one log's bytes are: a local file, or an object in a store.
+#[derive(Debug, Clone)]
+pub enum LogRef {
+    /// A local file.
+    File(PathBuf),
+    /// An object under a store's prefix, with its length as listed.
+    Object {
+        /// The store and prefix.
+        dir: RemoteDir,
+        /// The object's name under the prefix.
+        name: Arc<str>,
+        /// Its length.
+        len: u64,
+    },
+}
+
+/// A log opened for reading: a file, or an object read with ranged requests.
+pub trait ReadSeek: Read + Seek + Send {}
+impl<T: Read + Seek + Send> ReadSeek for T {}
+
+impl LogRef {
+    /// Opens the log, with its length.
+    fn open(&self) -> std::io::Result<(Box<dyn ReadSeek>, u64)> {
+        match self {
+            Self::File(path) => {
+                let file = File::open(path)?;
+                let len = file.metadata()?.len();
+                Ok((Box::new(file), len))
+            }
+            Self::Object { dir, name, len } => {
+                let object = dir.open(name, *len);
+                let len = object.len();
+                Ok((Box::new(object), len))
+            }
+        }
+    }
+
+    /// The log's file name.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            Self::File(path) => path.file_name().and_then(|n| n.to_str()),
+            Self::Object { name, .. } => Some(name),
+        }
+    }
+
+    /// Whether the log is zstd-compressed (by its name).
+    pub fn is_zstd(&self) -> bool {
+        self.name()
+            .and_then(LogName::parse)
+            .is_some_and(|n| n.zstd)
+    }
+
+    /// The log for messages: its path, or the store's URL and its name.
+    fn shown(&self) -> String {
+        match self {
+            Self::File(path) => path.display().to_string(),
+            Self::Object { dir, name, .. } => format!("{}/{name}", dir.url().trim_end_matches('/')),
+        }
+    }
+}
+
+impl From<&Path> for LogRef {
+    fn from(path: &Path) -> Self {
+        Self::File(path.to_path_buf())
+    }
+}
+
+impl From<&PathBuf> for LogRef {
+    fn from(path: &PathBuf) -> Self {
+        Self::File(path.clone())
+    }
+}
+
+impl From<PathBuf> for LogRef {
+    fn from(path: PathBuf) -> Self {
+        Self::File(path)
+    }
+}
+
+impl From<&LogRef> for LogRef {
+    fn from(log: &LogRef) -> Self {
+        log.clone()
+    }
+}
+
+/// The log-named entries of a directory or a store prefix, with stamps.
+enum Entries {
+    Local(ReadDir),
+    Remote(std::vec::IntoIter<crate::remote::Listed>),
+}
+
+impl Iterator for Entries {
+    type Item = (String, Stamp);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            Self::Local(entries) => loop {
+                let entry = entries.next()?;
+                let Ok(entry) = entry else { continue };
+                let Ok(name) = entry.file_name().into_string() else {
+                    continue;
+                };
+                if LogName::parse(&name).is_none() {
+                    continue;
+                }
+                // Follows symlinks: a link to a log is a log.
+                let Ok(meta) = std::fs::metadata(entry.path()) else {
+                    continue;
+                };
+                if meta.is_file() {
+                    return Some((name, Stamp::of(&meta)));
+                }
+            },
+            Self::Remote(listed) => listed.next().map(|l| (l.name, l.stamp)),
+        }
+    }
+}
+
 /// How long a `.running` log may go unwritten before its job counts as
 /// abandoned, by default.
 pub const DEFAULT_ABANDONED_AFTER: Duration = Duration::from_secs(600);
@@ -542,6 +663,8 @@ pub const DEFAULT_ABANDONED_AFTER: Duration = Duration::from_secs(600);
 /// The index of one log directory.
 pub struct LogStore {
     dir: PathBuf,
+    /// The store prefix the logs live under, instead of `dir`.
+    remote: Option<RemoteDir>,
     inner: RwLock<Index>,
     ready: AtomicBool,
     metrics: Arc<HistoryMetrics>,
@@ -658,6 +781,7 @@ impl LogStore {
     pub fn new(dir: impl Into<PathBuf>, metrics: Arc<HistoryMetrics>) -> Self {
         Self {
             dir: dir.into(),
+            remote: None,
             inner: RwLock::new(Index::default()),
             ready: AtomicBool::new(false),
             metrics,
@@ -667,6 +791,61 @@ impl LogStore {
             dirty: AtomicBool::new(false),
             last_saved: parking_lot::Mutex::new(None),
             save_error: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// An empty index of the logs under an object-store prefix.
+    pub fn remote(dir: RemoteDir, metrics: Arc<HistoryMetrics>) -> Self {
+        let mut store = Self::new(PathBuf::new(), metrics);
+        store.remote = Some(dir);
+        store
+    }
+
+    /// The object-store prefix the logs live under, if they are not local.
+    pub fn remote_dir(&self) -> Option<&RemoteDir> {
+        self.remote.as_ref()
+    }
+
+    /// Where the logs are, for messages.
+    pub fn shown(&self) -> String {
+        match &self.remote {
+            Some(r) => r.url().to_string(),
+            None => self.dir.display().to_string(),
+        }
+    }
+
+    /// The log named `file_name` (as listed, with its length).
+    pub fn log(&self, file_name: &str, len: u64) -> LogRef {
+        match &self.remote {
+            Some(dir) => LogRef::Object {
+                dir: dir.clone(),
+                name: Arc::from(file_name),
+                len,
+            },
+            None => LogRef::File(self.dir.join(file_name)),
+        }
+    }
+
+    /// Deletes the log named `file_name`; one already gone is `NotFound`.
+    pub fn remove_log(&self, file_name: &str) -> std::io::Result<()> {
+        match &self.remote {
+            Some(dir) => dir.delete(file_name),
+            None => std::fs::remove_file(self.dir.join(file_name)),
+        }
+    }
+
+    fn entries(&self) -> std::io::Result<Entries> {
+        match &self.remote {
+            Some(dir) => dir
+                .list()
+                .map(|listed| Entries::Remote(listed.into_iter()))
+                .map_err(|e| match e {
+                    object_store::Error::NotFound { .. } => {
+                        std::io::Error::new(std::io::ErrorKind::NotFound, e.to_string())
+                    }
+                    e => std::io::Error::other(e.to_string()),
+                }),
+            None => std::fs::read_dir(&self.dir).map(Entries::Local),
         }
     }
 
@@ -814,11 +993,27 @@ impl LogStore {
     /// does not exist is an empty one.
     pub fn rescan(&self) -> ScanReport {
         let mut report = ScanReport::default();
-        let entries = match std::fs::read_dir(&self.dir) {
+        let entries = match self.entries() {
             Ok(entries) => entries,
             Err(e) => {
                 let message = e.to_string();
                 let mut last = self.list_error.lock();
+                if let Some(remote) = &self.remote {
+                    // A store that cannot be reached for a while: serve
+                    // what is indexed, say so once, try again next time.
+                    if last.is_none() {
+                        log::warn!(
+                            "history: cannot list {}: {e}; serving the {} jobs already indexed \
+                             until it answers again",
+                            remote.url(),
+                            self.len()
+                        );
+                    }
+                    *last = Some(message);
+                    drop(last);
+                    self.ready.store(true, Ordering::Release);
+                    return report;
+                }
                 if e.kind() != std::io::ErrorKind::NotFound && last.as_ref() != Some(&message) {
                     log::warn!("history: cannot list {}: {e}", self.dir.display());
                 }
@@ -836,7 +1031,11 @@ impl LogStore {
                 return report;
             }
         };
-        *self.list_error.lock() = None;
+        if self.list_error.lock().take().is_some()
+            && let Some(remote) = &self.remote
+        {
+            log::info!("history: {} answers again", remote.url());
+        }
         // Snapshot the unfinished jobs; stat outside the lock.
         let known_unfinished: HashMap<Arc<str>, Unfinished> = self
             .inner
@@ -850,9 +1049,8 @@ impl LogStore {
         let mut fresh = Vec::new();
         let mut newly_bad = Vec::new();
         let mut seen_bad = HashSet::new();
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
+        for (name, stamp) in entries {
+            let name = name.as_str();
             let Some(LogName {
                 stem,
                 running,
@@ -861,14 +1059,6 @@ impl LogStore {
             else {
                 continue;
             };
-            let path = entry.path();
-            let Ok(meta) = std::fs::metadata(&path) else {
-                continue;
-            };
-            if !meta.is_file() {
-                continue;
-            }
-            let stamp = Stamp::of(&meta);
             if running {
                 if let Some(known) = known_unfinished.get(name)
                     && known.stamp == stamp
@@ -890,6 +1080,7 @@ impl LogStore {
                 continue;
             }
             report.read += 1;
+            let path = self.log(name, stamp.len);
             let found = if running {
                 scan_running(&path, stem, name, stamp, zstd, known_unfinished.get(name))
                     .map(Found::Unfinished)
@@ -1033,12 +1224,15 @@ impl LogStore {
         Some((u.clone(), u.state(SystemTime::now(), self.abandoned_after)))
     }
 
-    /// The path of a job's log, completed or unfinished.
-    pub fn log_path(&self, job_id: &str) -> Option<PathBuf> {
+    /// A job's log, completed or unfinished.
+    pub fn log_of(&self, job_id: &str) -> Option<LogRef> {
         let index = self.inner.read();
         match index.get(job_id) {
-            Some(s) => Some(self.dir.join(&*s.file_name())),
-            None => Some(self.dir.join(&*index.unfinished.get(job_id)?.file_name)),
+            Some(s) => Some(self.log(&s.file_name(), s.len)),
+            None => {
+                let u = index.unfinished.get(job_id)?;
+                Some(self.log(&u.file_name, u.stamp.len))
+            }
         }
     }
 
@@ -1167,9 +1361,10 @@ impl LogStore {
     }
 
     /// The path of a completed job's log.
-    fn completed_path(&self, job_id: &str) -> Option<PathBuf> {
+    fn completed_path(&self, job_id: &str) -> Option<LogRef> {
         let index = self.inner.read();
-        Some(self.dir.join(&*index.get(job_id)?.file_name()))
+        let s = index.get(job_id)?;
+        Some(self.log(&s.file_name(), s.len))
     }
 
     /// Reads the job's terminal record. `Ok(None)` when the job is not
@@ -1198,7 +1393,7 @@ impl LogStore {
         let Some(path) = self.completed_path(job_id) else {
             return Ok(None);
         };
-        let zstd = is_zstd(&path);
+        let zstd = path.is_zstd();
         let Some((footer, file_len)) = footer_of(&path)? else {
             return Ok(None);
         };
@@ -1218,7 +1413,7 @@ impl LogStore {
                     log::warn!(
                         "history: the footer of {} does not match the file (rewritten in \
                          place?); reading it the slow way",
-                        path.display()
+                        path.shown()
                     );
                     return Ok(None);
                 }
@@ -1275,7 +1470,7 @@ const MAX_RUNNING_LINE: usize = 64 * 1024 * 1024;
 /// Reads the new complete lines of a `.running` log, continuing from
 /// `known` when the file only grew.
 fn scan_running(
-    path: &Path,
+    path: &LogRef,
     stem: &str,
     file_name: &str,
     stamp: Stamp,
@@ -1292,7 +1487,7 @@ fn scan_running(
             ..Default::default()
         },
     };
-    let mut file = File::open(path)?;
+    let (mut file, _) = path.open()?;
     let mut reader: Box<dyn BufRead> = if zstd {
         Box::new(BufReader::new(Tolerant::new(
             zstd::stream::read::Decoder::new(file.take(stamp.len))?,
@@ -1367,9 +1562,10 @@ fn scan_running(
 /// A reader of a log's decoded bytes: the file itself, or its zstd stream
 /// (skippable frames skipped; a torn last frame, as a crash leaves it, ends
 /// the stream quietly).
-pub fn open_decoded(path: &Path) -> std::io::Result<Box<dyn BufRead + Send>> {
-    let file = File::open(path)?;
-    if is_zstd(path) {
+pub fn open_decoded(log: impl Into<LogRef>) -> std::io::Result<Box<dyn BufRead + Send>> {
+    let log = log.into();
+    let (file, _) = log.open()?;
+    if log.is_zstd() {
         Ok(Box::new(BufReader::with_capacity(
             64 * 1024,
             Tolerant::new(zstd::stream::read::Decoder::new(file)?),
@@ -1377,14 +1573,6 @@ pub fn open_decoded(path: &Path) -> std::io::Result<Box<dyn BufRead + Send>> {
     } else {
         Ok(Box::new(BufReader::with_capacity(64 * 1024, file)))
     }
-}
-
-/// Whether the log at `path` is zstd-compressed (by its name).
-pub fn is_zstd(path: &Path) -> bool {
-    path.file_name()
-        .and_then(|n| n.to_str())
-        .and_then(LogName::parse)
-        .is_some_and(|n| n.zstd)
 }
 
 /// A reader that ends quietly at its first error (a torn zstd frame).
@@ -1419,8 +1607,8 @@ impl<R: Read> Read for Tolerant<R> {
 }
 
 /// The `JobStart` record of a log (its first line).
-pub fn read_job_start(path: &Path) -> Result<JobStart, StoreError> {
-    let mut reader = open_decoded(path)?.take(MAX_RUNNING_LINE as u64);
+pub fn read_job_start(log: impl Into<LogRef>) -> Result<JobStart, StoreError> {
+    let mut reader = open_decoded(log)?.take(MAX_RUNNING_LINE as u64);
     let mut line = Vec::new();
     reader.read_until(b'\n', &mut line)?;
     let env = envelope(&line)?;
@@ -1433,8 +1621,9 @@ pub fn read_job_start(path: &Path) -> Result<JobStart, StoreError> {
 }
 
 /// The summary of a completed log, from its footer when it has one.
-pub fn read_summary(path: &Path) -> Result<JobEndSummary, StoreError> {
-    if is_zstd(path) {
+pub fn read_summary(log: impl Into<LogRef>) -> Result<JobEndSummary, StoreError> {
+    let path: &LogRef = &log.into();
+    if path.is_zstd() {
         if let Some((footer, _)) = zst_footer(path)? {
             return Ok(JobEndSummary {
                 status: footer.status,
@@ -1463,8 +1652,9 @@ pub fn read_summary(path: &Path) -> Result<JobEndSummary, StoreError> {
 }
 
 /// The bytes of the log's `JobEnd` line.
-pub fn terminal_line(path: &Path) -> Result<Vec<u8>, StoreError> {
-    if is_zstd(path) {
+pub fn terminal_line(log: impl Into<LogRef>) -> Result<Vec<u8>, StoreError> {
+    let path: &LogRef = &log.into();
+    if path.is_zstd() {
         if let Some((footer, file_len)) = zst_footer(path)? {
             let frame = read_at(path, footer.job_end_offset, footer.job_end_len, file_len);
             match frame.and_then(|frame| decompress_line(&frame)) {
@@ -1472,7 +1662,7 @@ pub fn terminal_line(path: &Path) -> Result<Vec<u8>, StoreError> {
                 _ => log::warn!(
                     "history: the footer of {} does not match the file (rewritten in place?); \
                      reading it the slow way",
-                    path.display()
+                    path.shown()
                 ),
             }
         }
@@ -1490,7 +1680,7 @@ pub fn terminal_line(path: &Path) -> Result<Vec<u8>, StoreError> {
             _ => log::warn!(
                 "history: the footer of {} does not match the file (rewritten in place?); \
                  reading it the slow way",
-                path.display()
+                path.shown()
             ),
         }
         return forward_scan(open_decoded(path)?);
@@ -1501,7 +1691,7 @@ pub fn terminal_line(path: &Path) -> Result<Vec<u8>, StoreError> {
 /// A payload of a plain log at `[offset, offset + len)`, checked to sit
 /// right after its `"name":` key and before a `,` or `}`.
 fn read_located(
-    path: &Path,
+    path: &LogRef,
     name: &str,
     offset: u64,
     len: u64,
@@ -1556,8 +1746,8 @@ fn decompress_line(frame: &[u8]) -> std::io::Result<Vec<u8>> {
 }
 
 /// The footer of a log of either format, with the file's length.
-fn footer_of(path: &Path) -> Result<Option<(Footer, u64)>, StoreError> {
-    if is_zstd(path) {
+fn footer_of(path: &LogRef) -> Result<Option<(Footer, u64)>, StoreError> {
+    if path.is_zstd() {
         return zst_footer(path);
     }
     let tail = TailLine::read(path)?;
@@ -1566,9 +1756,8 @@ fn footer_of(path: &Path) -> Result<Option<(Footer, u64)>, StoreError> {
 
 /// The footer of a compressed log, from the skippable frame at its end,
 /// with the file's length. `None` when the file does not end with one.
-fn zst_footer(path: &Path) -> Result<Option<(Footer, u64)>, StoreError> {
-    let mut file = File::open(path)?;
-    let file_len = file.metadata()?.len();
+fn zst_footer(path: &LogRef) -> Result<Option<(Footer, u64)>, StoreError> {
+    let (mut file, file_len) = path.open()?;
     if file_len < 16 {
         return Ok(None);
     }
@@ -1639,9 +1828,8 @@ struct TailLine {
 }
 
 impl TailLine {
-    fn read(path: &Path) -> Result<Self, StoreError> {
-        let mut file = File::open(path)?;
-        let file_len = file.metadata()?.len();
+    fn read(path: &LogRef) -> Result<Self, StoreError> {
+        let (mut file, file_len) = path.open()?;
         // Backwards in chunks that grow from 4 KiB to 1 MiB, remembering
         // only where the line ends; then the line is read once. Memory is
         // one chunk plus the line, whatever the file holds.
@@ -1671,7 +1859,7 @@ impl TailLine {
                         let line = chunk[nl + 1..(end - from) as usize].to_vec();
                         return Ok(Self { file_len, line });
                     }
-                    return Self::line_at(&mut file, file_len, from + nl as u64 + 1, end);
+                    return Self::line_at(&mut *file, file_len, from + nl as u64 + 1, end);
                 }
                 if end - from > MAX_LINE {
                     return Err(StoreError::Malformed(format!(
@@ -1683,12 +1871,12 @@ impl TailLine {
             step = (step * 2).min(1024 * 1024);
         }
         match end {
-            Some(end) => Self::line_at(&mut file, file_len, 0, end),
+            Some(end) => Self::line_at(&mut *file, file_len, 0, end),
             None => Err(StoreError::NoTerminalRecord),
         }
     }
 
-    fn line_at(file: &mut File, file_len: u64, start: u64, end: u64) -> Result<Self, StoreError> {
+    fn line_at(file: &mut dyn ReadSeek, file_len: u64, start: u64, end: u64) -> Result<Self, StoreError> {
         if end - start > MAX_LINE {
             return Err(StoreError::Malformed(format!(
                 "the last line is longer than {MAX_LINE} bytes"
@@ -1707,7 +1895,7 @@ impl TailLine {
 
     /// The `JobEnd` line of a log without a footer: the last line when it
     /// is one, else found by a forward scan.
-    fn job_end_line(&self, path: &Path) -> Result<Vec<u8>, StoreError> {
+    fn job_end_line(&self, path: &LogRef) -> Result<Vec<u8>, StoreError> {
         if is_job_end_line(&self.line) {
             Ok(self.line.clone())
         } else {
@@ -1740,11 +1928,11 @@ fn parse_footer(line: &[u8]) -> Result<Option<Footer>, StoreError> {
     }
 }
 
-fn read_at(path: &Path, offset: u64, len: u64, file_len: u64) -> std::io::Result<Vec<u8>> {
+fn read_at(path: &LogRef, offset: u64, len: u64, file_len: u64) -> std::io::Result<Vec<u8>> {
     if offset.checked_add(len).is_none_or(|end| end > file_len) || len > MAX_LINE {
         return Err(std::io::Error::other("footer offsets are outside the file"));
     }
-    let mut file = File::open(path)?;
+    let (mut file, _) = path.open()?;
     file.seek(SeekFrom::Start(offset))?;
     let mut buf = vec![0; len as usize];
     file.read_exact(&mut buf)?;

@@ -14,7 +14,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{BufRead, Read};
-use std::path::Path;
+use crate::store::LogRef;
 
 /// Tasks per page unless `limit` says otherwise.
 pub const DEFAULT_LIMIT: usize = 1_000;
@@ -102,7 +102,7 @@ enum Rec {
 /// Streams the progress records of the log at `path`, stopping at the
 /// terminal record. Lines that do not parse (a torn last line of a
 /// `.running` log, a record from a newer schema) are skipped.
-fn scan(path: &Path, mut visit: impl FnMut(Rec)) -> Result<(), StoreError> {
+fn scan(path: &LogRef, mut visit: impl FnMut(Rec)) -> Result<(), StoreError> {
     let mut reader = crate::store::open_decoded(path)?;
     let mut line = Vec::new();
     loop {
@@ -321,10 +321,11 @@ impl Stages {
 
 /// Reads one page of the timeline of the log at `path`.
 pub fn read_timeline(
-    path: &Path,
+    log: impl Into<LogRef>,
     header: &JobHeader,
     params: TimelineParams,
 ) -> Result<Timeline, StoreError> {
+    let path: &LogRef = &log.into();
     let mut stages = Stages::default();
     let mut start = JobStart::default();
     let mut tasks = Vec::new();
@@ -401,7 +402,8 @@ struct Bar {
 /// Draws the timeline of the log at `path` as SVG: one lane per executor
 /// (split into as many rows as it ran tasks at once), one bar per task
 /// attempt coloured by status, time on the x axis.
-pub fn render_svg(path: &Path, header: &JobHeader) -> Result<String, StoreError> {
+pub fn render_svg(log: impl Into<LogRef>, header: &JobHeader) -> Result<String, StoreError> {
+    let path: &LogRef = &log.into();
     let mut executors: BTreeMap<String, u32> = BTreeMap::new();
     let mut bars = Vec::new();
     let mut job_name = String::new();
@@ -625,6 +627,7 @@ fn shorten(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
     use crate::record::{TaskMetrics, encode_line};
 
     fn task(stage: u32, id: u32, exec: &str, start: u64, end: u64, ok: bool) -> Vec<u8> {

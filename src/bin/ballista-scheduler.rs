@@ -4,6 +4,7 @@
 use ballista_core::config::LogRotationPolicy;
 use ballista_job_history::auth::ApiToken;
 use ballista_job_history::redact::{DEFAULT_PATTERN, Redactor};
+use ballista_job_history::remote::{DEFAULT_SPOOL_DIR, EventLogDir, RemoteOptions};
 use ballista_job_history::retention::{
     DEFAULT_ORPHAN_GRACE, RetentionPolicy, parse_bytes, parse_duration,
 };
@@ -104,6 +105,30 @@ struct Cli {
     /// Off by default, as upstream's API is open.
     #[arg(long)]
     api_token_file: Option<std::path::PathBuf>,
+    /// With an object-store --event-log-dir (s3://, gs://, az://): the local
+    /// directory where logs are written while their jobs run and kept until
+    /// uploaded (re-scanned at startup), and where the persistent index
+    /// lives. Default: `ballista-job-history-spool` under the system temp
+    /// directory.
+    #[arg(long)]
+    event_log_spool: Option<std::path::PathBuf>,
+    /// A custom object-store endpoint: an S3-compatible server
+    /// (e.g. http://127.0.0.1:9000), an Azure emulator, a GCS base URL.
+    /// Credentials come from the usual environment variables (AWS_*,
+    /// GOOGLE_*, AZURE_*).
+    #[arg(long)]
+    object_store_endpoint: Option<String>,
+    /// The S3 region (default: AWS_REGION / AWS_DEFAULT_REGION, else
+    /// us-east-1).
+    #[arg(long)]
+    object_store_region: Option<String>,
+    /// Allow a plain http:// object-store endpoint.
+    #[arg(long)]
+    object_store_allow_http: bool,
+    /// How long one object-store request may take (e.g. 30s) before it
+    /// fails and is retried later.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    object_store_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -210,8 +235,40 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         .as_deref()
         .map(ApiToken::from_file)
         .transpose()?;
-    let history = cli.upstream.event_log_dir.clone().map(|dir| {
-        let mut options = HistoryOptions::new(dir);
+    let remote_options = RemoteOptions {
+        endpoint: cli.object_store_endpoint.clone(),
+        region: cli.object_store_region.clone(),
+        allow_http: cli.object_store_allow_http,
+        timeout: cli.object_store_timeout,
+    };
+    let dir = cli
+        .upstream
+        .event_log_dir
+        .as_deref()
+        .map(|dir| EventLogDir::parse(dir, &remote_options))
+        .transpose()?;
+    if !matches!(dir, Some(EventLogDir::Remote(_)))
+        && (cli.event_log_spool.is_some()
+            || cli.object_store_endpoint.is_some()
+            || cli.object_store_region.is_some()
+            || cli.object_store_allow_http)
+    {
+        return Err(
+            "--event-log-spool and --object-store-* need an object-store --event-log-dir \
+             (s3://, gs:// or az://)"
+                .into(),
+        );
+    }
+    let history = dir.map(|dir| {
+        let mut options = match dir {
+            EventLogDir::Local(path) => HistoryOptions::new(path),
+            EventLogDir::Remote(remote) => HistoryOptions::remote(
+                remote,
+                cli.event_log_spool
+                    .clone()
+                    .unwrap_or_else(|| std::env::temp_dir().join(DEFAULT_SPOOL_DIR)),
+            ),
+        };
         options.update_interval = Duration::from_secs(cli.update_interval_seconds);
         options.queue_capacity = cli.event_log_queue_capacity;
         options.max_open_files = cli.event_log_max_open_files;
