@@ -559,27 +559,20 @@ impl Uploader {
             .file_name()
             .and_then(|n| n.to_str())
             .ok_or("not a log name")?;
-        let store = &self.dir.inner.store;
-        let location = self.dir.location(name);
-        let found = match store.head(&location).await {
-            Ok(meta) if meta.size == len => Uploaded::Already,
-            Ok(meta) => {
+        let found = match self.put_new(path, len, name).await? {
+            Some(found) => found,
+            None => {
                 // Another scheduler's job with the same id: keep both.
                 let other = format!("{}-{len:x}{}", stem_of(name), suffix_of(name));
                 log::warn!(
-                    "event log: {} already holds a different {name} ({} bytes); uploading this \
-                     one as {other}",
+                    "event log: {} already holds a different {name}; uploading this one as \
+                     {other}",
                     self.dir.url(),
-                    meta.size
                 );
-                self.put(path, len, &self.dir.location(&other)).await?;
-                Uploaded::Put
+                self.put_new(path, len, &other)
+                    .await?
+                    .ok_or_else(|| format!("{other} exists too, with other contents"))?
             }
-            Err(object_store::Error::NotFound { .. }) => {
-                self.put(path, len, &location).await?;
-                Uploaded::Put
-            }
-            Err(e) => return Err(e.to_string()),
         };
         match tokio::fs::remove_file(path).await {
             Ok(()) => Ok(found),
@@ -588,8 +581,54 @@ impl Uploader {
         }
     }
 
-    /// One atomic put: a single request, or a multipart upload that only
-    /// exists once completed (aborted on failure).
+    /// Creates the object `name` from the file unless it exists: `Put`,
+    /// `Already` when an object of that name and size is there (this log,
+    /// put by an earlier attempt), `None` when a different one is. A log up
+    /// to [`SINGLE_PUT_MAX`] is one conditional `PUT` (create only); a
+    /// larger one, or a store without conditional puts, is looked up first.
+    async fn put_new(&self, path: &Path, len: u64, name: &str) -> Result<Option<Uploaded>, String> {
+        use object_store::{PutMode, PutOptions};
+        let store = &self.dir.inner.store;
+        let location = self.dir.location(name);
+        let same = |size: u64| {
+            if size == len {
+                Some(Uploaded::Already)
+            } else {
+                None
+            }
+        };
+        if len <= SINGLE_PUT_MAX {
+            let bytes = tokio::fs::read(path)
+                .await
+                .map_err(|e| format!("reading the spool: {e}"))?;
+            let create = PutOptions {
+                mode: PutMode::Create,
+                ..PutOptions::default()
+            };
+            match store
+                .put_opts(&location, PutPayload::from(bytes.clone()), create)
+                .await
+            {
+                Ok(_) => return Ok(Some(Uploaded::Put)),
+                Err(object_store::Error::AlreadyExists { .. }) => {
+                    let meta = store.head(&location).await.map_err(|e| e.to_string())?;
+                    return Ok(same(meta.size));
+                }
+                Err(object_store::Error::NotImplemented { .. }) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        match store.head(&location).await {
+            Ok(meta) => return Ok(same(meta.size)),
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        self.put(path, len, &location).await?;
+        Ok(Some(Uploaded::Put))
+    }
+
+    /// One atomic put that overwrites: a single request, or a multipart
+    /// upload that only exists once completed (aborted on failure).
     async fn put(&self, path: &Path, len: u64, location: &ObjPath) -> Result<(), String> {
         let store = &self.dir.inner.store;
         if len <= SINGLE_PUT_MAX {

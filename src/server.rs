@@ -120,11 +120,7 @@ impl HistoryOptions {
     /// Where the logs are, for messages.
     fn shown(&self) -> String {
         match &self.remote {
-            Some(remote) => format!(
-                "{} (spool {})",
-                remote.url(),
-                self.event_log_dir.display()
-            ),
+            Some(remote) => format!("{} (spool {})", remote.url(), self.event_log_dir.display()),
             None => self.event_log_dir.display().to_string(),
         }
     }

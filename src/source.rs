@@ -467,9 +467,7 @@ impl DiskSource {
                 unfinished.job_id
             )));
         };
-        let path = self
-            .store
-            .log(&unfinished.file_name, unfinished.stamp.len);
+        let path = self.store.log(&unfinished.file_name, unfinished.stamp.len);
         let start = read_log(&unfinished.job_id, move || read_job_start(&path)).await?;
         Ok(Reply::ok(JSON, unfinished.response(state, Some(&start))).logged())
     }

@@ -21,11 +21,11 @@
 //! hides nothing but itself.
 
 use crate::metrics::HistoryMetrics;
-use crate::remote::RemoteDir;
 use crate::query::{Facts, FactsRef, JobFacts, JobState, ListQuery, Page, Row};
 use crate::record::{
     Envelope, Footer, JobEnd, JobEndStatus, JobEndSummary, JobStart, SCHEMA_VERSION, TaskEnd, kind,
 };
+use crate::remote::RemoteDir;
 use crate::writer::{FOOTER_FRAME_MAGIC, FOOTER_FRAME_TAG, LogName};
 use ballista_api_types::dto::JobResponse;
 use bytes::Bytes;
@@ -585,9 +585,7 @@ impl LogRef {
 
     /// Whether the log is zstd-compressed (by its name).
     pub fn is_zstd(&self) -> bool {
-        self.name()
-            .and_then(LogName::parse)
-            .is_some_and(|n| n.zstd)
+        self.name().and_then(LogName::parse).is_some_and(|n| n.zstd)
     }
 
     /// The log for messages: its path, or the store's URL and its name.
@@ -1876,7 +1874,12 @@ impl TailLine {
         }
     }
 
-    fn line_at(file: &mut dyn ReadSeek, file_len: u64, start: u64, end: u64) -> Result<Self, StoreError> {
+    fn line_at(
+        file: &mut dyn ReadSeek,
+        file_len: u64,
+        start: u64,
+        end: u64,
+    ) -> Result<Self, StoreError> {
         if end - start > MAX_LINE {
             return Err(StoreError::Malformed(format!(
                 "the last line is longer than {MAX_LINE} bytes"

@@ -8,13 +8,13 @@
 use crate::api::ApiError;
 use crate::query::JobState;
 use crate::record::{Envelope, JobStart, SCHEMA_VERSION, StageEnd, StageStart, TaskEnd, kind};
+use crate::store::LogRef;
 use crate::store::StoreError;
 use ballista_api_types::dto::TaskStatus;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{BufRead, Read};
-use crate::store::LogRef;
 
 /// Tasks per page unless `limit` says otherwise.
 pub const DEFAULT_LIMIT: usize = 1_000;
@@ -627,8 +627,8 @@ fn shorten(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
     use crate::record::{TaskMetrics, encode_line};
+    use std::path::Path;
 
     fn task(stage: u32, id: u32, exec: &str, start: u64, end: u64, ok: bool) -> Vec<u8> {
         encode_line(

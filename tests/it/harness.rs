@@ -51,6 +51,17 @@ impl Proc {
     /// The same under a wrapper command (`wrapper` then the binary and its
     /// arguments), e.g. a tracer.
     pub fn spawn_wrapped(port: u16, wrapper: &[&str], args: &[&str], log: Option<&Path>) -> Proc {
+        Self::spawn_full(port, wrapper, args, &[], log)
+    }
+
+    /// The same with more environment variables.
+    pub fn spawn_full(
+        port: u16,
+        wrapper: &[&str],
+        args: &[&str],
+        env: &[(&str, &str)],
+        log: Option<&Path>,
+    ) -> Proc {
         let port_s = port.to_string();
         let mut all = vec![
             "--bind-host",
@@ -78,6 +89,7 @@ impl Proc {
                 "RUST_LOG",
                 std::env::var("TEST_SCHEDULER_LOG").unwrap_or_else(|_| "warn".into()),
             )
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(match log {
                 Some(path) => Stdio::from(std::fs::File::create(path).expect("a log file")),

@@ -1,0 +1,547 @@
+//! Event logs in an object store: a real S3-compatible server (moto) on
+//! loopback, real schedulers recording real jobs into a bucket through a
+//! TCP proxy the test can cut, and history-only servers reading it.
+
+use crate::harness::*;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+const SECRET: &str = "MOTO-SECRET-5e1d77";
+const BUCKET: &str = "history";
+
+/// The credentials the processes get from their environment, as in a pod.
+const ENV: &[(&str, &str)] = &[
+    ("AWS_ACCESS_KEY_ID", "AKIAMOTOKEY"),
+    ("AWS_SECRET_ACCESS_KEY", SECRET),
+    ("AWS_REGION", "us-east-1"),
+];
+
+/// An S3-compatible server (`moto`, from PyPI) on a loopback port; killed
+/// on drop.
+struct Moto {
+    child: Child,
+    port: u16,
+}
+
+impl Moto {
+    /// Starts it with one bucket, or `None` when moto is not installed and
+    /// `BALLISTA_JOB_HISTORY_REQUIRE_S3` is unset (CI sets it and installs
+    /// moto).
+    async fn start() -> Option<Moto> {
+        let installed = Command::new("python3")
+            .args(["-c", "import moto.server"])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !installed {
+            assert!(
+                std::env::var_os("BALLISTA_JOB_HISTORY_REQUIRE_S3").is_none(),
+                "moto is not installed: python3 -m pip install 'moto[server]'"
+            );
+            eprintln!("SKIPPED: moto is not installed (python3 -m pip install 'moto[server]')");
+            return None;
+        }
+        let port = free_port();
+        let child = Command::new("python3")
+            .args([
+                "-m",
+                "moto.server",
+                "-H",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("moto starts");
+        let moto = Moto { child, port };
+        let client = http_client();
+        eventually("moto answers", || {
+            let url = moto.url("/");
+            let client = client.clone();
+            async move { client.get(url).send().await.is_ok() }
+        })
+        .await;
+        let created = client.put(moto.url(&format!("/{BUCKET}/"))).send().await;
+        assert!(created.unwrap().status().is_success(), "the bucket exists");
+        Some(moto)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// A client of the bucket, straight to the server.
+    fn bucket(&self) -> object_store::aws::AmazonS3 {
+        object_store::aws::AmazonS3Builder::new()
+            .with_bucket_name(BUCKET)
+            .with_endpoint(self.url(""))
+            .with_allow_http(true)
+            .with_access_key_id(ENV[0].1)
+            .with_secret_access_key(SECRET)
+            .with_region("us-east-1")
+            .build()
+            .unwrap()
+    }
+
+    /// Object names under `prefix/`.
+    async fn keys(&self, prefix: &str) -> Vec<String> {
+        use futures::TryStreamExt;
+        use object_store::ObjectStore;
+        let prefix = object_store::path::Path::from(prefix);
+        let listed: Vec<_> = self
+            .bucket()
+            .list(Some(&prefix))
+            .try_collect()
+            .await
+            .unwrap();
+        let mut keys: Vec<String> = listed.into_iter().map(|m| m.location.to_string()).collect();
+        keys.sort();
+        keys
+    }
+
+    /// An object's lines.
+    async fn lines(&self, key: &str) -> Vec<String> {
+        use object_store::ObjectStoreExt;
+        let got = self
+            .bucket()
+            .get(&object_store::path::Path::from(key))
+            .await;
+        let bytes = got.unwrap().bytes().await.unwrap();
+        String::from_utf8(bytes.to_vec())
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What the proxy does with connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Passes bytes both ways.
+    Forward,
+    /// Accepts and reads requests, never answers (a store that hangs).
+    Hold,
+    /// Closes every connection at once (a store that is down).
+    Refuse,
+}
+
+/// A TCP proxy in front of the store. Changing its mode cuts every open
+/// connection, so pooled connections see the change too.
+struct Proxy {
+    port: u16,
+    mode: watch::Sender<Mode>,
+    /// The first line of each request that was held.
+    held: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proxy {
+    async fn start(target: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (mode, rx) = watch::channel(Mode::Forward);
+        let held = Arc::new(Mutex::new(Vec::new()));
+        let seen = held.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                tokio::spawn(connection(socket, target, rx.clone(), seen.clone()));
+            }
+        });
+        Proxy { port, mode, held }
+    }
+
+    fn set(&self, mode: Mode) {
+        self.mode.send_replace(mode);
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn held(&self) -> Vec<String> {
+        self.held.lock().unwrap().clone()
+    }
+}
+
+async fn connection(
+    mut socket: TcpStream,
+    target: u16,
+    mut mode: watch::Receiver<Mode>,
+    held: Arc<Mutex<Vec<String>>>,
+) {
+    let now = *mode.borrow_and_update();
+    match now {
+        Mode::Refuse => {}
+        Mode::Hold => {
+            let mut buf = vec![0u8; 64 * 1024];
+            let mut first = true;
+            loop {
+                tokio::select! {
+                    n = socket.read(&mut buf) => match n {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => if first {
+                            first = false;
+                            let text = String::from_utf8_lossy(&buf[..n]);
+                            let line = text.lines().next().unwrap_or_default().to_string();
+                            held.lock().unwrap().push(line);
+                        },
+                    },
+                    _ = mode.changed() => return,
+                }
+            }
+        }
+        Mode::Forward => {
+            let Ok(mut upstream) = TcpStream::connect(("127.0.0.1", target)).await else {
+                return;
+            };
+            tokio::select! {
+                _ = tokio::io::copy_bidirectional(&mut socket, &mut upstream) => {}
+                _ = mode.changed() => {}
+            }
+        }
+    }
+}
+
+/// A recording scheduler on the bucket `prefix`, through `endpoint`, with
+/// `spool`; its log goes to `log`.
+fn scheduler(port: u16, prefix: &str, endpoint: &str, spool: &Path, log: &Path) -> Proc {
+    let url = format!("s3://{BUCKET}/{prefix}");
+    Proc::spawn_full(
+        port,
+        &[],
+        &[
+            "--event-log-dir",
+            &url,
+            "--event-log-spool",
+            spool.to_str().unwrap(),
+            "--object-store-endpoint",
+            endpoint,
+            "--object-store-allow-http",
+            "--object-store-timeout",
+            "2s",
+            "--scheduler-policy",
+            "pull-staged",
+            "--update-interval-seconds",
+            "1",
+        ],
+        ENV,
+        Some(log),
+    )
+}
+
+/// A history-only server on the bucket `prefix`, rescanning every second.
+fn history(prefix: &str, endpoint: &str, spool: &Path, log: &Path) -> Proc {
+    let url = format!("s3://{BUCKET}/{prefix}");
+    Proc::spawn_full(
+        free_port(),
+        &[],
+        &[
+            "--history-only",
+            "--event-log-dir",
+            &url,
+            "--event-log-spool",
+            spool.to_str().unwrap(),
+            "--object-store-endpoint",
+            endpoint,
+            "--object-store-allow-http",
+            "--object-store-timeout",
+            "2s",
+            "--update-interval-seconds",
+            "1",
+        ],
+        ENV,
+        Some(log),
+    )
+}
+
+/// The completed logs (file names) in a spool.
+fn spooled(spool: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(spool)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.ends_with(".eventlog"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Runs `sql` as a job named `name` (unique in the test) and returns its
+/// id: found by name, as the list also holds other clusters' jobs.
+async fn run_named(sched: &Proc, data: &Path, name: &str, sql: &str) -> String {
+    let ctx = client_with(sched.port, data, &[("ballista.job.name", name)]).await;
+    ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    wait_for("the job is listed", || async {
+        let list = get_json(&sched.url("/api/jobs")).await;
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["job_name"] == name)
+            .map(|j| j["job_id"].as_str().unwrap().to_string())
+    })
+    .await
+}
+
+/// Waits until `server` lists exactly `ids` (in any order), and returns the
+/// list as it came (so a duplicate would show).
+async fn wait_listed(server: &Proc, ids: &[&String]) -> Vec<String> {
+    let mut want: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    wait_for("the server lists exactly the recorded jobs", || {
+        let want = want.clone();
+        async move {
+            let listed = job_ids(server).await;
+            let mut sorted = listed.clone();
+            sorted.sort();
+            (sorted == want).then_some(listed)
+        }
+    })
+    .await
+}
+
+/// Two clusters record into one prefix; two history-only servers read it.
+/// Every job is in the bucket once, whole, and served from it byte for
+/// byte as the live scheduler serves it; no secret reaches any log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_clusters_record_into_one_bucket_and_two_servers_serve_it() {
+    let Some(moto) = Moto::start().await else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let data = write_csv(tmp.path(), "t.csv", 2000);
+    let endpoint = moto.url("");
+    let mut clusters = Vec::new();
+    for name in ["a", "b"] {
+        let spool = tmp.path().join(format!("spool-{name}"));
+        let log = tmp.path().join(format!("scheduler-{name}.log"));
+        let mut sched = scheduler(free_port(), "logs", &endpoint, &spool, &log);
+        sched.wait_healthy().await;
+        start_executor(sched.port).await;
+        clusters.push((sched, spool, log));
+    }
+    let mut jobs = Vec::new();
+    for (i, (sched, _, _)) in clusters.iter().enumerate() {
+        for (n, sql) in [
+            "SELECT k, count(*) FROM t GROUP BY k",
+            "SELECT sum(v) FROM t",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let id = run_named(sched, &data, &format!("cluster{i}-job{n}"), sql).await;
+            jobs.push((i, id));
+        }
+    }
+    let want: Vec<String> = {
+        let mut keys: Vec<String> = jobs
+            .iter()
+            .map(|(_, id)| format!("logs/{id}.eventlog"))
+            .collect();
+        keys.sort();
+        keys
+    };
+    wait_for("every log is uploaded", || {
+        let want = want.clone();
+        let moto = &moto;
+        async move { (moto.keys("logs").await == want).then_some(()) }
+    })
+    .await;
+    for (_, spool, _) in &clusters {
+        eventually("the spool is emptied", || async {
+            spooled(spool).is_empty()
+        })
+        .await;
+    }
+
+    let mut servers: Vec<Proc> = ["h1", "h2"]
+        .iter()
+        .map(|h| {
+            history(
+                "logs",
+                &endpoint,
+                &tmp.path().join(format!("spool-{h}")),
+                &tmp.path().join(format!("{h}.log")),
+            )
+        })
+        .collect();
+    let ids: Vec<&String> = jobs.iter().map(|(_, id)| id).collect();
+    for server in &mut servers {
+        server.wait_healthy().await;
+    }
+    for server in &servers {
+        let listed = wait_listed(server, &ids).await;
+        assert_eq!(listed.len(), jobs.len(), "each job once: {listed:?}");
+        for (cluster, id) in &jobs {
+            let live = &clusters[*cluster].0;
+            let lines = moto.lines(&format!("logs/{id}.eventlog")).await;
+            assert_whole(&lines);
+            for (field, path) in [("job", ""), ("stages", "/stages")] {
+                let (status, _, served) = get(&server.url(&format!("/api/job/{id}{path}"))).await;
+                assert_eq!(status, 200, "{id}{path}");
+                let served = String::from_utf8(served).unwrap();
+                assert_eq!(
+                    served,
+                    raw_field(&lines, field),
+                    "{id}{path} from the bucket"
+                );
+                let (_, _, from_live) = get(&live.url(&format!("/api/job/{id}{path}"))).await;
+                assert_eq!(
+                    served,
+                    String::from_utf8(from_live).unwrap(),
+                    "{id}{path} live"
+                );
+            }
+            let (_, _, dot) = get(&server.url(&format!("/api/job/{id}/dot"))).await;
+            let (_, _, live_dot) = get(&live.url(&format!("/api/job/{id}/dot"))).await;
+            assert_eq!(dot, live_dot, "{id}/dot");
+            let timeline = get_json(&server.url(&format!("/api/job/{id}/timeline"))).await;
+            assert!(
+                !timeline["tasks"].as_array().unwrap().is_empty(),
+                "{id}: the timeline streams the tasks from the object"
+            );
+        }
+    }
+    // The live schedulers list the other cluster's jobs too, from the bucket.
+    for (sched, _, _) in &clusters {
+        let listed = wait_listed(sched, &ids).await;
+        assert_eq!(listed.len(), jobs.len(), "each job once: {listed:?}");
+    }
+    let metrics = String::from_utf8(get(&clusters[0].0.url("/api/metrics")).await.2).unwrap();
+    assert_eq!(counter(&metrics, "ballista_job_history_uploads_total"), 2);
+    drop(servers);
+    for (mut sched, _, log) in clusters {
+        sched.kill();
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            !text.contains(SECRET),
+            "the secret key reached {}",
+            log.display()
+        );
+    }
+}
+
+/// The store hangs mid-upload and the scheduler is killed; then the store
+/// is down while the scheduler restarts; then it comes back. The history
+/// server keeps answering throughout, the job arrives once, and the spool
+/// is emptied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kill_mid_upload_and_an_outage_lose_nothing_and_duplicate_nothing() {
+    let Some(moto) = Moto::start().await else {
+        return;
+    };
+    let proxy = Proxy::start(moto.port).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = write_csv(tmp.path(), "t.csv", 2000);
+    let spool = tmp.path().join("spool");
+    let log = tmp.path().join("scheduler.log");
+    let port = free_port();
+    let mut sched = scheduler(port, "logs", &proxy.url(), &spool, &log);
+    sched.wait_healthy().await;
+    start_executor(port).await;
+    let ctx = client(port, &data).await;
+    let (first, result) = run_job(&sched, &ctx, "SELECT sum(v) FROM t").await;
+    result.unwrap();
+    let first_key = format!("logs/{first}.eventlog");
+    eventually("the first log is uploaded", || async {
+        moto.keys("logs").await == [first_key.clone()]
+    })
+    .await;
+    let history_log = tmp.path().join("history.log");
+    let mut server = history("logs", &proxy.url(), &tmp.path().join("h"), &history_log);
+    server.wait_healthy().await;
+    wait_listed(&server, &[&first]).await;
+
+    // The store hangs: the next upload is sent and never answered.
+    proxy.set(Mode::Hold);
+    let (second, result) = run_job(&sched, &ctx, "SELECT k, count(*) FROM t GROUP BY k").await;
+    result.unwrap();
+    let put = format!("/{BUCKET}/logs/{second}.eventlog");
+    wait_for("the upload of the second log is in flight", || {
+        let held = proxy.held();
+        let put = put.clone();
+        async move {
+            held.iter()
+                .any(|l| l.starts_with("PUT ") && l.contains(&put))
+                .then_some(())
+        }
+    })
+    .await;
+    // Meanwhile the history server answers from what it has.
+    assert_eq!(job_ids(&server).await, [first.clone()]);
+    sched.kill();
+    assert_eq!(
+        moto.keys("logs").await,
+        [first_key.clone()],
+        "an interrupted upload leaves no object"
+    );
+    assert_eq!(spooled(&spool), [format!("{second}.eventlog")]);
+
+    // Restarted while the store is down: the log stays in the spool and
+    // its upload is retried.
+    proxy.set(Mode::Refuse);
+    let mut sched = scheduler(port, "logs", &proxy.url(), &spool, &log);
+    sched.wait_healthy().await;
+    eventually("the restarted scheduler retries the upload", || async {
+        let metrics = String::from_utf8(get(&sched.url("/api/metrics")).await.2).unwrap();
+        counter(&metrics, "ballista_job_history_upload_errors_total") >= 2
+    })
+    .await;
+    assert_eq!(spooled(&spool), [format!("{second}.eventlog")]);
+    assert_eq!(job_ids(&server).await, [first.clone()], "still served");
+
+    // The store is back: the upload resumes, the job arrives once.
+    proxy.set(Mode::Forward);
+    let mut want = vec![first_key.clone(), format!("logs/{second}.eventlog")];
+    want.sort();
+    eventually("the second log is uploaded", || async {
+        moto.keys("logs").await == want
+    })
+    .await;
+    eventually("the spool is emptied", || async {
+        spooled(&spool).is_empty()
+    })
+    .await;
+    let listed = wait_listed(&server, &[&first, &second]).await;
+    assert_eq!(
+        listed,
+        [second.clone(), first.clone()],
+        "newest first, each once"
+    );
+    let job = get_json(&server.url(&format!("/api/job/{second}"))).await;
+    assert_eq!(job["job_id"], second.as_str());
+    assert_whole(&moto.lines(&format!("logs/{second}.eventlog")).await);
+
+    sched.kill();
+    drop(server);
+    let scheduler_log = std::fs::read_to_string(&log).unwrap();
+    let history_text = std::fs::read_to_string(&history_log).unwrap();
+    for text in [&scheduler_log, &history_text] {
+        assert!(!text.contains(SECRET), "the secret key reached a log");
+    }
+    assert_eq!(
+        scheduler_log.matches("cannot upload").count(),
+        1,
+        "the outage is logged once per process run: {scheduler_log}"
+    );
+    assert_eq!(
+        history_text.matches("cannot list").count(),
+        1,
+        "the history server logs the outage once: {history_text}"
+    );
+}
