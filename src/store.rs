@@ -1047,14 +1047,10 @@ impl LogStore {
         let mut fresh = Vec::new();
         let mut newly_bad = Vec::new();
         let mut seen_bad = HashSet::new();
+        let mut to_read: Vec<(String, Stamp)> = Vec::new();
         for (name, stamp) in entries {
             let name = name.as_str();
-            let Some(LogName {
-                stem,
-                running,
-                zstd,
-            }) = LogName::parse(name)
-            else {
+            let Some(LogName { stem, running, .. }) = LogName::parse(name) else {
                 continue;
             };
             if running {
@@ -1077,11 +1073,26 @@ impl LogStore {
                 seen_bad.insert(name.to_string());
                 continue;
             }
-            report.read += 1;
+            to_read.push((name.to_string(), stamp));
+        }
+        report.read = to_read.len();
+        let read_one = |(name, stamp): &(String, Stamp)| {
+            let LogName {
+                stem,
+                running,
+                zstd,
+            } = LogName::parse(name).expect("a log name");
             let path = self.log(name, stamp.len);
-            let found = if running {
-                scan_running(&path, stem, name, stamp, zstd, known_unfinished.get(name))
-                    .map(Found::Unfinished)
+            if running {
+                scan_running(
+                    &path,
+                    stem,
+                    name,
+                    *stamp,
+                    zstd,
+                    known_unfinished.get(&**name),
+                )
+                .map(Found::Unfinished)
             } else {
                 read_summary(&path).map(|summary| {
                     let id = if summary.index.job_id.is_empty() {
@@ -1089,9 +1100,19 @@ impl LogStore {
                     } else {
                         summary.index.job_id.clone()
                     };
-                    Found::Completed(JobSummary::new(summary, &id, name, stamp))
+                    Found::Completed(JobSummary::new(summary, &id, name, *stamp))
                 })
-            };
+            }
+        };
+        // An object store answers each read in milliseconds, not
+        // microseconds: new objects are read many at a time.
+        let results: Vec<Result<Found, StoreError>> = if self.remote.is_some() {
+            parallel_map(&to_read, REMOTE_READERS, read_one)
+        } else {
+            to_read.iter().map(read_one).collect()
+        };
+        for ((name, stamp), found) in to_read.iter().zip(results) {
+            let (name, stamp) = (name.as_str(), *stamp);
             match found {
                 Ok(Found::Completed(summary)) => {
                     fresh.push(Found::Completed(summary));
@@ -1459,6 +1480,43 @@ impl LogStore {
             }
         }
     }
+}
+
+/// Threads reading new logs of an object store at once.
+const REMOTE_READERS: usize = 16;
+
+/// `f` over `items` on up to `threads` threads, results in order.
+fn parallel_map<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut out: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.min(items.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items.get(i) else {
+                            return mine;
+                        };
+                        mine.push((i, f(item)));
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            for (i, r) in worker.join().expect("a reader thread") {
+                out[i] = Some(r);
+            }
+        }
+    });
+    out.into_iter()
+        .map(|r| r.expect("every item is read"))
+        .collect()
 }
 
 /// The longest line of a `.running` log that is read (a `JobStart` with

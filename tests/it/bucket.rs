@@ -483,11 +483,11 @@ async fn a_kill_mid_upload_and_an_outage_lose_nothing_and_duplicate_nothing() {
     })
     .await;
     // Meanwhile the history server answers from what it has.
-    assert_eq!(job_ids(&server).await, [first.clone()]);
+    assert_eq!(job_ids(&server).await, std::slice::from_ref(&first));
     sched.kill();
     assert_eq!(
         moto.keys("logs").await,
-        [first_key.clone()],
+        std::slice::from_ref(&first_key),
         "an interrupted upload leaves no object"
     );
     assert_eq!(spooled(&spool), [format!("{second}.eventlog")]);
@@ -503,7 +503,11 @@ async fn a_kill_mid_upload_and_an_outage_lose_nothing_and_duplicate_nothing() {
     })
     .await;
     assert_eq!(spooled(&spool), [format!("{second}.eventlog")]);
-    assert_eq!(job_ids(&server).await, [first.clone()], "still served");
+    assert_eq!(
+        job_ids(&server).await,
+        std::slice::from_ref(&first),
+        "still served"
+    );
 
     // The store is back: the upload resumes, the job arrives once.
     proxy.set(Mode::Forward);
