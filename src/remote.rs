@@ -425,6 +425,17 @@ impl Uploader {
         }
     }
 
+    /// Also uploads these unfinished logs: `.running` logs an earlier run
+    /// left in the spool when it died mid-job (see [`running_logs`]), so
+    /// readers list their jobs as abandoned.
+    pub fn with_orphans(mut self, orphans: Vec<PathBuf>) -> Self {
+        let now = Instant::now();
+        for path in orphans {
+            self.pending.insert(path, (0, now));
+        }
+        self
+    }
+
     /// Completed logs in the spool (left by an earlier run, or by uploads
     /// that failed).
     fn scan_spool(&mut self) {
@@ -454,7 +465,7 @@ impl Uploader {
         self.scan_spool();
         if !self.pending.is_empty() {
             log::info!(
-                "event log: {} completed logs in the spool {} to upload to {}",
+                "event log: {} logs in the spool {} to upload to {}",
                 self.pending.len(),
                 self.spool.display(),
                 self.dir.url()
@@ -678,6 +689,51 @@ impl Uploader {
     }
 }
 
+/// Takes the spool for this process: an exclusive lock on `SPOOL/.lock`,
+/// held while the returned file lives (the OS drops it when the process
+/// dies). A second scheduler on the same spool would upload the first one's
+/// running logs as leftovers, so it is refused.
+pub fn lock_spool(spool: &Path) -> Result<std::fs::File, String> {
+    std::fs::create_dir_all(spool)
+        .map_err(|e| format!("--event-log-spool {}: {e}", spool.display()))?;
+    let path = spool.join(".lock");
+    let file = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("--event-log-spool {}: {e}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(format!(
+            "--event-log-spool {} is in use by another scheduler; give each its own",
+            spool.display()
+        )),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(format!("--event-log-spool {}: {e}", path.display()))
+        }
+    }
+}
+
+/// The `.running` logs in `spool`: call before the writer starts, when
+/// every one of them was left by an earlier run.
+pub fn running_logs(spool: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(spool) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(LogName::parse)
+                .is_some_and(|n| n.running)
+                && e.file_type().is_ok_and(|t| t.is_file())
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
 fn suffix_of(name: &str) -> &str {
     let stem = stem_of(name);
     &name[stem.len()..]
@@ -720,6 +776,196 @@ mod tests {
         };
         assert_eq!(dir.url(), "s3://bucket/a/b");
         assert_eq!(dir.location("j.eventlog").as_ref(), "a/b/j.eventlog");
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    fn memory_dir(
+        rt: &tokio::runtime::Runtime,
+    ) -> (Arc<object_store::memory::InMemory>, RemoteDir) {
+        let memory = Arc::new(object_store::memory::InMemory::new());
+        let dir = RemoteDir::new(
+            memory.clone(),
+            ObjPath::from("p"),
+            "memory://p",
+            rt.handle().clone(),
+        );
+        (memory, dir)
+    }
+
+    /// Every kept fuzzing input and upstream fixture, under each log name,
+    /// indexed and read from an object store gives what the same file gives
+    /// from a directory: the same list entries, payloads, terminal records
+    /// and timelines (the reads go through ranged requests).
+    #[test]
+    fn objects_read_exactly_like_files() {
+        use crate::query::ListQuery;
+        use crate::record::payload;
+        use crate::store::LogStore;
+        use crate::timeline::{JobHeader, TimelineParams, read_timeline};
+        let rt = runtime();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+        let mut inputs: Vec<PathBuf> = ["fuzz-inputs", "fixtures/upstream"]
+            .iter()
+            .flat_map(|d| std::fs::read_dir(root.join(d)).unwrap())
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_none_or(|e| e != "md"))
+            .collect();
+        inputs.sort();
+        assert!(inputs.len() > 40);
+        let query = ListQuery::parse(&[("include_unfinished".into(), "true".into())]).unwrap();
+        let mut compared = 0;
+        for input in &inputs {
+            let data = std::fs::read(input).unwrap();
+            for name in ["x.eventlog", "x.eventlog.zst", "x.eventlog.running"] {
+                let local_dir = tempfile::tempdir().unwrap();
+                std::fs::write(local_dir.path().join(name), &data).unwrap();
+                let (memory, dir) = memory_dir(&rt);
+                let location = ObjPath::from(format!("p/{name}"));
+                rt.block_on(memory.put(&location, data.clone().into()))
+                    .unwrap();
+                // The same modification time (unfinished jobs show it).
+                let put_at = rt.block_on(memory.head(&location)).unwrap().last_modified;
+                std::fs::File::options()
+                    .write(true)
+                    .open(local_dir.path().join(name))
+                    .unwrap()
+                    .set_modified(SystemTime::from(put_at))
+                    .unwrap();
+                let metrics = || Arc::new(HistoryMetrics::unregistered());
+                let local =
+                    LogStore::new(local_dir.path(), metrics()).with_abandoned_after(Duration::ZERO);
+                let remote = LogStore::remote(dir, metrics());
+                let what = format!("{} as {name}", input.display());
+                let (a, b) = (local.rescan(), remote.rescan());
+                assert_eq!((a.read, a.bad), (b.read, b.bad), "{what}");
+                let rows = |s: &LogStore| -> Vec<bytes::Bytes> {
+                    let page = s.page(&query, None, &Default::default());
+                    page.rows.into_iter().map(|r| r.entry).collect()
+                };
+                assert_eq!(rows(&local), rows(&remote), "{what}");
+                for row in local.page(&query, None, &Default::default()).rows {
+                    let id = row.facts.job_id().to_string();
+                    for names in [
+                        &[payload::JOB, payload::STAGES, payload::CONFIG][..],
+                        &[payload::DOT, payload::RESPONSES],
+                    ] {
+                        assert_eq!(
+                            local.read_payloads(&id, names).ok(),
+                            remote.read_payloads(&id, names).ok(),
+                            "{what}: {names:?}"
+                        );
+                    }
+                    let end = |s: &LogStore| s.read_job_end(&id).ok().map(|e| format!("{e:?}"));
+                    assert_eq!(end(&local), end(&remote), "{what}: JobEnd");
+                    let header = JobHeader {
+                        job_id: id.clone(),
+                        state: crate::query::JobState::Completed,
+                        start_time: 1,
+                        end_time: 2,
+                        dropped_records: Some(0),
+                    };
+                    let timeline = |s: &LogStore| {
+                        read_timeline(s.log_of(&id).unwrap(), &header, TimelineParams::default())
+                            .ok()
+                            .map(|t| serde_json::to_string(&t).unwrap())
+                    };
+                    assert_eq!(timeline(&local), timeline(&remote), "{what}: timeline");
+                    compared += 1;
+                }
+            }
+        }
+        assert!(compared > 10, "only {compared} jobs were listed");
+    }
+
+    /// The uploader creates objects and never overwrites: a log already
+    /// there with the same size was this one (the spool file just goes); a
+    /// different one of the same name is another job, and this one is kept
+    /// under a second name.
+    #[test]
+    fn uploads_create_once_and_keep_a_clash() {
+        let rt = runtime();
+        let (memory, dir) = memory_dir(&rt);
+        let spool = tempfile::tempdir().unwrap();
+        for (name, text) in [
+            ("a.eventlog", "same"),
+            ("b.eventlog", "mine"),
+            ("c.eventlog", "new"),
+        ] {
+            std::fs::write(spool.path().join(name), text).unwrap();
+        }
+        std::fs::write(spool.path().join("d.eventlog.running"), "left").unwrap();
+        rt.block_on(async {
+            memory
+                .put(&ObjPath::from("p/a.eventlog"), "same".into())
+                .await
+                .unwrap();
+            memory
+                .put(&ObjPath::from("p/b.eventlog"), "theirs, longer".into())
+                .await
+                .unwrap();
+        });
+        let metrics = Arc::new(HistoryMetrics::unregistered());
+        let orphans = running_logs(spool.path());
+        assert_eq!(orphans.len(), 1);
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        drop(tx);
+        let uploader = Uploader::new(dir, spool.path(), metrics.clone()).with_orphans(orphans);
+        rt.block_on(uploader.run(rx, std::future::pending()));
+        let objects = rt.block_on(async {
+            use futures::TryStreamExt;
+            let listed: Vec<_> = memory.list(None).try_collect().await.unwrap();
+            let mut objects = Vec::new();
+            for meta in listed {
+                let bytes = memory
+                    .get(&meta.location)
+                    .await
+                    .unwrap()
+                    .bytes()
+                    .await
+                    .unwrap();
+                objects.push((
+                    meta.location.to_string(),
+                    String::from_utf8(bytes.to_vec()).unwrap(),
+                ));
+            }
+            objects.sort();
+            objects
+        });
+        let expected: Vec<(String, String)> = [
+            ("p/a.eventlog", "same"),
+            ("p/b-4.eventlog", "mine"),
+            ("p/b.eventlog", "theirs, longer"),
+            ("p/c.eventlog", "new"),
+            ("p/d.eventlog.running", "left"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(objects, expected);
+        assert_eq!(
+            std::fs::read_dir(spool.path()).unwrap().count(),
+            0,
+            "spool emptied"
+        );
+        assert_eq!(metrics.uploads.get(), 4);
+        assert_eq!(metrics.upload_errors.get(), 0);
+    }
+
+    #[test]
+    fn a_spool_has_one_owner_at_a_time() {
+        let spool = tempfile::tempdir().unwrap();
+        let held = lock_spool(spool.path()).unwrap();
+        let err = lock_spool(spool.path()).unwrap_err();
+        assert!(err.contains("in use by another scheduler"), "{err}");
+        drop(held);
+        lock_spool(spool.path()).unwrap();
     }
 
     #[test]

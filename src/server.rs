@@ -219,6 +219,13 @@ pub async fn run_scheduler(
 
     // Recording: the writer thread, and the channel from the listener to
     // the capturer.
+    // One scheduler per spool (held until this function returns).
+    let _spool = match history.as_ref().filter(|h| h.remote.is_some()) {
+        Some(options) => {
+            Some(crate::remote::lock_spool(&options.event_log_dir).map_err(ServerError::Config)?)
+        }
+        None => None,
+    };
     let recording = match &history {
         Some(options) => {
             // Created now so a newcomer sees it; a failure is not fatal (the
@@ -235,11 +242,13 @@ pub async fn run_scheduler(
             wc.max_open_files = options.max_open_files;
             wc.compression = options.compression;
             // Logs for an object store are written to the spool, then
-            // uploaded by the uploader as each one completes.
+            // uploaded by the uploader as each one completes. Unfinished
+            // logs already there were left by a run that died: they are
+            // uploaded too, to be listed as abandoned.
             let uploads = options.remote.as_ref().map(|_| {
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
                 wc.completed = Some(tx);
-                rx
+                (rx, crate::remote::running_logs(&options.event_log_dir))
             });
             let (writer, thread) = writer::spawn(wc, metrics.clone())?;
             let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -283,8 +292,9 @@ pub async fn run_scheduler(
     {
         let capturer = Capturer::new(api.clone(), writer.clone(), options.redactor.clone());
         background.push(tokio::spawn(capturer.run(events_rx, stopped())));
-        if let (Some(remote), Some(uploads)) = (&options.remote, uploads) {
-            let uploader = Uploader::new(remote.clone(), &options.event_log_dir, metrics.clone());
+        if let (Some(remote), Some((uploads, orphans))) = (&options.remote, uploads) {
+            let uploader = Uploader::new(remote.clone(), &options.event_log_dir, metrics.clone())
+                .with_orphans(orphans);
             background.push(tokio::spawn(uploader.run(uploads, stopped())));
         }
         let store = Arc::new(options.store(metrics.clone()));

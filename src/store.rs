@@ -457,6 +457,7 @@ impl Unfinished {
     /// `Abandoned` after that.
     pub fn state(&self, now: SystemTime, abandoned_after: Duration) -> JobState {
         match self.stamp.modified {
+            _ if abandoned_after.is_zero() => JobState::Abandoned,
             Some(modified) if modified + abandoned_after < now => JobState::Abandoned,
             _ => JobState::Running,
         }
@@ -793,9 +794,13 @@ impl LogStore {
     }
 
     /// An empty index of the logs under an object-store prefix.
+    /// Objects are never appended to: an unfinished log in a store was
+    /// uploaded by a scheduler restarting after it died mid-job, so its job
+    /// is abandoned at once.
     pub fn remote(dir: RemoteDir, metrics: Arc<HistoryMetrics>) -> Self {
         let mut store = Self::new(PathBuf::new(), metrics);
         store.remote = Some(dir);
+        store.abandoned_after = Duration::ZERO;
         store
     }
 
@@ -973,7 +978,9 @@ impl LogStore {
     /// Sets how long a `.running` log may go unwritten before its job
     /// counts as abandoned.
     pub fn with_abandoned_after(mut self, after: Duration) -> Self {
-        self.abandoned_after = after;
+        if self.remote.is_none() {
+            self.abandoned_after = after;
+        }
         self
     }
 

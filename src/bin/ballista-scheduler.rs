@@ -108,7 +108,8 @@ struct Cli {
     /// With an object-store --event-log-dir (s3://, gs://, az://): the local
     /// directory where logs are written while their jobs run and kept until
     /// uploaded (re-scanned at startup), and where the persistent index
-    /// lives. Default: `ballista-job-history-spool` under the system temp
+    /// lives; one per scheduler (it is locked). Default:
+    /// `ballista-job-history-spool/<bind port>` under the system temp
     /// directory.
     #[arg(long)]
     event_log_spool: Option<std::path::PathBuf>,
@@ -264,9 +265,11 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             EventLogDir::Local(path) => HistoryOptions::new(path),
             EventLogDir::Remote(remote) => HistoryOptions::remote(
                 remote,
-                cli.event_log_spool
-                    .clone()
-                    .unwrap_or_else(|| std::env::temp_dir().join(DEFAULT_SPOOL_DIR)),
+                cli.event_log_spool.clone().unwrap_or_else(|| {
+                    std::env::temp_dir()
+                        .join(DEFAULT_SPOOL_DIR)
+                        .join(cli.upstream.bind_port.to_string())
+                }),
             ),
         };
         options.update_interval = Duration::from_secs(cli.update_interval_seconds);

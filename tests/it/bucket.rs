@@ -491,6 +491,16 @@ async fn a_kill_mid_upload_and_an_outage_lose_nothing_and_duplicate_nothing() {
         "an interrupted upload leaves no object"
     );
     assert_eq!(spooled(&spool), [format!("{second}.eventlog")]);
+    // A job that was running when the scheduler died leaves its `.running`
+    // log in the spool (as the crash tests show); this one is made from the
+    // first job's start record.
+    let start = moto.lines(&first_key).await.remove(0);
+    assert!(start.contains("\"JobStart\""));
+    std::fs::write(
+        spool.join("orphan1.eventlog.running"),
+        start.replace(&first, "orphan1") + "\n",
+    )
+    .unwrap();
 
     // Restarted while the store is down: the log stays in the spool and
     // its upload is retried.
@@ -511,14 +521,23 @@ async fn a_kill_mid_upload_and_an_outage_lose_nothing_and_duplicate_nothing() {
 
     // The store is back: the upload resumes, the job arrives once.
     proxy.set(Mode::Forward);
-    let mut want = vec![first_key.clone(), format!("logs/{second}.eventlog")];
+    let mut want = vec![
+        first_key.clone(),
+        format!("logs/{second}.eventlog"),
+        "logs/orphan1.eventlog.running".to_string(),
+    ];
     want.sort();
     eventually("the second log is uploaded", || async {
         moto.keys("logs").await == want
     })
     .await;
     eventually("the spool is emptied", || async {
-        spooled(&spool).is_empty()
+        std::fs::read_dir(&spool).unwrap().all(|e| {
+            !e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains(".eventlog")
+        })
     })
     .await;
     let listed = wait_listed(&server, &[&first, &second]).await;
@@ -529,6 +548,17 @@ async fn a_kill_mid_upload_and_an_outage_lose_nothing_and_duplicate_nothing() {
     );
     let job = get_json(&server.url(&format!("/api/job/{second}"))).await;
     assert_eq!(job["job_id"], second.as_str());
+    // The orphan is listed as abandoned, with its plans.
+    let abandoned = get_json(&server.url("/api/jobs?status=abandoned")).await;
+    let abandoned: Vec<&str> = abandoned
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["job_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(abandoned, ["orphan1"]);
+    let orphan = get_json(&server.url("/api/job/orphan1")).await;
+    assert_eq!(orphan["job_id"], "orphan1");
     assert_whole(&moto.lines(&format!("logs/{second}.eventlog")).await);
 
     sched.kill();
@@ -548,4 +578,155 @@ async fn a_kill_mid_upload_and_an_outage_lose_nothing_and_duplicate_nothing() {
         1,
         "the history server logs the outage once: {history_text}"
     );
+}
+
+/// Azure's storage emulator (`azurite` from npm) on a loopback port, with
+/// one container (made with `azure-storage-blob` from PyPI); killed on drop.
+struct Azurite {
+    child: Child,
+    port: u16,
+    _data: tempfile::TempDir,
+}
+
+impl Azurite {
+    const ACCOUNT_KEY: &str =
+        "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+    /// Starts it, or `None` when azurite or the Python client is missing and
+    /// `BALLISTA_JOB_HISTORY_REQUIRE_AZURITE` is unset (CI sets it and
+    /// installs both).
+    async fn start(container: &str) -> Option<Azurite> {
+        let binary = std::env::var("AZURITE_BLOB").unwrap_or_else(|_| "azurite-blob".into());
+        let has_binary = Command::new(&binary)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        let has_client = Command::new("python3")
+            .args(["-c", "import azure.storage.blob"])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !(has_binary && has_client) {
+            assert!(
+                std::env::var_os("BALLISTA_JOB_HISTORY_REQUIRE_AZURITE").is_none(),
+                "azurite or its client is missing: npm install -g azurite; \
+                 python3 -m pip install azure-storage-blob"
+            );
+            eprintln!("SKIPPED: azurite (npm) or azure-storage-blob (PyPI) is not installed");
+            return None;
+        }
+        let data = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let child = Command::new(&binary)
+            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+            .args(["--silent", "--skipApiVersionCheck", "--location"])
+            .arg(data.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("azurite starts");
+        let azurite = Azurite {
+            child,
+            port,
+            _data: data,
+        };
+        let script = format!(
+            "from azure.storage.blob import BlobServiceClient\n\
+             BlobServiceClient.from_connection_string('{}').create_container('{container}')",
+            azurite.connection_string()
+        );
+        eventually("azurite makes the container", || async {
+            Command::new("python3")
+                .args(["-c", &script])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .await;
+        Some(azurite)
+    }
+
+    fn connection_string(&self) -> String {
+        format!(
+            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={};\
+             BlobEndpoint=http://127.0.0.1:{}/devstoreaccount1;",
+            Self::ACCOUNT_KEY,
+            self.port
+        )
+    }
+}
+
+impl Drop for Azurite {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `az://` end to end: a job recorded by a real scheduler and executor into
+/// Azure Blob Storage (the emulator) is served by a history-only server
+/// from it, as the live scheduler serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_recorded_into_azure_blob_storage_is_served_from_it() {
+    let Some(azurite) = Azurite::start("history").await else {
+        return;
+    };
+    let blob_url = format!("http://127.0.0.1:{}", azurite.port);
+    let env = [
+        ("AZURE_STORAGE_USE_EMULATOR", "true"),
+        ("AZURITE_BLOB_STORAGE_URL", blob_url.as_str()),
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    let data = write_csv(tmp.path(), "t.csv", 2000);
+    let spool = tmp.path().join("spool");
+    let spool_arg = spool.to_str().unwrap();
+    let port = free_port();
+    let mut sched = Proc::spawn_full(
+        port,
+        &[],
+        &[
+            "--event-log-dir",
+            "az://history/logs",
+            "--event-log-spool",
+            spool_arg,
+            "--scheduler-policy",
+            "pull-staged",
+        ],
+        &env,
+        Some(&tmp.path().join("scheduler.log")),
+    );
+    sched.wait_healthy().await;
+    start_executor(port).await;
+    let ctx = client(port, &data).await;
+    let (id, result) = run_job(&sched, &ctx, "SELECT k, count(*) FROM t GROUP BY k").await;
+    result.unwrap();
+    eventually("the log is uploaded", || async {
+        spooled(&spool).is_empty()
+    })
+    .await;
+    let h_spool = tmp.path().join("h");
+    let mut server = Proc::spawn_full(
+        free_port(),
+        &[],
+        &[
+            "--history-only",
+            "--event-log-dir",
+            "az://history/logs",
+            "--event-log-spool",
+            h_spool.to_str().unwrap(),
+        ],
+        &env,
+        Some(&tmp.path().join("history.log")),
+    );
+    server.wait_healthy().await;
+    let listed = wait_listed(&server, &[&id]).await;
+    assert_eq!(listed, [id.clone()]);
+    for path in ["", "/stages", "/dot"] {
+        let (status, _, served) = get(&server.url(&format!("/api/job/{id}{path}"))).await;
+        assert_eq!(status, 200, "{path}");
+        let (_, _, live) = get(&sched.url(&format!("/api/job/{id}{path}"))).await;
+        assert_eq!(served, live, "{id}{path}");
+    }
 }
