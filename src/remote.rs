@@ -15,7 +15,7 @@
 //! the uploader a path over an unbounded channel; uploads, retries and
 //! their backoff happen on the uploader's own task.
 //!
-//! The store's blocking helpers ([`RemoteDir::list`], [`RemoteFile`]) run
+//! The store's blocking helpers (listing, and the ranged-read file) run
 //! the async client on the runtime the store was opened on; they are called
 //! from the blocking pool, as every other read of a log is.
 

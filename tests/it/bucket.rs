@@ -722,7 +722,7 @@ async fn a_job_recorded_into_azure_blob_storage_is_served_from_it() {
     );
     server.wait_healthy().await;
     let listed = wait_listed(&server, &[&id]).await;
-    assert_eq!(listed, [id.clone()]);
+    assert_eq!(listed, std::slice::from_ref(&id));
     for path in ["", "/stages", "/dot"] {
         let (status, _, served) = get(&server.url(&format!("/api/job/{id}{path}"))).await;
         assert_eq!(status, 200, "{path}");
