@@ -92,7 +92,7 @@ struct Cli {
 
     /// Where to keep the persistent index (a cache of the job list, so a
     /// restart lists jobs at once). Default: `.ballista-job-history.index`
-    /// in --event-log-dir.
+    /// in --event-log-dir (in --event-log-spool for an object store).
     #[arg(long)]
     history_index: Option<std::path::PathBuf>,
 

@@ -215,55 +215,49 @@ async fn connection(
     }
 }
 
-/// A recording scheduler on the bucket `prefix`, through `endpoint`, with
-/// `spool`; its log goes to `log`.
-fn scheduler(port: u16, prefix: &str, endpoint: &str, spool: &Path, log: &Path) -> Proc {
+/// Our binary on the bucket `prefix`, through `endpoint`, with `spool`,
+/// rescanning every second, with `mode` flags first; its log goes to `log`.
+fn on_bucket(
+    port: u16,
+    mode: &[&str],
+    prefix: &str,
+    endpoint: &str,
+    spool: &Path,
+    log: &Path,
+) -> Proc {
     let url = format!("s3://{BUCKET}/{prefix}");
-    Proc::spawn_full(
-        port,
-        &[],
-        &[
-            "--event-log-dir",
-            &url,
-            "--event-log-spool",
-            spool.to_str().unwrap(),
-            "--object-store-endpoint",
-            endpoint,
-            "--object-store-allow-http",
-            "--object-store-timeout",
-            "2s",
-            "--scheduler-policy",
-            "pull-staged",
-            "--update-interval-seconds",
-            "1",
-        ],
-        ENV,
-        Some(log),
-    )
+    let mut args = mode.to_vec();
+    args.extend_from_slice(&[
+        "--event-log-dir",
+        &url,
+        "--event-log-spool",
+        spool.to_str().unwrap(),
+        "--object-store-endpoint",
+        endpoint,
+        "--object-store-allow-http",
+        "--object-store-timeout",
+        "2s",
+        "--update-interval-seconds",
+        "1",
+    ]);
+    Proc::spawn_full(port, &[], &args, ENV, Some(log))
 }
 
-/// A history-only server on the bucket `prefix`, rescanning every second.
+/// A recording scheduler (pull-staged, as the in-process executor polls).
+fn scheduler(port: u16, prefix: &str, endpoint: &str, spool: &Path, log: &Path) -> Proc {
+    let mode = ["--scheduler-policy", "pull-staged"];
+    on_bucket(port, &mode, prefix, endpoint, spool, log)
+}
+
+/// A history-only server.
 fn history(prefix: &str, endpoint: &str, spool: &Path, log: &Path) -> Proc {
-    let url = format!("s3://{BUCKET}/{prefix}");
-    Proc::spawn_full(
+    on_bucket(
         free_port(),
-        &[],
-        &[
-            "--history-only",
-            "--event-log-dir",
-            &url,
-            "--event-log-spool",
-            spool.to_str().unwrap(),
-            "--object-store-endpoint",
-            endpoint,
-            "--object-store-allow-http",
-            "--object-store-timeout",
-            "2s",
-            "--update-interval-seconds",
-            "1",
-        ],
-        ENV,
-        Some(log),
+        &["--history-only"],
+        prefix,
+        endpoint,
+        spool,
+        log,
     )
 }
 
