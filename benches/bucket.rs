@@ -167,6 +167,14 @@ fn bucket(c: &mut Criterion) {
             assert!(reply.unwrap().unwrap().body.len() > 100);
         })
     });
+    count(&moto, "GET /api/job/{id} again", || {
+        runtime.block_on(async {
+            let reply = source
+                .get("job0000042", Payload::Job(PlanFormat::Default))
+                .await;
+            assert!(reply.unwrap().unwrap().body.len() > 100);
+        })
+    });
     count(&moto, "GET /api/job/{id}/stages", || {
         runtime.block_on(async {
             let reply = source

@@ -958,6 +958,67 @@ mod tests {
         assert_eq!(metrics.upload_errors.get(), 0);
     }
 
+    /// The cleaner over a bucket: completed objects by the limits, and an
+    /// unfinished one (a leftover) once it is older than the orphan grace.
+    #[test]
+    fn the_cleaner_deletes_objects() {
+        use crate::retention::{Cleaner, RetentionPolicy};
+        use crate::store::LogStore;
+        let rt = runtime();
+        let (memory, dir) = memory_dir(&rt);
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/upstream");
+        let logs = ["038HEXYE9M000.eventlog", "038HEXYEEG000.eventlog"];
+        rt.block_on(async {
+            for name in logs {
+                let bytes = std::fs::read(root.join(name)).unwrap();
+                memory
+                    .put(&ObjPath::from(format!("p/{name}")), bytes.into())
+                    .await
+                    .unwrap();
+            }
+            let start = std::fs::read_to_string(root.join(logs[0])).unwrap();
+            let first = start.lines().next().unwrap().to_string() + "\n";
+            memory
+                .put(&ObjPath::from("p/left.eventlog.running"), first.into())
+                .await
+                .unwrap();
+        });
+        let store = Arc::new(LogStore::remote(
+            dir,
+            Arc::new(HistoryMetrics::unregistered()),
+        ));
+        store.rescan();
+        assert_eq!(store.len(), 2);
+        assert_eq!(store.unfinished_files().len(), 1);
+        let policy = RetentionPolicy {
+            max_jobs: Some(1),
+            orphan_grace: Duration::from_secs(24 * 3600),
+            ..RetentionPolicy::default()
+        };
+        let cleaner = Cleaner::new(
+            store.clone(),
+            policy,
+            None,
+            Arc::new(HistoryMetrics::unregistered()),
+        );
+        let report = cleaner.pass(SystemTime::now());
+        assert_eq!((report.removed_jobs, report.removed_orphans), (1, 0));
+        let report = cleaner.pass(SystemTime::now() + Duration::from_secs(25 * 3600));
+        assert_eq!((report.removed_jobs, report.removed_orphans), (0, 1));
+        let left = rt.block_on(async {
+            use futures::TryStreamExt;
+            let listed: Vec<_> = memory.list(None).try_collect().await.unwrap();
+            listed
+                .into_iter()
+                .map(|m| m.location.to_string())
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert!(left[0].ends_with(".eventlog"), "{left:?}");
+        assert_eq!(store.len(), 1);
+        assert!(store.unfinished_files().is_empty());
+    }
+
     #[test]
     fn a_spool_has_one_owner_at_a_time() {
         let spool = tempfile::tempdir().unwrap();

@@ -174,8 +174,14 @@ impl Cleaner {
     }
 
     fn orphans(&self, now: SystemTime, report: &mut PassReport) {
-        // Only completed logs are uploaded to an object store.
+        // In an object store, unfinished logs are leftovers uploaded by a
+        // scheduler that restarted; they age from their upload.
         if self.store.remote_dir().is_some() {
+            for (id, name, modified) in self.store.unfinished_files() {
+                if modified.is_some_and(|m| m + self.policy.orphan_grace < now) {
+                    self.remove_orphan(&name, &id, report);
+                }
+            }
             return;
         }
         let Ok(entries) = std::fs::read_dir(self.store.dir()) else {
@@ -204,18 +210,22 @@ impl Cleaner {
             if !meta.is_file() || modified + self.policy.orphan_grace >= now {
                 continue;
             }
-            match self.remove(name) {
-                Removal::Removed => {
-                    if self.policy.dry_run {
-                        log::info!("retention (dry run): would delete orphaned log {name}");
-                    } else {
-                        self.store.forget_unfinished(id);
-                    }
-                    report.removed_orphans += 1;
+            self.remove_orphan(name, id, report);
+        }
+    }
+
+    fn remove_orphan(&self, name: &str, id: &str, report: &mut PassReport) {
+        match self.remove(name) {
+            Removal::Removed => {
+                if self.policy.dry_run {
+                    log::info!("retention (dry run): would delete orphaned log {name}");
+                } else {
+                    self.store.forget_unfinished(id);
                 }
-                Removal::AlreadyGone => self.store.forget_unfinished(id),
-                Removal::Failed => report.errors += 1,
+                report.removed_orphans += 1;
             }
+            Removal::AlreadyGone => self.store.forget_unfinished(id),
+            Removal::Failed => report.errors += 1,
         }
     }
 

@@ -664,6 +664,10 @@ pub struct LogStore {
     dir: PathBuf,
     /// The store prefix the logs live under, instead of `dir`.
     remote: Option<RemoteDir>,
+    /// Payload ranges (and lengths) from the footers of objects read
+    /// lately, by object name, so a request for a job already looked at
+    /// costs one ranged read, not two.
+    ranges: parking_lot::Mutex<HashMap<Arc<str>, Arc<Ranges>>>,
     inner: RwLock<Index>,
     ready: AtomicBool,
     metrics: Arc<HistoryMetrics>,
@@ -781,6 +785,7 @@ impl LogStore {
         Self {
             dir: dir.into(),
             remote: None,
+            ranges: parking_lot::Mutex::new(HashMap::new()),
             inner: RwLock::new(Index::default()),
             ready: AtomicBool::new(false),
             metrics,
@@ -1214,6 +1219,17 @@ impl LogStore {
         }
     }
 
+    /// Every unfinished log the index holds: job id, file name, and when
+    /// it was last modified.
+    pub fn unfinished_files(&self) -> Vec<(Arc<str>, Arc<str>, Option<SystemTime>)> {
+        self.inner
+            .read()
+            .unfinished
+            .values()
+            .map(|u| (u.job_id.clone(), u.file_name.clone(), u.stamp.modified))
+            .collect()
+    }
+
     /// Drops an unfinished job from the index at once.
     pub fn forget_unfinished(&self, job_id: &str) {
         self.inner.write().unfinished.remove(job_id);
@@ -1420,12 +1436,13 @@ impl LogStore {
             return Ok(None);
         };
         let zstd = path.is_zstd();
-        let Some((footer, file_len)) = footer_of(&path)? else {
+        let Some(ranges) = self.ranges_of(&path)? else {
             return Ok(None);
         };
+        let file_len = ranges.file_len;
         let mut out = Vec::with_capacity(names.len());
         for name in names {
-            let Some(&[offset, len]) = footer.payloads.get(*name) else {
+            let Some(&[offset, len]) = ranges.payloads.get(*name) else {
                 return Ok(None);
             };
             let bytes = if zstd {
@@ -1436,6 +1453,9 @@ impl LogStore {
             match bytes {
                 Ok(bytes) if plausible(name, &bytes) => out.push(bytes),
                 _ => {
+                    if let Some(object) = path.name() {
+                        self.ranges.lock().remove(object);
+                    }
                     log::warn!(
                         "history: the footer of {} does not match the file (rewritten in \
                          place?); reading it the slow way",
@@ -1446,6 +1466,37 @@ impl LogStore {
             }
         }
         Ok(Some(out))
+    }
+
+    /// The payload ranges of a completed log's footer: remembered for
+    /// objects (a read costs a request), read each time for files.
+    fn ranges_of(&self, path: &LogRef) -> Result<Option<Arc<Ranges>>, StoreError> {
+        let LogRef::Object { name, len, .. } = path else {
+            return Ok(footer_of(path)?.map(|(footer, file_len)| {
+                Arc::new(Ranges {
+                    payloads: footer.payloads,
+                    file_len,
+                })
+            }));
+        };
+        if let Some(known) = self.ranges.lock().get(name)
+            && known.file_len == *len
+        {
+            return Ok(Some(known.clone()));
+        }
+        let Some((footer, file_len)) = footer_of(path)? else {
+            return Ok(None);
+        };
+        let ranges = Arc::new(Ranges {
+            payloads: footer.payloads,
+            file_len,
+        });
+        let mut known = self.ranges.lock();
+        if known.len() >= REMEMBERED_FOOTERS {
+            known.clear();
+        }
+        known.insert(name.clone(), ranges.clone());
+        Ok(Some(ranges))
     }
 
     /// Rescans every `interval` until `stop` resolves. An interval of zero
@@ -1488,6 +1539,15 @@ impl LogStore {
         }
     }
 }
+
+/// Where a log's payloads are, from its footer.
+struct Ranges {
+    payloads: std::collections::BTreeMap<String, [u64; 2]>,
+    file_len: u64,
+}
+
+/// Footers of objects remembered at most (about 1 KiB each).
+const REMEMBERED_FOOTERS: usize = 4096;
 
 /// Threads reading new logs of an object store at once.
 const REMOTE_READERS: usize = 16;
