@@ -159,29 +159,17 @@ fn bucket(c: &mut Criterion) {
         assert_eq!(store.rescan().read, 0);
     });
     let source = DiskSource::new(indexed.clone());
-    count(&moto, "GET /api/job/{id}", || {
+    let get = |payload: Payload| {
         runtime.block_on(async {
-            let reply = source
-                .get("job0000042", Payload::Job(PlanFormat::Default))
-                .await;
+            let reply = source.get("job0000042", payload).await;
             assert!(reply.unwrap().unwrap().body.len() > 100);
         })
-    });
-    count(&moto, "GET /api/job/{id} again", || {
-        runtime.block_on(async {
-            let reply = source
-                .get("job0000042", Payload::Job(PlanFormat::Default))
-                .await;
-            assert!(reply.unwrap().unwrap().body.len() > 100);
-        })
-    });
+    };
+    let job = Payload::Job(PlanFormat::Default);
+    count(&moto, "GET /api/job/{id}", || get(job));
+    count(&moto, "GET /api/job/{id} again", || get(job));
     count(&moto, "GET /api/job/{id}/stages", || {
-        runtime.block_on(async {
-            let reply = source
-                .get("job0000042", Payload::Stages(PlanFormat::Default))
-                .await;
-            assert!(reply.unwrap().unwrap().body.len() > 100);
-        })
+        get(Payload::Stages(PlanFormat::Default))
     });
 
     let mut group = c.benchmark_group("first index of 10,000 logs");
