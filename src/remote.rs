@@ -1019,6 +1019,30 @@ mod tests {
         assert!(store.unfinished_files().is_empty());
     }
 
+    /// A log larger than one `PUT` goes up as a multipart upload, whole.
+    #[test]
+    fn a_large_log_is_uploaded_in_parts() {
+        let rt = runtime();
+        let (memory, dir) = memory_dir(&rt);
+        let spool = tempfile::tempdir().unwrap();
+        let big: Vec<u8> = (0..SINGLE_PUT_MAX + 5_000_000)
+            .map(|i| b'a' + (i % 26) as u8)
+            .collect();
+        std::fs::write(spool.path().join("big.eventlog"), &big).unwrap();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        drop(tx);
+        let metrics = Arc::new(HistoryMetrics::unregistered());
+        let uploader = Uploader::new(dir, spool.path(), metrics.clone());
+        rt.block_on(uploader.run(rx, std::future::pending()));
+        let stored = rt.block_on(async {
+            let got = memory.get(&ObjPath::from("p/big.eventlog")).await.unwrap();
+            got.bytes().await.unwrap()
+        });
+        assert!(stored == big, "the object holds the whole log");
+        assert_eq!(metrics.uploads.get(), 1);
+        assert!(!spool.path().join("big.eventlog").exists());
+    }
+
     #[test]
     fn a_spool_has_one_owner_at_a_time() {
         let spool = tempfile::tempdir().unwrap();
