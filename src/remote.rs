@@ -601,17 +601,17 @@ impl Uploader {
         use object_store::{PutMode, PutOptions};
         let store = &self.dir.inner.store;
         let location = self.dir.location(name);
-        let same = |size: u64| {
-            if size == len {
-                Some(Uploaded::Already)
-            } else {
-                None
-            }
-        };
-        if len <= SINGLE_PUT_MAX {
+        let same = |size: u64| (size == len).then_some(Uploaded::Already);
+        // A small log is read once and sent in one request.
+        let whole = if len <= SINGLE_PUT_MAX {
             let bytes = tokio::fs::read(path)
                 .await
                 .map_err(|e| format!("reading the spool: {e}"))?;
+            Some(bytes::Bytes::from(bytes))
+        } else {
+            None
+        };
+        if let Some(bytes) = &whole {
             let create = PutOptions {
                 mode: PutMode::Create,
                 ..PutOptions::default()
@@ -634,24 +634,22 @@ impl Uploader {
             Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => return Err(e.to_string()),
         }
-        self.put(path, len, &location).await?;
+        match whole {
+            Some(bytes) => {
+                store
+                    .put(&location, PutPayload::from(bytes))
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            None => self.put_parts(path, &location).await?,
+        }
         Ok(Some(Uploaded::Put))
     }
 
-    /// One atomic put that overwrites: a single request, or a multipart
-    /// upload that only exists once completed (aborted on failure).
-    async fn put(&self, path: &Path, len: u64, location: &ObjPath) -> Result<(), String> {
+    /// A multipart upload of the file, which only exists once completed
+    /// (aborted on failure).
+    async fn put_parts(&self, path: &Path, location: &ObjPath) -> Result<(), String> {
         let store = &self.dir.inner.store;
-        if len <= SINGLE_PUT_MAX {
-            let bytes = tokio::fs::read(path)
-                .await
-                .map_err(|e| format!("reading the spool: {e}"))?;
-            store
-                .put(location, PutPayload::from(bytes))
-                .await
-                .map_err(|e| e.to_string())?;
-            return Ok(());
-        }
         let upload = store
             .put_multipart(location)
             .await

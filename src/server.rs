@@ -126,12 +126,14 @@ impl HistoryOptions {
     }
 
     /// The index over the logs, local or remote.
+    /// (`abandoned_after` applies to local logs: an unfinished object is
+    /// always a leftover, see [`LogStore::remote`].)
     fn store(&self, metrics: Arc<HistoryMetrics>) -> LogStore {
         match &self.remote {
             Some(remote) => LogStore::remote(remote.clone(), metrics),
-            None => LogStore::new(&self.event_log_dir, metrics),
+            None => LogStore::new(&self.event_log_dir, metrics)
+                .with_abandoned_after(self.abandoned_after),
         }
-        .with_abandoned_after(self.abandoned_after)
         .with_index_file(self.index_file.clone())
     }
 }

@@ -814,14 +814,6 @@ impl LogStore {
         self.remote.as_ref()
     }
 
-    /// Where the logs are, for messages.
-    pub fn shown(&self) -> String {
-        match &self.remote {
-            Some(r) => r.url().to_string(),
-            None => self.dir.display().to_string(),
-        }
-    }
-
     /// The log named `file_name` (as listed, with its length).
     pub fn log(&self, file_name: &str, len: u64) -> LogRef {
         match &self.remote {
@@ -983,9 +975,7 @@ impl LogStore {
     /// Sets how long a `.running` log may go unwritten before its job
     /// counts as abandoned.
     pub fn with_abandoned_after(mut self, after: Duration) -> Self {
-        if self.remote.is_none() {
-            self.abandoned_after = after;
-        }
+        self.abandoned_after = after;
         self
     }
 
