@@ -12,9 +12,9 @@ mod corpus;
 
 use ballista_api_types::dto::PlanFormat;
 use ballista_job_history::metrics::HistoryMetrics;
-use ballista_job_history::remote::RemoteDir;
-use ballista_job_history::source::{DiskSource, JobSource, Payload};
+use ballista_job_history::serving::source::{DiskSource, JobSource, Resource};
 use ballista_job_history::store::LogStore;
+use ballista_job_history::store::remote::RemoteDir;
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures::StreamExt;
 use object_store::ObjectStoreExt;
@@ -159,17 +159,17 @@ fn bucket(c: &mut Criterion) {
         assert_eq!(store.rescan().read, 0);
     });
     let source = DiskSource::new(indexed.clone());
-    let get = |payload: Payload| {
+    let get = |payload: Resource| {
         runtime.block_on(async {
             let reply = source.get("job0000042", payload).await;
             assert!(reply.unwrap().unwrap().body.len() > 100);
         })
     };
-    let job = Payload::Job(PlanFormat::Default);
+    let job = Resource::Job(PlanFormat::Default);
     count(&moto, "GET /api/job/{id}", || get(job));
     count(&moto, "GET /api/job/{id} again", || get(job));
     count(&moto, "GET /api/job/{id}/stages", || {
-        get(Payload::Stages(PlanFormat::Default))
+        get(Resource::Stages(PlanFormat::Default))
     });
 
     let mut group = c.benchmark_group("first index of 10,000 logs");
@@ -225,7 +225,7 @@ fn bucket(c: &mut Criterion) {
         group.bench_function(name, |b| {
             b.to_async(&runtime).iter(|| async {
                 let reply = source
-                    .get("job0000042", Payload::Job(PlanFormat::Default))
+                    .get("job0000042", Resource::Job(PlanFormat::Default))
                     .await;
                 assert!(reply.unwrap().unwrap().body.len() > 100);
             })

@@ -4,12 +4,12 @@
 #![allow(dead_code)]
 
 use ballista_api_types::dto::TaskStatus;
-use ballista_job_history::metrics::HistoryMetrics;
-use ballista_job_history::record::{
+use ballista_job_history::format::record::{
     JobEnd, JobEndStatus, JobIndex, JobStart, StageEnd, StageStart, TaskEnd, TaskMetrics,
     raw_or_null,
 };
-use ballista_job_history::writer::{self, Compression, WriterConfig, WriterMsg};
+use ballista_job_history::metrics::HistoryMetrics;
+use ballista_job_history::recording::writer::{self, Compression, WriterConfig, WriterMsg};
 use std::path::Path;
 use std::sync::Arc;
 

@@ -9,8 +9,9 @@
 
 mod corpus;
 
+use ballista_job_history::format::JobState;
 use ballista_job_history::metrics::HistoryMetrics;
-use ballista_job_history::query::{Facts, FactsRef, JobFacts, JobState, ListQuery};
+use ballista_job_history::store::query::{Facts, FactsRef, JobFacts, ListQuery};
 use ballista_job_history::store::{JobSummary, LogStore, SummaryParts};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -94,8 +95,8 @@ fn process_restart(n: usize) {
     drop(jobs);
     std::fs::write(
         dir.path()
-            .join(ballista_job_history::persist::DEFAULT_FILE_NAME),
-        ballista_job_history::persist::encode(index.iter()),
+            .join(ballista_job_history::store::snapshot::DEFAULT_FILE_NAME),
+        ballista_job_history::store::snapshot::encode(index.iter()),
     )
     .unwrap();
     drop(index);
@@ -206,7 +207,11 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     let index = dir.path().join("index");
     let jobs = summaries(n);
-    std::fs::write(&index, ballista_job_history::persist::encode(jobs.iter())).unwrap();
+    std::fs::write(
+        &index,
+        ballista_job_history::store::snapshot::encode(jobs.iter()),
+    )
+    .unwrap();
     drop(jobs);
     let index_bytes = std::fs::metadata(&index).unwrap().len();
 
@@ -242,7 +247,7 @@ fn main() {
             std::hint::black_box(std::fs::read(&index).unwrap());
         }),
         ("of which: reading and decoding it", &|| {
-            let jobs = ballista_job_history::persist::load(&index).unwrap();
+            let jobs = ballista_job_history::store::snapshot::load(&index).unwrap();
             assert_eq!(jobs.len(), n);
         }),
     ];

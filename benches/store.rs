@@ -8,9 +8,9 @@ mod corpus;
 
 use ballista_api_types::dto::PlanFormat;
 use ballista_job_history::metrics::HistoryMetrics;
-use ballista_job_history::source::{DiskSource, JobSource, Payload};
+use ballista_job_history::recording::writer::{Compression, DEFAULT_ZSTD_LEVEL};
+use ballista_job_history::serving::source::{DiskSource, JobSource, Resource};
 use ballista_job_history::store::LogStore;
-use ballista_job_history::writer::{Compression, DEFAULT_ZSTD_LEVEL};
 use ballista_scheduler::history::HistoryStore;
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::sync::Arc;
@@ -59,10 +59,10 @@ fn read_one(c: &mut Criterion) {
         .build()
         .unwrap();
     let payloads = [
-        ("/config", Payload::Config),
-        ("/dot", Payload::Dot),
-        ("/job", Payload::Job(PlanFormat::Default)),
-        ("/stages", Payload::Stages(PlanFormat::Default)),
+        ("/config", Resource::Config),
+        ("/dot", Resource::Dot),
+        ("/job", Resource::Job(PlanFormat::Default)),
+        ("/stages", Resource::Stages(PlanFormat::Default)),
     ];
     for (route, payload) in payloads {
         let mut group = c.benchmark_group(format!("read {route} of a 50,000-task job"));
@@ -94,7 +94,7 @@ fn list(c: &mut Criterion) {
         Arc::new(HistoryMetrics::unregistered()),
     ));
     store.rescan();
-    let ours = ballista_job_history::api::job_routes(Arc::new(DiskSource::new(store)));
+    let ours = ballista_job_history::serving::router::job_routes(Arc::new(DiskSource::new(store)));
     let upstream = ballista_scheduler::history::history_router(Arc::new(
         HistoryStore::load(dir.path()).unwrap(),
     ));

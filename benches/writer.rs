@@ -5,10 +5,10 @@
 mod corpus;
 
 use ballista_core::serde::protobuf::{self as pb, SuccessfulTask, task_status};
-use ballista_job_history::listener::TaskTap;
+use ballista_job_history::format::record::{JobStart, TaskEnd, TaskMetrics};
 use ballista_job_history::metrics::HistoryMetrics;
-use ballista_job_history::record::{JobStart, TaskEnd, TaskMetrics};
-use ballista_job_history::writer::{self, WriterConfig, WriterMsg};
+use ballista_job_history::recording::listener::TaskTap;
+use ballista_job_history::recording::writer::{self, WriterConfig, WriterMsg};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::sync::Arc;
 

@@ -2,11 +2,11 @@
 //! that replay their inputs: each feeds arbitrary bytes through a reader
 //! path as a log file. A panic is a bug; every error must be a clean one.
 
+use crate::format::record::payload;
 use crate::metrics::HistoryMetrics;
-use crate::query::ListQuery;
-use crate::record::payload;
+use crate::serving::timeline::{self, JobHeader, TimelineParams};
+use crate::store::query::ListQuery;
 use crate::store::{self, LogStore};
-use crate::timeline::{self, JobHeader, TimelineParams};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -73,7 +73,7 @@ pub fn read_log(data: &[u8]) {
         let _ = store::read_job_start(&path);
         let header = JobHeader {
             job_id: "fz".into(),
-            state: crate::query::JobState::Completed,
+            state: crate::format::JobState::Completed,
             start_time: 1,
             end_time: 2,
             dropped_records: Some(0),

@@ -1,24 +1,15 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
-pub mod api;
-pub mod auth;
-pub mod capture;
+// Layers, bottom up; a module imports only from its own layer or below
+// (ARCHITECTURE.md; checked by `tests/it/tidy.rs`).
+pub mod format;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod listener;
-pub mod live;
 pub mod metrics;
-pub mod persist;
-pub mod query;
-pub mod record;
-pub mod redact;
-pub mod remote;
-pub mod retention;
+pub mod recording;
 pub mod server;
-pub mod source;
+pub mod serving;
 pub mod store;
-pub mod timeline;
-pub mod writer;
 
 pub use server::{HistoryOptions, ServerError, run_history, run_scheduler};

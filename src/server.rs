@@ -9,17 +9,18 @@
 //! [`Layered`] source, with the scheduler's own router behind them for
 //! everything else. Upstream's built-in event-log writer is always off.
 
-use crate::api::{self, ApiError};
-use crate::capture::Capturer;
-use crate::listener::{EventLogListener, TappedScheduler, TaskTap};
-use crate::live::LiveApi;
 use crate::metrics::HistoryMetrics;
-use crate::redact::Redactor;
-use crate::remote::{RemoteDir, Uploader};
-use crate::retention::{Cleaner, Protect, RetentionPolicy};
-use crate::source::{DiskSource, JobSource, Layered, LiveSource};
+use crate::recording::capture::Capturer;
+use crate::recording::listener::{EventLogListener, JobEvent, TappedScheduler, TaskTap};
+use crate::recording::live::LiveApi;
+use crate::recording::redact::Redactor;
+use crate::recording::upload::{Bucket, Uploader, lock_spool, running_logs};
+use crate::recording::writer::{self, Compression, WriterConfig, WriterMsg};
+use crate::serving::source::{DiskSource, JobSource, Layered, LiveSource};
+use crate::serving::{error::ApiError, router};
 use crate::store::LogStore;
-use crate::writer::{self, Compression, WriterConfig, WriterMsg};
+use crate::store::remote::RemoteDir;
+use crate::store::retention::{Cleaner, Protect, RetentionPolicy};
 use arrow_flight::flight_service_server::FlightServiceServer;
 use axum::Router;
 use axum::response::IntoResponse;
@@ -79,9 +80,9 @@ pub struct HistoryOptions {
     pub retention: Option<RetentionPolicy>,
     /// The persistent index file; `None` keeps none.
     pub index_file: Option<PathBuf>,
-    /// The bearer token the REST API requires (see [`crate::auth`]);
+    /// The bearer token the REST API requires (see [`crate::serving::auth`]);
     /// `None` leaves it open, as upstream's is.
-    pub api_token: Option<crate::auth::ApiToken>,
+    pub api_token: Option<crate::serving::auth::ApiToken>,
     /// The object-store prefix the logs live under, when they are not
     /// local; `event_log_dir` is then the local spool where a recording
     /// scheduler writes logs before uploading them.
@@ -94,7 +95,7 @@ impl HistoryOptions {
         let defaults = WriterConfig::new("");
         let dir = dir.into();
         Self {
-            index_file: Some(dir.join(crate::persist::DEFAULT_FILE_NAME)),
+            index_file: Some(dir.join(crate::store::snapshot::DEFAULT_FILE_NAME)),
             event_log_dir: dir,
             update_interval: Duration::from_secs(10),
             queue_capacity: defaults.queue_capacity,
@@ -190,6 +191,140 @@ fn cors(config: &SchedulerConfig) -> CorsLayer {
         .allow_headers(AllowHeaders::any())
 }
 
+/// A broadcast "stop" for the background tasks of a server.
+#[derive(Clone)]
+struct Stop(tokio::sync::watch::Receiver<bool>);
+
+impl Stop {
+    fn new() -> (tokio::sync::watch::Sender<bool>, Self) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        (tx, Self(rx))
+    }
+
+    /// Resolves once the server stops.
+    fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.0.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    }
+}
+
+/// The recording half of a live scheduler, from the writer thread's start
+/// until its tasks are spawned.
+struct Recording {
+    writer: writer::WriterHandle,
+    thread: std::thread::JoinHandle<()>,
+    events_tx: tokio::sync::mpsc::UnboundedSender<JobEvent>,
+    events_rx: tokio::sync::mpsc::UnboundedReceiver<JobEvent>,
+    metrics: Arc<HistoryMetrics>,
+    /// For an object store: the writer's completed logs, and the
+    /// unfinished logs an earlier run left in the spool.
+    uploads: Option<(tokio::sync::mpsc::UnboundedReceiver<PathBuf>, Vec<PathBuf>)>,
+}
+
+impl Recording {
+    /// Starts the writer thread over the directory (or spool), and the
+    /// channel from the listener to the capturer.
+    fn start(options: &HistoryOptions) -> Result<Self, ServerError> {
+        // Created now so a newcomer sees it; a failure is not fatal (the
+        // writer retries per job and counts its errors).
+        if let Err(e) = std::fs::create_dir_all(&options.event_log_dir) {
+            log::error!(
+                "event log: cannot create {}: {e}; jobs run but are not recorded until it can be",
+                options.event_log_dir.display()
+            );
+        }
+        let metrics = HistoryMetrics::global();
+        let mut wc = WriterConfig::new(&options.event_log_dir);
+        wc.queue_capacity = options.queue_capacity;
+        wc.max_open_files = options.max_open_files;
+        wc.compression = options.compression;
+        // Logs for an object store are written to the spool, then uploaded
+        // by the uploader as each one completes. Unfinished logs already
+        // there were left by a run that died: they are uploaded too, to be
+        // listed as abandoned.
+        let uploads = options.remote.as_ref().map(|_| {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            wc.completed = Some(tx);
+            (rx, running_logs(&options.event_log_dir))
+        });
+        let (writer, thread) = writer::spawn(wc, metrics.clone())?;
+        let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
+        Ok(Self {
+            writer,
+            thread,
+            events_tx,
+            events_rx,
+            metrics,
+            uploads,
+        })
+    }
+
+    /// Spawns the capturer, the uploader, the rescans and the cleaner, and
+    /// gives the source that serves live answers first, then the logs.
+    fn spawn(
+        self,
+        options: &HistoryOptions,
+        api: &LiveApi,
+        stop: &Stop,
+        background: &mut Vec<tokio::task::JoinHandle<()>>,
+    ) -> (Arc<dyn JobSource>, TaskTap, WriterParts) {
+        let Recording {
+            writer,
+            thread,
+            events_rx,
+            metrics,
+            uploads,
+            ..
+        } = self;
+        let capturer = Capturer::new(api.clone(), writer.clone(), options.redactor.clone());
+        background.push(tokio::spawn(capturer.run(events_rx, stop.stopped())));
+        if let (Some(remote), Some((uploads, orphans))) = (&options.remote, uploads) {
+            let (client, prefix) = remote.client();
+            let bucket = Bucket::new(client, prefix, remote.url());
+            let uploader = Uploader::new(bucket, &options.event_log_dir, metrics.clone())
+                .with_orphans(orphans);
+            background.push(tokio::spawn(uploader.run(uploads, stop.stopped())));
+        }
+        let store = Arc::new(options.store(metrics.clone()));
+        background.push(tokio::spawn(
+            store
+                .clone()
+                .rescan_every(options.update_interval, stop.stopped()),
+        ));
+        if let Some(policy) = &options.retention {
+            let open = writer.clone();
+            let protect: Protect = Arc::new(move |id: &str| open.is_open(id));
+            let cleaner = Cleaner::new(store.clone(), policy.clone(), Some(protect), metrics);
+            background.push(tokio::spawn(cleaner.run(stop.stopped())));
+        }
+        let source = Arc::new(Layered::new(
+            LiveSource::new(api.clone()),
+            DiskSource::new(store),
+        ));
+        let tap = TaskTap::new(writer.clone());
+        (source, tap, (writer, thread))
+    }
+}
+
+/// The writer's handle and thread, kept to drain it on shutdown.
+type WriterParts = (writer::WriterHandle, std::thread::JoinHandle<()>);
+
+/// The plan codecs of the scheduler: its config's overrides, else
+/// Ballista's defaults.
+fn codec(config: &SchedulerConfig) -> BallistaCodec {
+    let logical = config
+        .override_logical_codec
+        .clone()
+        .unwrap_or_else(|| Arc::new(BallistaLogicalExtensionCodec::default()));
+    let physical = config
+        .override_physical_codec
+        .clone()
+        .unwrap_or_else(|| Arc::new(BallistaPhysicalExtensionCodec::default()));
+    BallistaCodec::new(logical, physical)
+}
+
 /// Runs a full scheduler on `listener` until `shutdown` resolves. With
 /// `history`, every job is recorded to its directory and finished jobs stay
 /// visible from there; without it the scheduler behaves as upstream's.
@@ -207,69 +342,26 @@ pub async fn run_scheduler(
     config.validate()?;
     let cluster = BallistaCluster::new_from_config(&config).await?;
     let config = Arc::new(config);
-
-    let logical = config
-        .override_logical_codec
-        .clone()
-        .unwrap_or_else(|| Arc::new(BallistaLogicalExtensionCodec::default()));
-    let physical = config
-        .override_physical_codec
-        .clone()
-        .unwrap_or_else(|| Arc::new(BallistaPhysicalExtensionCodec::default()));
-    let codec = BallistaCodec::new(logical, physical);
     let default_collector = ballista_scheduler::metrics::default_metrics_collector()?;
 
-    // Recording: the writer thread, and the channel from the listener to
-    // the capturer.
     // One scheduler per spool (held until this function returns).
     let _spool = match history.as_ref().filter(|h| h.remote.is_some()) {
-        Some(options) => {
-            Some(crate::remote::lock_spool(&options.event_log_dir).map_err(ServerError::Config)?)
-        }
+        Some(options) => Some(lock_spool(&options.event_log_dir).map_err(ServerError::Config)?),
         None => None,
     };
-    let recording = match &history {
-        Some(options) => {
-            // Created now so a newcomer sees it; a failure is not fatal (the
-            // writer retries per job and counts its errors).
-            if let Err(e) = std::fs::create_dir_all(&options.event_log_dir) {
-                log::error!(
-                    "event log: cannot create {}: {e}; jobs run but are not recorded until it can be",
-                    options.event_log_dir.display()
-                );
-            }
-            let metrics = HistoryMetrics::global();
-            let mut wc = WriterConfig::new(&options.event_log_dir);
-            wc.queue_capacity = options.queue_capacity;
-            wc.max_open_files = options.max_open_files;
-            wc.compression = options.compression;
-            // Logs for an object store are written to the spool, then
-            // uploaded by the uploader as each one completes. Unfinished
-            // logs already there were left by a run that died: they are
-            // uploaded too, to be listed as abandoned.
-            let uploads = options.remote.as_ref().map(|_| {
-                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-                wc.completed = Some(tx);
-                (rx, crate::remote::running_logs(&options.event_log_dir))
-            });
-            let (writer, thread) = writer::spawn(wc, metrics.clone())?;
-            let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
-            Some((writer, thread, events_tx, events_rx, metrics, uploads))
-        }
-        None => None,
-    };
+    let recording = history.as_ref().map(Recording::start).transpose()?;
     let collector: Arc<dyn ballista_scheduler::metrics::SchedulerMetricsCollector> =
         match &recording {
-            Some((_, _, events_tx, _, _, _)) => {
-                Arc::new(EventLogListener::new(default_collector, events_tx.clone()))
-            }
+            Some(r) => Arc::new(EventLogListener::new(
+                default_collector,
+                r.events_tx.clone(),
+            )),
             None => default_collector,
         };
-
     let mut scheduler = SchedulerServer::new(
         config.scheduler_endpoint(),
         cluster,
-        codec,
+        codec(&config),
         config.clone(),
         collector,
     );
@@ -277,54 +369,21 @@ pub async fn run_scheduler(
     let scheduler = Arc::new(scheduler);
     let api = LiveApi::new(scheduler.clone());
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
+    let (stop_tx, stop) = Stop::new();
+    let mut background = Vec::new();
+    let (source, tap, writer_parts) = match (&history, recording) {
+        (Some(options), Some(recording)) => {
+            let (source, tap, parts) = recording.spawn(options, &api, &stop, &mut background);
+            (source, Some(tap), Some(parts))
         }
+        _ => (
+            Arc::new(LiveSource::new(api.clone())) as Arc<dyn JobSource>,
+            None,
+            None,
+        ),
     };
 
-    let mut source: Arc<dyn JobSource> = Arc::new(LiveSource::new(api.clone()));
-    let mut tap = None;
-    let mut background = Vec::new();
-    let mut writer_parts = None;
-    if let (Some(options), Some((writer, thread, _events_tx, events_rx, metrics, uploads))) =
-        (&history, recording)
-    {
-        let capturer = Capturer::new(api.clone(), writer.clone(), options.redactor.clone());
-        background.push(tokio::spawn(capturer.run(events_rx, stopped())));
-        if let (Some(remote), Some((uploads, orphans))) = (&options.remote, uploads) {
-            let uploader = Uploader::new(remote.clone(), &options.event_log_dir, metrics.clone())
-                .with_orphans(orphans);
-            background.push(tokio::spawn(uploader.run(uploads, stopped())));
-        }
-        let store = Arc::new(options.store(metrics.clone()));
-        background.push(tokio::spawn(
-            store
-                .clone()
-                .rescan_every(options.update_interval, stopped()),
-        ));
-        if let Some(policy) = &options.retention {
-            let open = writer.clone();
-            let protect: Protect = Arc::new(move |id: &str| open.is_open(id));
-            let cleaner = Cleaner::new(
-                store.clone(),
-                policy.clone(),
-                Some(protect),
-                metrics.clone(),
-            );
-            background.push(tokio::spawn(cleaner.run(stopped())));
-        }
-        source = Arc::new(Layered::new(
-            LiveSource::new(api.clone()),
-            DiskSource::new(store),
-        ));
-        tap = Some(TaskTap::new(writer.clone()));
-        writer_parts = Some((writer, thread));
-    }
-
-    let router = crate::auth::protect(
+    let router = crate::serving::auth::protect(
         live_router(&scheduler, &config, api, source, tap),
         history.as_ref().and_then(|h| h.api_token.clone()),
     );
@@ -422,7 +481,7 @@ fn live_router(
             axum::routing::any(|| async { ApiError::NotFound.into_response() }),
         )
     } else {
-        api::job_routes(source).layer(cors(config)).merge(health)
+        router::job_routes(source).layer(cors(config)).merge(health)
     };
     let behind = if config.disable_rest_api {
         grpc
@@ -446,29 +505,20 @@ pub async fn run_history(
         let _ = std::fs::create_dir_all(&options.event_log_dir);
     }
     let store = Arc::new(options.store(metrics.clone()));
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
+    let (stop_tx, stop) = Stop::new();
     let mut background = vec![tokio::spawn(
         store
             .clone()
-            .rescan_every(options.update_interval, stopped()),
+            .rescan_every(options.update_interval, stop.stopped()),
     )];
     if let Some(policy) = &options.retention {
         let cleaner = Cleaner::new(store.clone(), policy.clone(), None, metrics);
-        background.push(tokio::spawn(cleaner.run(stopped())));
+        background.push(tokio::spawn(cleaner.run(stop.stopped())));
     }
-    let started = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
+    let started = u128::from(crate::format::now_millis());
     let ready_store = store.clone();
-    let router = api::job_routes(Arc::new(DiskSource::new(store)))
-        .merge(api::history_routes(
+    let router = router::job_routes(Arc::new(DiskSource::new(store)))
+        .merge(router::history_routes(
             started,
             Arc::new(move || ready_store.is_ready()),
         ))
@@ -478,7 +528,8 @@ pub async fn run_history(
         listener.local_addr().ok(),
         options.shown()
     );
-    let router = crate::auth::protect(with_version_headers(router), options.api_token.clone());
+    let router =
+        crate::serving::auth::protect(with_version_headers(router), options.api_token.clone());
     let served = axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await;

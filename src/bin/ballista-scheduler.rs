@@ -2,13 +2,14 @@
 //! It only parses flags and calls the library.
 
 use ballista_core::config::LogRotationPolicy;
-use ballista_job_history::auth::ApiToken;
-use ballista_job_history::redact::{DEFAULT_PATTERN, Redactor};
-use ballista_job_history::remote::{DEFAULT_SPOOL_DIR, EventLogDir, RemoteOptions};
-use ballista_job_history::retention::{
+use ballista_job_history::recording::redact::{DEFAULT_PATTERN, Redactor};
+use ballista_job_history::recording::upload::DEFAULT_SPOOL_DIR;
+use ballista_job_history::recording::writer::{Compression, DEFAULT_ZSTD_LEVEL};
+use ballista_job_history::serving::auth::ApiToken;
+use ballista_job_history::store::remote::{EventLogDir, RemoteOptions};
+use ballista_job_history::store::retention::{
     DEFAULT_ORPHAN_GRACE, RetentionPolicy, parse_bytes, parse_duration,
 };
-use ballista_job_history::writer::{Compression, DEFAULT_ZSTD_LEVEL};
 use ballista_job_history::{HistoryOptions, run_history, run_scheduler};
 use ballista_scheduler::config::{Config, SchedulerConfig};
 use clap::Parser;

@@ -14,3 +14,4 @@ mod library;
 mod live;
 mod record;
 mod security;
+mod tidy;

@@ -199,6 +199,6 @@ async fn every_job_is_recorded_with_its_live_responses() {
     // ...but the keys are there, redacted.
     let config = raw_field(&secret_lines, "config");
     assert!(config.contains("s3.secret_access_key"), "{config}");
-    assert!(config.contains(ballista_job_history::redact::REDACTED));
+    assert!(config.contains(ballista_job_history::recording::redact::REDACTED));
     assert!(!logs.join(format!("{ok_id}.eventlog.running")).exists());
 }

@@ -12,9 +12,10 @@
 //!
 //! Deleted jobs leave the index at once.
 
+use crate::format::LogName;
+use crate::format::epoch_millis;
 use crate::metrics::HistoryMetrics;
-use crate::store::{LogStore, epoch_millis};
-use crate::writer::RUNNING_SUFFIXES;
+use crate::store::LogStore;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -191,13 +192,10 @@ impl Cleaner {
         for entry in entries.flatten() {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
-            let Some(id) = RUNNING_SUFFIXES
-                .iter()
-                .find_map(|suffix| name.strip_suffix(suffix))
-            else {
+            let Some(id) = LogName::parse(name).filter(|n| n.running).map(|n| n.stem) else {
                 continue;
             };
-            if id.is_empty() || !seen.insert(name.to_string()) {
+            if !seen.insert(name.to_string()) {
                 continue;
             }
             if self.protect.as_ref().is_some_and(|open| open(id)) {

@@ -8,9 +8,11 @@
 //! **Invariant:** a job id from a URL is only ever a key for the source;
 //! it is never joined into a path.
 
-use crate::query::ListQuery;
-use crate::source::{JSON, JobSource, Payload, Reply, TimelineRequest};
-use crate::timeline::TimelineParams;
+use crate::recording::live::Answer;
+use crate::serving::error::ApiError;
+use crate::serving::source::{JSON, JobSource, Resource, TimelineRequest};
+use crate::serving::timeline::TimelineParams;
+use crate::store::query::ListQuery;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -19,70 +21,7 @@ use ballista_api_types::dto::PlanFormat;
 use http::{StatusCode, header};
 use std::sync::Arc;
 
-/// An error answered as the scheduler's JSON error body.
-#[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    /// No such job (or no such response of it).
-    #[error("not found")]
-    NotFound,
-    /// Not found, with a reason worth telling the client.
-    #[error("{0}")]
-    Missing(String),
-    /// A bad parameter.
-    #[error("{0}")]
-    BadRequest(String),
-    /// Something failed on our side; the message says what, without paths.
-    #[error("{0}")]
-    Internal(String),
-    /// The API is protected by a token and the request did not carry it.
-    #[error("{0}")]
-    Unauthorized(&'static str),
-}
-
-#[derive(serde::Serialize)]
-struct ErrorBody {
-    http_code: u16,
-    reason: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
-}
-
-impl ApiError {
-    fn status(&self) -> StatusCode {
-        match self {
-            ApiError::NotFound | ApiError::Missing(_) => StatusCode::NOT_FOUND,
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-        }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let status = self.status();
-        let error = match self {
-            ApiError::NotFound => None,
-            ApiError::Missing(e) | ApiError::BadRequest(e) | ApiError::Internal(e) => Some(e),
-            ApiError::Unauthorized(e) => Some(e.to_string()),
-        };
-        let body = ErrorBody {
-            http_code: status.as_u16(),
-            reason: status.canonical_reason(),
-            error,
-        };
-        let mut response = (status, Json(body)).into_response();
-        if status == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                http::HeaderValue::from_static("Bearer realm=\"ballista\""),
-            );
-        }
-        response
-    }
-}
-
-impl IntoResponse for Reply {
+impl IntoResponse for Answer {
     fn into_response(self) -> Response {
         let mut response = (self.status, self.body).into_response();
         if let Some(ct) = self.content_type.and_then(|c| c.parse().ok()) {
@@ -90,7 +29,7 @@ impl IntoResponse for Reply {
         }
         if self.from_log {
             response.headers_mut().insert(
-                crate::source::FROM_LOG_HEADER,
+                crate::serving::source::FROM_LOG_HEADER,
                 http::HeaderValue::from_static("event-log"),
             );
         }
@@ -155,7 +94,7 @@ async fn list_jobs(
         body.extend_from_slice(&row.entry);
     }
     body.push(b']');
-    let mut response = Reply::ok(JSON, body).into_response();
+    let mut response = Answer::ok(JSON, body).into_response();
     let headers = response.headers_mut();
     headers.insert(TOTAL_COUNT_HEADER, page.total.into());
     if let (Some(limit), Some(last)) = (query.limit, page.rows.last())
@@ -188,14 +127,14 @@ async fn get_timeline_svg(
 }
 
 /// The reply, or a 404 when the source does not know the job.
-fn found(reply: Option<Reply>) -> Result<Response, ApiError> {
+fn found(reply: Option<Answer>) -> Result<Response, ApiError> {
     reply
         .map(IntoResponse::into_response)
         .ok_or(ApiError::NotFound)
 }
 
-async fn answer(source: &Source, job_id: &str, payload: Payload) -> Result<Response, ApiError> {
-    found(source.get(job_id, payload).await?)
+async fn answer(source: &Source, job_id: &str, resource: Resource) -> Result<Response, ApiError> {
+    found(source.get(job_id, resource).await?)
 }
 
 async fn get_job(
@@ -206,7 +145,7 @@ async fn get_job(
     answer(
         &source,
         &job_id,
-        Payload::Job(params.plan_format.unwrap_or_default()),
+        Resource::Job(params.plan_format.unwrap_or_default()),
     )
     .await
 }
@@ -219,7 +158,7 @@ async fn get_stages(
     answer(
         &source,
         &job_id,
-        Payload::Stages(params.plan_format.unwrap_or_default()),
+        Resource::Stages(params.plan_format.unwrap_or_default()),
     )
     .await
 }
@@ -228,21 +167,21 @@ async fn get_config(
     State(source): State<Source>,
     Path(job_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    answer(&source, &job_id, Payload::Config).await
+    answer(&source, &job_id, Resource::Config).await
 }
 
 async fn get_dot(
     State(source): State<Source>,
     Path(job_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    answer(&source, &job_id, Payload::Dot).await
+    answer(&source, &job_id, Resource::Dot).await
 }
 
 async fn get_stage_dot(
     State(source): State<Source>,
     Path((job_id, stage_id)): Path<(String, usize)>,
 ) -> Result<Response, ApiError> {
-    answer(&source, &job_id, Payload::StageDot(stage_id)).await
+    answer(&source, &job_id, Resource::StageDot(stage_id)).await
 }
 
 async fn cancel_job(
@@ -344,7 +283,7 @@ async fn metrics() -> Response {
 mod tests {
     use super::*;
     use crate::metrics::HistoryMetrics;
-    use crate::source::DiskSource;
+    use crate::serving::source::DiskSource;
     use crate::store::LogStore;
     use axum::body::Body;
     use http::Request;

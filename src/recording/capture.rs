@@ -12,13 +12,13 @@
 //! router returned; only the `/config` map is rewritten, and only when a key
 //! must be redacted.
 
-use crate::listener::{Ending, JobEvent};
-use crate::live::{Answer, LiveApi, is_terminal};
-use crate::record::{
+use crate::format::record::{
     JobEnd, JobEndStatus, JobIndex, JobStart, Responses, StageEnd, StageStart, Variant, raw_or_null,
 };
-use crate::redact::Redactor;
-use crate::writer::{WriterHandle, WriterMsg};
+use crate::recording::listener::{Ending, JobEvent};
+use crate::recording::live::{Answer, LiveApi, is_terminal, job_path};
+use crate::recording::redact::Redactor;
+use crate::recording::writer::{WriterHandle, WriterMsg};
 use ballista_core::serde::protobuf::job_status;
 use http::StatusCode;
 use serde::Deserialize;
@@ -86,7 +86,7 @@ impl Capturer {
                 job_id,
                 ending,
                 queued_at: 0,
-                at: crate::listener::now_millis(),
+                at: crate::recording::listener::now_millis(),
             };
             self.dispatch(event, &mut open, &mut running);
         }
@@ -167,103 +167,19 @@ impl Capturer {
             Ending::Cancelled => JobEndStatus::Cancelled,
             Ending::Failed => JobEndStatus::Failed(failure.unwrap_or_default()),
         };
-
         let secrets = self.secrets(job_id).await;
-        let clean = |answer: &Answer| answer.text().map(|t| self.redactor.scrub(t, &secrets));
         let mut responses = Responses::default();
-        let job = self.api.get(&job_path(job_id, "")).await;
-        let (job_bytes, index) = if job.status == StatusCode::OK {
-            let text = clean(&job).unwrap_or_else(|| "{}".to_string());
-            let index = serde_json::from_str::<JobIndex>(&text).unwrap_or_default();
-            for format in PLAN_FORMATS {
-                let variant = self
-                    .api
-                    .get(&job_path(job_id, &format!("?plan_format={format}")))
-                    .await;
-                if let Some(v) = clean(&variant) {
-                    responses.job.insert(
-                        format.to_string(),
-                        Variant::diff(&text, &v, "physical_plan"),
-                    );
-                }
-            }
-            (text, index)
-        } else {
-            // Failed during planning: no execution graph, so the scheduler
-            // answers 404 here but still lists the job. Store the list entry.
-            let entry = self.list_entry(job_id).await;
-            let index = entry
-                .as_deref()
-                .and_then(|e| serde_json::from_str::<JobIndex>(e).ok())
-                .unwrap_or_else(|| fallback_index(job_id, status.as_ref()));
-            let text = entry
-                .map(|e| self.redactor.scrub(&e, &secrets))
-                .unwrap_or_else(|| serde_json::to_string(&index).unwrap_or_default());
-            (text, index)
-        };
-
-        let stages = self.api.get(&job_path(job_id, "/stages")).await;
-        let stages_text = match clean(&stages) {
-            Some(text) if stages.status == StatusCode::OK => {
-                for format in PLAN_FORMATS {
-                    let variant = self
-                        .api
-                        .get(&job_path(job_id, &format!("/stages?plan_format={format}")))
-                        .await;
-                    if let Some(v) = clean(&variant) {
-                        responses
-                            .stages
-                            .insert(format.to_string(), Variant::diff(&text, &v, "stage_plan"));
-                    }
-                }
-                text
-            }
-            _ => {
-                responses.missing.push("stages".into());
-                r#"{"stages":[]}"#.to_string()
-            }
-        };
+        let (job_bytes, index) = self
+            .render_job(job_id, status.as_ref(), &secrets, &mut responses)
+            .await;
+        let stages_text = self.render_stages(job_id, &secrets, &mut responses).await;
         let stage_records = stage_records(&stages_text);
-        for (stage, _) in &stage_records {
-            let dot = self
-                .api
-                .get(&job_path(job_id, &format!("/stage/{}/dot", stage.stage_id)))
-                .await;
-            if let (StatusCode::OK, Some(text)) = (dot.status, clean(&dot)) {
-                responses
-                    .stage_dots
-                    .insert(stage.stage_id.to_string(), text);
-            }
-        }
-
-        let dot = self.api.get(&job_path(job_id, "/dot")).await;
-        let dot_text = ok_text(&dot)
-            .map(|t| self.redactor.scrub(&t, &secrets))
-            .unwrap_or_else(|| {
-                responses.missing.push("dot".into());
-                String::new()
-            });
-        let config = self.api.get(&job_path(job_id, "/config")).await;
-        let config_text = match ok_text(&config) {
-            Some(text) => self.redactor.redact_config(&text),
-            None => {
-                responses.missing.push("config".into());
-                "{}".to_string()
-            }
-        };
-
-        let fallback_start = {
-            let plans = serde_json::from_str::<JobPlans>(&job_bytes).unwrap_or_default();
-            JobStart {
-                job_id: job_id.to_string(),
-                job_name: index.job_name.clone(),
-                queued_at,
-                submitted_at: index.start_time,
-                scheduler_id: Some(self.api.scheduler().scheduler_id.clone()),
-                logical_plan: plans.logical_plan,
-                physical_plan: plans.physical_plan,
-            }
-        };
+        self.render_stage_dots(job_id, &stage_records, &secrets, &mut responses)
+            .await;
+        let (dot_text, config_text) = self
+            .render_dot_and_config(job_id, &secrets, &mut responses)
+            .await;
+        let fallback_start = self.fallback_start(job_id, &job_bytes, &index, queued_at);
         let end = JobEnd {
             status: end_status,
             queued_at,
@@ -286,6 +202,149 @@ impl Capturer {
             fallback_start,
             stages: stage_records,
             end: Box::new(end),
+        }
+    }
+
+    /// A response's text with the job's secrets scrubbed.
+    fn clean(&self, answer: &Answer, secrets: &[String]) -> Option<String> {
+        answer.text().map(|t| self.redactor.scrub(t, secrets))
+    }
+
+    /// `/api/job/{id}` and its `?plan_format=` variants, with the job's list
+    /// facts. A job that failed during planning has no execution graph (the
+    /// scheduler answers 404 but still lists it): its list entry stands in.
+    async fn render_job(
+        &self,
+        job_id: &str,
+        status: Option<&ballista_core::serde::protobuf::JobStatus>,
+        secrets: &[String],
+        responses: &mut Responses,
+    ) -> (String, JobIndex) {
+        let job = self.api.get(&job_path(job_id, "")).await;
+        if job.status == StatusCode::OK {
+            let text = self
+                .clean(&job, secrets)
+                .unwrap_or_else(|| "{}".to_string());
+            let index = serde_json::from_str::<JobIndex>(&text).unwrap_or_default();
+            for format in PLAN_FORMATS {
+                let variant = self
+                    .api
+                    .get(&job_path(job_id, &format!("?plan_format={format}")))
+                    .await;
+                if let Some(v) = self.clean(&variant, secrets) {
+                    responses.job.insert(
+                        format.to_string(),
+                        Variant::diff(&text, &v, "physical_plan"),
+                    );
+                }
+            }
+            return (text, index);
+        }
+        let entry = self.list_entry(job_id).await;
+        let index = entry
+            .as_deref()
+            .and_then(|e| serde_json::from_str::<JobIndex>(e).ok())
+            .unwrap_or_else(|| fallback_index(job_id, status));
+        let text = entry
+            .map(|e| self.redactor.scrub(&e, secrets))
+            .unwrap_or_else(|| serde_json::to_string(&index).unwrap_or_default());
+        (text, index)
+    }
+
+    /// `/api/job/{id}/stages` and its `?plan_format=` variants.
+    async fn render_stages(
+        &self,
+        job_id: &str,
+        secrets: &[String],
+        responses: &mut Responses,
+    ) -> String {
+        let stages = self.api.get(&job_path(job_id, "/stages")).await;
+        match self.clean(&stages, secrets) {
+            Some(text) if stages.status == StatusCode::OK => {
+                for format in PLAN_FORMATS {
+                    let variant = self
+                        .api
+                        .get(&job_path(job_id, &format!("/stages?plan_format={format}")))
+                        .await;
+                    if let Some(v) = self.clean(&variant, secrets) {
+                        responses
+                            .stages
+                            .insert(format.to_string(), Variant::diff(&text, &v, "stage_plan"));
+                    }
+                }
+                text
+            }
+            _ => {
+                responses.missing.push("stages".into());
+                r#"{"stages":[]}"#.to_string()
+            }
+        }
+    }
+
+    /// Each stage's `/api/job/{id}/stage/{n}/dot`.
+    async fn render_stage_dots(
+        &self,
+        job_id: &str,
+        stages: &[(StageStart, StageEnd)],
+        secrets: &[String],
+        responses: &mut Responses,
+    ) {
+        for (stage, _) in stages {
+            let dot = self
+                .api
+                .get(&job_path(job_id, &format!("/stage/{}/dot", stage.stage_id)))
+                .await;
+            if let (StatusCode::OK, Some(text)) = (dot.status, self.clean(&dot, secrets)) {
+                responses
+                    .stage_dots
+                    .insert(stage.stage_id.to_string(), text);
+            }
+        }
+    }
+
+    /// `/api/job/{id}/dot` and `/api/job/{id}/config` (redacted).
+    async fn render_dot_and_config(
+        &self,
+        job_id: &str,
+        secrets: &[String],
+        responses: &mut Responses,
+    ) -> (String, String) {
+        let dot = self.api.get(&job_path(job_id, "/dot")).await;
+        let dot_text = ok_text(&dot)
+            .map(|t| self.redactor.scrub(&t, secrets))
+            .unwrap_or_else(|| {
+                responses.missing.push("dot".into());
+                String::new()
+            });
+        let config = self.api.get(&job_path(job_id, "/config")).await;
+        let config_text = match ok_text(&config) {
+            Some(text) => self.redactor.redact_config(&text),
+            None => {
+                responses.missing.push("config".into());
+                "{}".to_string()
+            }
+        };
+        (dot_text, config_text)
+    }
+
+    /// The `JobStart` written for a job whose start was never recorded (the
+    /// writer uses it only then).
+    fn fallback_start(
+        &self,
+        job_id: &str,
+        job_bytes: &str,
+        index: &JobIndex,
+        queued_at: u64,
+    ) -> JobStart {
+        let plans = serde_json::from_str::<JobPlans>(job_bytes).unwrap_or_default();
+        JobStart {
+            job_id: job_id.to_string(),
+            job_name: index.job_name.clone(),
+            queued_at,
+            submitted_at: index.start_time,
+            scheduler_id: Some(self.api.scheduler().scheduler_id.clone()),
+            logical_plan: plans.logical_plan,
+            physical_plan: plans.physical_plan,
         }
     }
 
@@ -386,20 +445,6 @@ fn fallback_index(
         end_time: end,
         ..Default::default()
     }
-}
-
-/// `/api/job/{id}{rest}`, with the id percent-encoded where needed.
-pub fn job_path(job_id: &str, rest: &str) -> String {
-    let mut path = String::from("/api/job/");
-    for b in job_id.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            path.push(b as char);
-        } else {
-            path.push_str(&format!("%{b:02X}"));
-        }
-    }
-    path.push_str(rest);
-    path
 }
 
 /// Stage records derived from the final `/stages` response: the scheduler

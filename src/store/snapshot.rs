@@ -20,8 +20,9 @@
 //! never sees a torn index; several processes may share one (the last
 //! writer wins, and each is verified on load).
 
-use crate::query::{FactsRef, JobFacts, JobState};
-use crate::store::{JobSummary, SummaryParts};
+use crate::format::JobState;
+use crate::store::query::{FactsRef, JobFacts};
+use crate::store::summary::{JobSummary, SummaryParts};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -231,8 +232,8 @@ pub fn load(path: &Path) -> Result<Vec<JobSummary>, IndexError> {
 mod tests {
     use super::*;
     use crate::metrics::HistoryMetrics;
-    use crate::query::ListQuery;
     use crate::store::LogStore;
+    use crate::store::query::ListQuery;
     use std::collections::HashSet;
     use std::path::PathBuf;
     use std::sync::Arc;

@@ -11,12 +11,13 @@
 //! serialized from the same wire type the scheduler uses
 //! (`ballista_api_types::dto::JobResponse`).
 
-use crate::api::ApiError;
-use crate::live::LiveApi;
-use crate::query::{Facts, JobFacts, JobState, ListQuery, Page, Row};
-use crate::record::{JobEnd, Variant};
+use crate::format::JobState;
+use crate::format::record::{JobEnd, Variant};
+use crate::recording::live::{Answer, LiveApi, job_path};
+use crate::serving::error::ApiError;
+use crate::serving::timeline::{JobHeader, TimelineParams, read_timeline, render_svg};
+use crate::store::query::{Facts, JobFacts, ListQuery, Page, Row};
 use crate::store::{LogStore, Unfinished, read_job_start};
-use crate::timeline::{JobHeader, TimelineParams, read_timeline, render_svg};
 use async_trait::async_trait;
 use ballista_api_types::dto::PlanFormat;
 use bytes::Bytes;
@@ -27,7 +28,7 @@ use std::sync::Arc;
 
 /// Which response of a job is asked for.
 #[derive(Debug, Clone, Copy)]
-pub enum Payload {
+pub enum Resource {
     /// `GET /api/job/{id}`.
     Job(PlanFormat),
     /// `GET /api/job/{id}/stages`.
@@ -40,20 +41,6 @@ pub enum Payload {
     StageDot(usize),
 }
 
-/// A response to relay.
-#[derive(Debug, Clone)]
-pub struct Reply {
-    /// HTTP status.
-    pub status: StatusCode,
-    /// `Content-Type`.
-    pub content_type: Option<String>,
-    /// Body bytes.
-    pub body: Bytes,
-    /// Whether the answer came from an event log rather than the live
-    /// scheduler (sent as the `x-ballista-history` header).
-    pub from_log: bool,
-}
-
 /// Header set on answers served from an event log.
 pub const FROM_LOG_HEADER: &str = "x-ballista-history";
 
@@ -63,23 +50,6 @@ pub const JSON: &str = "application/json";
 pub const TEXT: &str = "text/plain; charset=utf-8";
 /// Content type of the timeline picture.
 pub const SVG: &str = "image/svg+xml";
-
-impl Reply {
-    /// A 200 with `body` of `content_type`.
-    pub fn ok(content_type: &str, body: impl Into<Bytes>) -> Self {
-        Self {
-            status: StatusCode::OK,
-            content_type: Some(content_type.to_string()),
-            body: body.into(),
-            from_log: false,
-        }
-    }
-
-    fn logged(mut self) -> Self {
-        self.from_log = true;
-        self
-    }
-}
 
 /// Which timeline of a job is asked for.
 #[derive(Debug, Clone, Copy)]
@@ -100,17 +70,17 @@ pub trait JobSource: Send + Sync {
     async fn facts(&self, job_id: &str) -> Result<Option<Facts>, ApiError>;
 
     /// One response of one job; `Ok(None)` when the job is unknown here.
-    async fn get(&self, job_id: &str, payload: Payload) -> Result<Option<Reply>, ApiError>;
+    async fn get(&self, job_id: &str, resource: Resource) -> Result<Option<Answer>, ApiError>;
 
     /// Cancels a job; `Ok(None)` when the job is unknown here.
-    async fn cancel(&self, job_id: &str) -> Result<Option<Reply>, ApiError>;
+    async fn cancel(&self, job_id: &str) -> Result<Option<Answer>, ApiError>;
 
     /// The job's recorded timeline; `Ok(None)` when this source has none.
     async fn timeline(
         &self,
         job_id: &str,
         request: TimelineRequest,
-    ) -> Result<Option<Reply>, ApiError> {
+    ) -> Result<Option<Answer>, ApiError> {
         let _ = (job_id, request);
         Ok(None)
     }
@@ -206,36 +176,28 @@ impl JobSource for LiveSource {
             .map(|r| Facts::of(&*r.facts)))
     }
 
-    async fn get(&self, job_id: &str, payload: Payload) -> Result<Option<Reply>, ApiError> {
-        let rest = match payload {
-            Payload::Job(f) => format_query(f).to_string(),
-            Payload::Stages(f) => format!("/stages{}", format_query(f)),
-            Payload::Config => "/config".into(),
-            Payload::Dot => "/dot".into(),
-            Payload::StageDot(n) => format!("/stage/{n}/dot"),
+    async fn get(&self, job_id: &str, resource: Resource) -> Result<Option<Answer>, ApiError> {
+        let rest = match resource {
+            Resource::Job(f) => format_query(f).to_string(),
+            Resource::Stages(f) => format!("/stages{}", format_query(f)),
+            Resource::Config => "/config".into(),
+            Resource::Dot => "/dot".into(),
+            Resource::StageDot(n) => format!("/stage/{n}/dot"),
         };
-        let answer = self.api.get(&crate::capture::job_path(job_id, &rest)).await;
+        let answer = self.api.get(&job_path(job_id, &rest)).await;
         Ok(relay(answer))
     }
 
-    async fn cancel(&self, job_id: &str) -> Result<Option<Reply>, ApiError> {
-        let answer = self
-            .api
-            .call(Method::PATCH, &crate::capture::job_path(job_id, ""))
-            .await;
+    async fn cancel(&self, job_id: &str) -> Result<Option<Answer>, ApiError> {
+        let answer = self.api.call(Method::PATCH, &job_path(job_id, "")).await;
         Ok(relay(answer))
     }
 }
 
 /// The live answer to relay; `None` for a 404 (the scheduler does not hold
 /// the job), so a layered source can ask the log instead.
-fn relay(answer: crate::live::Answer) -> Option<Reply> {
-    (answer.status != StatusCode::NOT_FOUND).then(|| Reply {
-        status: answer.status,
-        content_type: answer.content_type,
-        body: answer.body,
-        from_log: false,
-    })
+fn relay(answer: Answer) -> Option<Answer> {
+    (answer.status != StatusCode::NOT_FOUND).then_some(answer)
 }
 
 /// Runs a read of job `job_id`'s log on the blocking pool; a failure is
@@ -265,11 +227,6 @@ impl DiskSource {
     /// A source over an index.
     pub fn new(store: Arc<LogStore>) -> Self {
         Self { store }
-    }
-
-    /// The index.
-    pub fn store(&self) -> &Arc<LogStore> {
-        &self.store
     }
 
     async fn job_end(&self, job_id: &str) -> Result<Option<JobEnd>, ApiError> {
@@ -308,57 +265,57 @@ impl JobSource for DiskSource {
         Ok(self.store.facts(job_id))
     }
 
-    async fn get(&self, job_id: &str, payload: Payload) -> Result<Option<Reply>, ApiError> {
+    async fn get(&self, job_id: &str, resource: Resource) -> Result<Option<Answer>, ApiError> {
         if let Some((unfinished, state)) = self.store.unfinished(job_id) {
             return self
-                .get_unfinished(unfinished, state, payload)
+                .get_unfinished(unfinished, state, resource)
                 .await
                 .map(Some);
         }
         if !self.store.contains(job_id) {
             return Ok(None);
         }
-        if let Some(reply) = self.get_located(job_id, payload).await? {
+        if let Some(reply) = self.get_located(job_id, resource).await? {
             return Ok(Some(reply.logged()));
         }
         let Some(end) = self.job_end(job_id).await? else {
             return Ok(None);
         };
         let missing = |name: &str| end.responses.missing.iter().any(|m| m == name);
-        let reply = match payload {
-            Payload::Job(f) => {
+        let reply = match resource {
+            Resource::Job(f) => {
                 if missing("job") {
                     return Err(ApiError::NotFound);
                 }
-                Reply::ok(JSON, variant(end.job.get(), &end.responses.job, f)?)
+                Answer::ok(JSON, variant(end.job.get(), &end.responses.job, f)?)
             }
-            Payload::Stages(f) => {
+            Resource::Stages(f) => {
                 if missing("stages") {
                     return Err(ApiError::NotFound);
                 }
-                Reply::ok(JSON, variant(end.stages.get(), &end.responses.stages, f)?)
+                Answer::ok(JSON, variant(end.stages.get(), &end.responses.stages, f)?)
             }
-            Payload::Config => {
+            Resource::Config => {
                 if missing("config") {
                     return Err(ApiError::NotFound);
                 }
-                Reply::ok(JSON, end.config.get().to_string())
+                Answer::ok(JSON, end.config.get().to_string())
             }
-            Payload::Dot => {
+            Resource::Dot => {
                 if missing("dot") {
                     return Err(ApiError::NotFound);
                 }
-                Reply::ok(TEXT, end.dot)
+                Answer::ok(TEXT, end.dot)
             }
-            Payload::StageDot(n) => match end.responses.stage_dots.get(&n.to_string()) {
-                Some(dot) => Reply::ok(TEXT, dot.clone()),
+            Resource::StageDot(n) => match end.responses.stage_dots.get(&n.to_string()) {
+                Some(dot) => Answer::ok(TEXT, dot.clone()),
                 None => return Err(ApiError::NotFound),
             },
         };
         Ok(Some(reply.logged()))
     }
 
-    async fn cancel(&self, job_id: &str) -> Result<Option<Reply>, ApiError> {
+    async fn cancel(&self, job_id: &str) -> Result<Option<Answer>, ApiError> {
         let state = match (self.store.summary(job_id), self.store.unfinished(job_id)) {
             (Some(summary), _) => summary.state(),
             (None, Some((_, state))) => state,
@@ -385,14 +342,14 @@ impl JobSource for DiskSource {
         &self,
         job_id: &str,
         request: TimelineRequest,
-    ) -> Result<Option<Reply>, ApiError> {
+    ) -> Result<Option<Answer>, ApiError> {
         let Some((header, path)) = self.timeline_source(job_id) else {
             return Ok(None);
         };
         let reply = read_log(job_id, move || match request {
             TimelineRequest::Json(params) => read_timeline(&path, &header, params)
-                .map(|t| Reply::ok(JSON, serde_json::to_vec(&t).unwrap_or_default())),
-            TimelineRequest::Svg => render_svg(&path, &header).map(|svg| Reply::ok(SVG, svg)),
+                .map(|t| Answer::ok(JSON, serde_json::to_vec(&t).unwrap_or_default())),
+            TimelineRequest::Svg => render_svg(&path, &header).map(|svg| Answer::ok(SVG, svg)),
         })
         .await?;
         Ok(Some(reply.logged()))
@@ -402,16 +359,20 @@ impl JobSource for DiskSource {
 impl DiskSource {
     /// Answers from the payloads the footer locates, reading nothing else;
     /// `Ok(None)` when the log's footer does not locate them.
-    async fn get_located(&self, job_id: &str, payload: Payload) -> Result<Option<Reply>, ApiError> {
-        use crate::record::payload::{CONFIG, DOT, JOB, RESPONSES, STAGES};
-        let names: &'static [&'static str] = match payload {
-            Payload::Job(PlanFormat::Default) => &[JOB],
-            Payload::Job(_) => &[JOB, RESPONSES],
-            Payload::Stages(PlanFormat::Default) => &[STAGES],
-            Payload::Stages(_) => &[STAGES, RESPONSES],
-            Payload::Config => &[CONFIG],
-            Payload::Dot => &[DOT],
-            Payload::StageDot(_) => &[RESPONSES],
+    async fn get_located(
+        &self,
+        job_id: &str,
+        resource: Resource,
+    ) -> Result<Option<Answer>, ApiError> {
+        use crate::format::record::payload::{CONFIG, DOT, JOB, RESPONSES, STAGES};
+        let names: &'static [&'static str] = match resource {
+            Resource::Job(PlanFormat::Default) => &[JOB],
+            Resource::Job(_) => &[JOB, RESPONSES],
+            Resource::Stages(PlanFormat::Default) => &[STAGES],
+            Resource::Stages(_) => &[STAGES, RESPONSES],
+            Resource::Config => &[CONFIG],
+            Resource::Dot => &[DOT],
+            Resource::StageDot(_) => &[RESPONSES],
         };
         let store = self.store.clone();
         let id = job_id.to_string();
@@ -423,33 +384,36 @@ impl DiskSource {
             ApiError::Internal(format!("the event log of job {job_id} is malformed: {e}"))
         };
         let responses = |bytes: &[u8]| {
-            serde_json::from_slice::<crate::record::Responses>(bytes).map_err(|e| malformed(&e))
+            serde_json::from_slice::<crate::format::record::Responses>(bytes)
+                .map_err(|e| malformed(&e))
         };
-        let reply = match payload {
-            Payload::Job(f) | Payload::Stages(f) => {
+        let reply = match resource {
+            Resource::Job(f) | Resource::Stages(f) => {
                 let base = std::str::from_utf8(&parts[0]).map_err(|e| malformed(&e))?;
                 let body = match f {
                     PlanFormat::Default => base.to_string(),
                     _ => {
                         let stored = responses(&parts[1])?;
-                        let variants = match payload {
-                            Payload::Job(_) => &stored.job,
+                        let variants = match resource {
+                            Resource::Job(_) => &stored.job,
                             _ => &stored.stages,
                         };
                         variant(base, variants, f)?
                     }
                 };
-                Reply::ok(JSON, body)
+                Answer::ok(JSON, body)
             }
-            Payload::Config => Reply::ok(JSON, parts.remove(0)),
-            Payload::Dot => {
+            Resource::Config => Answer::ok(JSON, parts.remove(0)),
+            Resource::Dot => {
                 let dot: String = serde_json::from_slice(&parts[0]).map_err(|e| malformed(&e))?;
-                Reply::ok(TEXT, dot)
+                Answer::ok(TEXT, dot)
             }
-            Payload::StageDot(n) => match responses(&parts[0])?.stage_dots.remove(&n.to_string()) {
-                Some(dot) => Reply::ok(TEXT, dot),
-                None => return Err(ApiError::NotFound),
-            },
+            Resource::StageDot(n) => {
+                match responses(&parts[0])?.stage_dots.remove(&n.to_string()) {
+                    Some(dot) => Answer::ok(TEXT, dot),
+                    None => return Err(ApiError::NotFound),
+                }
+            }
         };
         Ok(Some(reply))
     }
@@ -458,9 +422,9 @@ impl DiskSource {
         &self,
         unfinished: Unfinished,
         state: JobState,
-        payload: Payload,
-    ) -> Result<Reply, ApiError> {
-        let Payload::Job(_) = payload else {
+        resource: Resource,
+    ) -> Result<Answer, ApiError> {
+        let Resource::Job(_) = resource else {
             return Err(ApiError::Missing(format!(
                 "job {} has not finished: its event log holds its plans, progress and \
                  timeline, not this response",
@@ -469,7 +433,7 @@ impl DiskSource {
         };
         let path = self.store.log(&unfinished.file_name, unfinished.stamp.len);
         let start = read_log(&unfinished.job_id, move || read_job_start(&path)).await?;
-        Ok(Reply::ok(JSON, unfinished.response(state, Some(&start))).logged())
+        Ok(Answer::ok(JSON, unfinished.response(state, Some(&start))).logged())
     }
 
     /// The timeline header and log path of a job, completed or unfinished.
@@ -497,13 +461,13 @@ impl DiskSource {
 }
 
 /// The 409 the scheduler answers when a job cannot be cancelled.
-pub fn conflict(reason: &str) -> Reply {
+pub fn conflict(reason: &str) -> Answer {
     #[derive(serde::Serialize)]
     struct CancelJobResponse<'a> {
         cancelled: bool,
         reason: &'a str,
     }
-    Reply {
+    Answer {
         status: StatusCode::CONFLICT,
         content_type: Some(JSON.to_string()),
         body: serde_json::to_vec(&CancelJobResponse {
@@ -562,18 +526,18 @@ impl JobSource for Layered {
         &self,
         job_id: &str,
         request: TimelineRequest,
-    ) -> Result<Option<Reply>, ApiError> {
+    ) -> Result<Option<Answer>, ApiError> {
         self.disk.timeline(job_id, request).await
     }
 
-    async fn get(&self, job_id: &str, payload: Payload) -> Result<Option<Reply>, ApiError> {
-        match self.live.get(job_id, payload).await? {
+    async fn get(&self, job_id: &str, resource: Resource) -> Result<Option<Answer>, ApiError> {
+        match self.live.get(job_id, resource).await? {
             Some(reply) => Ok(Some(reply)),
-            None => self.disk.get(job_id, payload).await,
+            None => self.disk.get(job_id, resource).await,
         }
     }
 
-    async fn cancel(&self, job_id: &str) -> Result<Option<Reply>, ApiError> {
+    async fn cancel(&self, job_id: &str) -> Result<Option<Answer>, ApiError> {
         match self.live.cancel(job_id).await? {
             Some(reply) => Ok(Some(reply)),
             None => self.disk.cancel(job_id).await,

@@ -63,7 +63,7 @@ impl Redactor {
                 .chars()
                 .all(|c| c != '"' && c != '\\' && !c.is_control());
             let ranges = if plain {
-                crate::record::string_values_of(out.as_bytes(), key)
+                crate::format::record::string_values_of(out.as_bytes(), key)
             } else {
                 Vec::new()
             };

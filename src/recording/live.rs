@@ -19,7 +19,8 @@ use tower::ServiceExt;
 /// overrides, not through these type parameters.
 pub type Scheduler = SchedulerServer<LogicalPlanNode, PhysicalPlanNode>;
 
-/// One answer of the live router, whole.
+/// One whole HTTP answer about a job: the live router's, or one replayed
+/// from an event log.
 #[derive(Debug, Clone)]
 pub struct Answer {
     /// HTTP status.
@@ -28,13 +29,46 @@ pub struct Answer {
     pub content_type: Option<String>,
     /// Body bytes.
     pub body: Bytes,
+    /// Whether the answer came from an event log rather than the live
+    /// scheduler (sent as the `x-ballista-history` header).
+    pub from_log: bool,
 }
 
 impl Answer {
+    /// A 200 with `body` of `content_type`.
+    pub fn ok(content_type: &str, body: impl Into<Bytes>) -> Self {
+        Self {
+            status: StatusCode::OK,
+            content_type: Some(content_type.to_string()),
+            body: body.into(),
+            from_log: false,
+        }
+    }
+
+    /// The same answer, marked as read from an event log.
+    pub fn logged(mut self) -> Self {
+        self.from_log = true;
+        self
+    }
+
     /// The body as UTF-8 text, if it is.
     pub fn text(&self) -> Option<&str> {
         std::str::from_utf8(&self.body).ok()
     }
+}
+
+/// `/api/job/{id}{rest}`, with the id percent-encoded where needed.
+pub fn job_path(job_id: &str, rest: &str) -> String {
+    let mut path = String::from("/api/job/");
+    for b in job_id.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            path.push(b as char);
+        } else {
+            path.push_str(&format!("%{b:02X}"));
+        }
+    }
+    path.push_str(rest);
+    path
 }
 
 /// The live scheduler, as seen through its public API.
@@ -85,6 +119,7 @@ impl LiveApi {
             status,
             content_type,
             body,
+            from_log: false,
         }
     }
 

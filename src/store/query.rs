@@ -1,75 +1,18 @@
-//! `GET /api/jobs` parameters: paging, filters and sorting.
+//! The job list's query: `GET /api/jobs` parameters (paging, filters,
+//! sorting), parsed, and the one filter-order-page pass every source uses.
 //!
-//! Without any parameter the list is the whole list, newest first, exactly
-//! as the scheduler answers it. Every parameter narrows or orders it; an
-//! invalid one is a 400 naming the parameter and what it accepts.
+//! Without any parameter the list is the whole list, newest first. Every
+//! parameter narrows or orders it; an invalid one is a [`BadParam`] naming
+//! the parameter and what it accepts (the router answers it as a 400).
 //!
 //! **Invariant:** the order is total: the sort key, then the job id. A
 //! cursor (`after=<job_id>`) therefore names one position, and pages taken
 //! with it never shift however many jobs arrive meanwhile.
 
-use crate::api::ApiError;
+use crate::format::JobState;
 use bytes::Bytes;
 use std::cmp::Ordering;
 use std::sync::Arc;
-
-/// A job's state as the list filters see it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum JobState {
-    /// Waiting to be planned or scheduled.
-    Queued,
-    /// Running (live, or a `.running` log still being written).
-    Running,
-    /// Finished successfully.
-    Completed,
-    /// Failed.
-    Failed,
-    /// Cancelled.
-    Cancelled,
-    /// A `.running` log nobody has written to for `--abandoned-after-seconds`.
-    Abandoned,
-}
-
-impl JobState {
-    const ALL: [(&'static str, JobState); 6] = [
-        ("queued", JobState::Queued),
-        ("running", JobState::Running),
-        ("completed", JobState::Completed),
-        ("failed", JobState::Failed),
-        ("cancelled", JobState::Cancelled),
-        ("abandoned", JobState::Abandoned),
-    ];
-
-    /// The state a `status` word of the REST API names (case-insensitive);
-    /// anything unknown counts as running.
-    pub fn from_status_word(word: &str) -> Self {
-        Self::ALL
-            .iter()
-            .find(|(name, _)| name.eq_ignore_ascii_case(word))
-            .map(|(_, s)| *s)
-            .unwrap_or(JobState::Running)
-    }
-
-    /// The `status` word the REST API uses for this state.
-    pub fn status_word(self) -> &'static str {
-        match self {
-            JobState::Queued => "Queued",
-            JobState::Running => "Running",
-            JobState::Completed => "Completed",
-            JobState::Failed => "Failed",
-            JobState::Cancelled => "Cancelled",
-            JobState::Abandoned => "Abandoned",
-        }
-    }
-
-    /// Whether the job has not finished (its log is still `.running`).
-    pub fn is_unfinished(self) -> bool {
-        matches!(
-            self,
-            JobState::Queued | JobState::Running | JobState::Abandoned
-        )
-    }
-}
 
 /// What a list is sorted by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -94,13 +37,14 @@ pub enum Order {
     Desc,
 }
 
-/// The facts about one job that filters and sorting use.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Facts {
+/// The facts about one job that filters and sorting use, with owned
+/// strings (`Facts`) or borrowed ones ([`FactsRef`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Facts<S = Arc<str>> {
     /// The job.
-    pub job_id: Arc<str>,
+    pub job_id: S,
     /// Its name.
-    pub job_name: Arc<str>,
+    pub job_name: S,
     /// Its state.
     pub state: JobState,
     /// Start time (epoch millis; 0 when not started).
@@ -108,6 +52,9 @@ pub struct Facts {
     /// End time (epoch millis; 0 when not ended).
     pub end_time: u64,
 }
+
+/// [`Facts`] with borrowed strings.
+pub type FactsRef<'a> = Facts<&'a str>;
 
 impl Facts {
     /// Copies the facts of `job`.
@@ -159,45 +106,59 @@ fn numeric(f: &(impl JobFacts + ?Sized), sort: Sort) -> u64 {
     }
 }
 
-/// [`Facts`] with borrowed strings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FactsRef<'a> {
-    /// The job.
-    pub job_id: &'a str,
-    /// Its name.
-    pub job_name: &'a str,
-    /// Its state.
-    pub state: JobState,
-    /// Start time (epoch millis; 0 when not started).
-    pub start_time: u64,
-    /// End time (epoch millis; 0 when not ended).
-    pub end_time: u64,
+impl<S: AsRef<str> + std::fmt::Debug> JobFacts for Facts<S> {
+    fn job_id(&self) -> &str {
+        self.job_id.as_ref()
+    }
+    fn job_name(&self) -> &str {
+        self.job_name.as_ref()
+    }
+    fn state(&self) -> JobState {
+        self.state
+    }
+    fn start_time(&self) -> u64 {
+        self.start_time
+    }
+    fn end_time(&self) -> u64 {
+        self.end_time
+    }
 }
 
-/// Both carry the facts as fields of the trait's names.
-macro_rules! job_facts_from_fields {
-    ($($t:ty),*) => {$(
-        impl JobFacts for $t {
-            fn job_id(&self) -> &str {
-                &self.job_id
-            }
-            fn job_name(&self) -> &str {
-                &self.job_name
-            }
-            fn state(&self) -> JobState {
-                self.state
-            }
-            fn start_time(&self) -> u64 {
-                self.start_time
-            }
-            fn end_time(&self) -> u64 {
-                self.end_time
-            }
-        }
-    )*};
+impl<T: JobFacts + ?Sized> JobFacts for &T {
+    fn job_id(&self) -> &str {
+        (**self).job_id()
+    }
+    fn job_name(&self) -> &str {
+        (**self).job_name()
+    }
+    fn state(&self) -> JobState {
+        (**self).state()
+    }
+    fn start_time(&self) -> u64 {
+        (**self).start_time()
+    }
+    fn end_time(&self) -> u64 {
+        (**self).end_time()
+    }
 }
 
-job_facts_from_fields!(Facts, FactsRef<'_>);
+impl JobFacts for Row {
+    fn job_id(&self) -> &str {
+        self.facts.job_id()
+    }
+    fn job_name(&self) -> &str {
+        self.facts.job_name()
+    }
+    fn state(&self) -> JobState {
+        self.facts.state()
+    }
+    fn start_time(&self) -> u64 {
+        self.facts.start_time()
+    }
+    fn end_time(&self) -> u64 {
+        self.facts.end_time()
+    }
+}
 
 /// One job of a list: its facts and its entry's JSON bytes.
 #[derive(Debug, Clone)]
@@ -258,21 +219,27 @@ pub struct ListQuery {
     pub order: Option<Order>,
 }
 
+/// A `GET /api/jobs` parameter with a value it does not accept; the message
+/// names the parameter and what it accepts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadParam(pub String);
+
 /// The most rows one page may ask for.
 pub const MAX_LIMIT: usize = 100_000;
 
-fn bad(param: &str, accepts: &str, got: &str) -> ApiError {
-    ApiError::BadRequest(format!(
+fn bad(param: &str, accepts: &str, got: &str) -> BadParam {
+    BadParam(format!(
         "invalid value {got:?} for parameter `{param}`: expected {accepts}"
     ))
 }
 
-fn parse_u64(param: &str, value: &str, accepts: &str) -> Result<u64, ApiError> {
+fn parse_u64(param: &str, value: &str, accepts: &str) -> Result<u64, BadParam> {
     value.parse().map_err(|_| bad(param, accepts, value))
 }
 
 /// Epoch milliseconds, or an RFC 3339 timestamp.
-fn parse_time(param: &str, value: &str) -> Result<u64, ApiError> {
+fn parse_time(param: &str, value: &str) -> Result<u64, BadParam> {
     const ACCEPTS: &str =
         "epoch milliseconds (e.g. 1767225600000) or an RFC 3339 time (e.g. 2026-01-01T00:00:00Z)";
     if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
@@ -283,7 +250,7 @@ fn parse_time(param: &str, value: &str) -> Result<u64, ApiError> {
     u64::try_from(time.timestamp_millis()).map_err(|_| bad(param, ACCEPTS, value))
 }
 
-fn parse_bool(param: &str, value: &str) -> Result<bool, ApiError> {
+fn parse_bool(param: &str, value: &str) -> Result<bool, BadParam> {
     match value {
         "true" | "1" | "" => Ok(true),
         "false" | "0" => Ok(false),
@@ -312,7 +279,7 @@ impl ListQuery {
     /// Parses a query string (already split into pairs). Unknown
     /// parameters are a 400 too, so a typo does not silently list
     /// everything.
-    pub fn parse(pairs: &[(String, String)]) -> Result<Self, ApiError> {
+    pub fn parse(pairs: &[(String, String)]) -> Result<Self, BadParam> {
         let mut q = ListQuery::default();
         for (key, value) in pairs {
             let value = value.as_str();
@@ -387,7 +354,7 @@ impl ListQuery {
                     })
                 }
                 other => {
-                    return Err(ApiError::BadRequest(format!(
+                    return Err(BadParam(format!(
                         "unknown parameter `{other}`: /api/jobs accepts {}",
                         PARAMS.join(", ")
                     )));
@@ -479,27 +446,35 @@ impl ListQuery {
         primary.then_with(|| a.job_id().cmp(b.job_id()))
     }
 
-    /// Filters, orders and pages `rows`: the whole work for a source that
-    /// holds its rows in memory (the live scheduler's, a merge of pages).
-    pub fn select(&self, rows: Vec<Row>, cursor: Option<&Facts>) -> Page {
-        let mut rows: Vec<Row> = rows
-            .into_iter()
-            .filter(|r| self.matches(&*r.facts))
-            .collect();
-        let total = rows.len();
+    /// Filters, orders and pages `jobs`: the one pass every list takes
+    /// (the catalog's default order aside, which pages without it). Gives
+    /// the page and how many jobs matched.
+    pub fn pick<T: JobFacts>(
+        &self,
+        jobs: impl Iterator<Item = T>,
+        cursor: Option<&Facts>,
+    ) -> (Vec<T>, usize) {
+        let mut matching: Vec<T> = jobs.filter(|j| self.matches(j)).collect();
+        let total = matching.len();
         if let Some(cursor) = cursor {
-            rows.retain(|r| self.compare(&*r.facts, cursor) == Ordering::Greater);
+            matching.retain(|j| self.compare(j, cursor) == Ordering::Greater);
         }
         let end = self
             .limit
-            .map_or(rows.len(), |l| self.offset.saturating_add(l))
-            .min(rows.len());
-        if end < rows.len() && end > 0 {
-            rows.select_nth_unstable_by(end - 1, |a, b| self.compare(&*a.facts, &*b.facts));
-            rows.truncate(end);
+            .map_or(matching.len(), |l| self.offset.saturating_add(l))
+            .min(matching.len());
+        if end > 0 && end < matching.len() {
+            matching.select_nth_unstable_by(end - 1, |a, b| self.compare(a, b));
+            matching.truncate(end);
         }
-        rows.sort_by(|a, b| self.compare(&*a.facts, &*b.facts));
-        let rows = rows.into_iter().skip(self.offset).collect();
+        matching.sort_by(|a, b| self.compare(a, b));
+        (matching.into_iter().skip(self.offset).collect(), total)
+    }
+
+    /// [`ListQuery::pick`] over rows a source holds in memory (the live
+    /// scheduler's, a merge of pages).
+    pub fn select(&self, rows: Vec<Row>, cursor: Option<&Facts>) -> Page {
+        let (rows, total) = self.pick(rows.into_iter(), cursor);
         Page { rows, total }
     }
 }

@@ -10,7 +10,7 @@
 //! The comparison takes the same time wherever the first differing byte
 //! is, so response times do not reveal how much of a guess was right.
 
-use crate::api::ApiError;
+use crate::serving::error::ApiError;
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::middleware::Next;

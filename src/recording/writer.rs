@@ -1,5 +1,6 @@
-//! The background writer: one thread that owns every file of the log
-//! directory, fed by one channel.
+//! The background writer: one thread that writes every log file (the
+//! cleaner deletes, the uploader removes uploaded spool files, the store
+//! reads; none of them writes a log), fed by one channel.
 //!
 //! Per job it appends JSON lines to `DIR/<job_id>.eventlog.running`. At the
 //! terminal record it writes `JobEnd` and a `Footer`, flushes, fsyncs the
@@ -20,8 +21,12 @@
 //! their logs, never the scheduler its progress: errors are counted, logged
 //! once per burst, and the next job tries again.
 
+use crate::format::footer::footer_frame;
+use crate::format::name::{
+    COMPLETED_SUFFIX, RUNNING_SUFFIX, ZST_COMPLETED_SUFFIX, ZST_RUNNING_SUFFIX,
+};
+use crate::format::record::{self, Footer, JobEnd, JobStart, TaskEnd, kind};
 use crate::metrics::HistoryMetrics;
-use crate::record::{self, Footer, JobEnd, JobStart, TaskEnd, kind};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -31,49 +36,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Suffix of a log still being written.
-pub const RUNNING_SUFFIX: &str = ".eventlog.running";
-/// Suffix of a completed log.
-pub const COMPLETED_SUFFIX: &str = ".eventlog";
-/// Suffix of a zstd-compressed log still being written.
-pub const ZST_RUNNING_SUFFIX: &str = ".eventlog.zst.running";
-/// Suffix of a completed zstd-compressed log.
-pub const ZST_COMPLETED_SUFFIX: &str = ".eventlog.zst";
-/// Suffixes of logs still being written.
-pub const RUNNING_SUFFIXES: [&str; 2] = [ZST_RUNNING_SUFFIX, RUNNING_SUFFIX];
-
-/// What a file name in a log directory is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LogName<'a> {
-    /// The job id (the name without its suffix).
-    pub stem: &'a str,
-    /// Still being written (`.running`).
-    pub running: bool,
-    /// zstd-compressed.
-    pub zstd: bool,
-}
-
-impl<'a> LogName<'a> {
-    /// Classifies a file name; `None` for anything that is not a log.
-    pub fn parse(name: &'a str) -> Option<Self> {
-        [
-            (ZST_RUNNING_SUFFIX, true, true),
-            (RUNNING_SUFFIX, true, false),
-            (ZST_COMPLETED_SUFFIX, false, true),
-            (COMPLETED_SUFFIX, false, false),
-        ]
-        .into_iter()
-        .find_map(|(suffix, running, zstd)| {
-            let stem = name.strip_suffix(suffix)?;
-            (!stem.is_empty()).then_some(Self {
-                stem,
-                running,
-                zstd,
-            })
-        })
-    }
-}
-
 /// How logs are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Compression {
@@ -81,34 +43,13 @@ pub enum Compression {
     #[default]
     None,
     /// zstd frames at this level: progress records in one frame per open
-    /// period, the terminal record in its own frame, the footer in a
-    /// skippable frame at the end.
+    /// period, the terminal record in one frame per payload (each
+    /// decompresses alone), the footer in a skippable frame at the end.
     Zstd(i32),
 }
 
 /// The zstd level used unless configured otherwise.
 pub const DEFAULT_ZSTD_LEVEL: i32 = 3;
-
-/// The skippable-frame magic number carrying the footer of a compressed
-/// log (zstd decoders skip it).
-pub const FOOTER_FRAME_MAGIC: u32 = 0x184D_2A5E;
-/// The tag ending a compressed log, after the footer frame's length.
-pub const FOOTER_FRAME_TAG: &[u8; 4] = b"BJHF";
-
-/// The footer of a compressed log as a zstd skippable frame: magic, size,
-/// the footer line, then the frame's total length and a tag, so a reader
-/// finds it from the last 8 bytes.
-pub fn footer_frame(footer_line: &[u8]) -> Vec<u8> {
-    let payload_len = footer_line.len() + 8;
-    let total = 8 + payload_len;
-    let mut frame = Vec::with_capacity(total);
-    frame.extend_from_slice(&FOOTER_FRAME_MAGIC.to_le_bytes());
-    frame.extend_from_slice(&(payload_len as u32).to_le_bytes());
-    frame.extend_from_slice(footer_line);
-    frame.extend_from_slice(&(total as u32).to_le_bytes());
-    frame.extend_from_slice(FOOTER_FRAME_TAG);
-    frame
-}
 
 /// How the writer behaves.
 #[derive(Debug, Clone)]
@@ -231,11 +172,6 @@ impl WriterHandle {
     fn count_drop(&self, job_id: &str, records: u64) {
         *self.drops.lock().entry(job_id.to_string()).or_default() += records;
         self.metrics.dropped_records.inc_by(records);
-    }
-
-    /// Records dropped so far for `job_id`, removing the count.
-    pub fn take_drops(&self, job_id: &str) -> u64 {
-        self.drops.lock().remove(job_id).unwrap_or(0)
     }
 
     /// Waits until everything sent before this call is written and flushed.
@@ -626,9 +562,9 @@ impl Writer {
     }
 
     /// Writes the terminal record and the footer. Plain: two more lines.
-    /// zstd: the progress frame is ended, `JobEnd` goes in a frame of its
-    /// own (so a reader decompresses it alone), and the footer in a
-    /// skippable frame at the end.
+    /// zstd: the progress frame is ended, the `JobEnd` line goes in one
+    /// frame per payload piece (so a reader decompresses one payload
+    /// alone), and the footer in a skippable frame at the end.
     fn write_terminal(&mut self, job_id: &str, end: &JobEnd) -> std::io::Result<()> {
         let pieces = record::job_end_pieces(end).map_err(std::io::Error::other)?;
         let located = |name: &str| !end.responses.missing.iter().any(|m| m == name);
@@ -787,7 +723,7 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{JobEndStatus, JobIndex, raw_or_null};
+    use crate::format::record::{JobEndStatus, JobIndex, raw_or_null};
 
     fn end(job_id: &str) -> Box<JobEnd> {
         Box::new(JobEnd {
@@ -925,7 +861,7 @@ mod tests {
     fn five_thousand_jobs_at_once_stay_within_the_descriptor_limit() {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
-                "writer::tests::five_thousand_jobs_at_once_body",
+                "recording::writer::tests::five_thousand_jobs_at_once_body",
                 "--exact",
                 "--ignored",
                 "--test-threads=1",

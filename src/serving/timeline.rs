@@ -5,9 +5,11 @@
 //! the terminal record, so memory is bounded by one progress record plus
 //! the page asked for (the picture holds one small tuple per task).
 
-use crate::api::ApiError;
-use crate::query::JobState;
-use crate::record::{Envelope, JobStart, SCHEMA_VERSION, StageEnd, StageStart, TaskEnd, kind};
+use crate::format::JobState;
+use crate::format::record::{
+    Envelope, JobStart, SCHEMA_VERSION, StageEnd, StageStart, TaskEnd, kind,
+};
+use crate::serving::error::ApiError;
 use crate::store::LogRef;
 use crate::store::StoreError;
 use ballista_api_types::dto::TaskStatus;
@@ -492,50 +494,89 @@ fn tick_step(span: u64) -> u64 {
         .unwrap_or_else(|| span.div_ceil(10).div_ceil(3_600_000) * 3_600_000)
 }
 
+const WIDTH: f64 = 1200.0;
+const LEFT: f64 = 200.0;
+const RIGHT: f64 = 30.0;
+const TOP: f64 = 64.0;
+const LANE_GAP: f64 = 8.0;
+const PLOT: f64 = WIDTH - LEFT - RIGHT;
+
+/// Where every bar goes: each executor's lane is split into rows, and a bar
+/// goes in the first row of its lane whose last bar ended before it
+/// started.
+struct Layout {
+    /// Rows per lane: the end of each row's last bar.
+    lane_rows: Vec<Vec<u64>>,
+    /// Each bar's (lane, row), in the order of the sorted bars.
+    placed: Vec<(usize, usize)>,
+    /// Each lane's top edge.
+    lane_top: Vec<f64>,
+    row_h: f64,
+    plot_bottom: f64,
+    /// The time span drawn: first start and last end.
+    t0: u64,
+    t1: u64,
+}
+
+impl Layout {
+    fn of(bars: &mut [Bar], lanes: usize) -> Self {
+        let t0 = bars.iter().map(|b| b.start).min().unwrap_or(0);
+        let t1 = bars.iter().map(|b| b.end).max().unwrap_or(0);
+        bars.sort_by_key(|b| (b.executor, b.start, b.end));
+        let mut lane_rows: Vec<Vec<u64>> = vec![Vec::new(); lanes];
+        let mut placed: Vec<(usize, usize)> = Vec::with_capacity(bars.len());
+        for b in bars.iter() {
+            let rows = &mut lane_rows[b.executor as usize];
+            let row = match rows.iter().position(|&end| end <= b.start) {
+                Some(r) => r,
+                None => {
+                    rows.push(0);
+                    rows.len() - 1
+                }
+            };
+            rows[row] = b.end.max(b.start + 1);
+            placed.push((b.executor as usize, row));
+        }
+        let total_rows: usize = lane_rows.iter().map(|r| r.len().max(1)).sum();
+        let row_h = (560.0 / total_rows.max(1) as f64).clamp(1.0, 14.0);
+        let mut lane_top = Vec::with_capacity(lane_rows.len());
+        let mut y = TOP;
+        for rows in &lane_rows {
+            lane_top.push(y);
+            y += rows.len().max(1) as f64 * row_h + LANE_GAP;
+        }
+        Self {
+            lane_rows,
+            placed,
+            lane_top,
+            row_h,
+            plot_bottom: y,
+            t0,
+            t1,
+        }
+    }
+
+    fn span(&self) -> u64 {
+        (self.t1 - self.t0).max(1)
+    }
+
+    fn x(&self, t: u64) -> f64 {
+        LEFT + (t - self.t0) as f64 / self.span() as f64 * PLOT
+    }
+
+    fn lane_height(&self, lane: usize) -> f64 {
+        self.lane_rows[lane].len().max(1) as f64 * self.row_h
+    }
+}
+
 fn draw(
     header: &JobHeader,
     job_name: &str,
     executors: &BTreeMap<String, u32>,
     mut bars: Vec<Bar>,
 ) -> String {
-    const WIDTH: f64 = 1200.0;
-    const LEFT: f64 = 200.0;
-    const RIGHT: f64 = 30.0;
-    const TOP: f64 = 64.0;
-    const LANE_GAP: f64 = 8.0;
-    let plot = WIDTH - LEFT - RIGHT;
-    let t0 = bars.iter().map(|b| b.start).min().unwrap_or(0);
-    let t1 = bars.iter().map(|b| b.end).max().unwrap_or(0);
-    let span = (t1 - t0).max(1);
-
-    // Pack each executor's bars into rows: a bar goes in the first row
-    // whose last bar ended before it started.
-    bars.sort_by_key(|b| (b.executor, b.start, b.end));
-    let mut lane_rows: Vec<Vec<u64>> = vec![Vec::new(); executors.len()];
-    let mut placed: Vec<(usize, usize)> = Vec::with_capacity(bars.len());
-    for b in &bars {
-        let rows = &mut lane_rows[b.executor as usize];
-        let row = match rows.iter().position(|&end| end <= b.start) {
-            Some(r) => r,
-            None => {
-                rows.push(0);
-                rows.len() - 1
-            }
-        };
-        rows[row] = b.end.max(b.start + 1);
-        placed.push((b.executor as usize, row));
-    }
-    let total_rows: usize = lane_rows.iter().map(|r| r.len().max(1)).sum();
-    let row_h = (560.0 / total_rows.max(1) as f64).clamp(1.0, 14.0);
-    let mut lane_top = Vec::with_capacity(lane_rows.len());
-    let mut y = TOP;
-    for rows in &lane_rows {
-        lane_top.push(y);
-        y += rows.len().max(1) as f64 * row_h + LANE_GAP;
-    }
-    let plot_bottom = y;
-    let height = plot_bottom + 70.0;
-
+    let layout = Layout::of(&mut bars, executors.len());
+    let height = layout.plot_bottom + 70.0;
     let mut svg = String::with_capacity(256 + bars.len() * 160);
     let _ = write!(
         svg,
@@ -545,6 +586,30 @@ fn draw(
         "<style>.Successful{fill:#3b8c3b}.Failed{fill:#c43c35}\
          .Running{fill:#e0a526}.tick{stroke:#ddd}.lane{fill:#f6f6f6}</style>",
     );
+    draw_title(
+        &mut svg,
+        header,
+        job_name,
+        bars.len(),
+        executors.len(),
+        &layout,
+    );
+    draw_lanes(&mut svg, executors, &layout);
+    draw_ticks(&mut svg, &layout);
+    draw_bars(&mut svg, &bars, &layout);
+    draw_legend(&mut svg, &layout);
+    svg.push_str("</svg>\n");
+    svg
+}
+
+fn draw_title(
+    svg: &mut String,
+    header: &JobHeader,
+    job_name: &str,
+    tasks: usize,
+    executors: usize,
+    layout: &Layout,
+) {
     let title = if job_name.is_empty() {
         format!("Job {}", header.job_id)
     } else {
@@ -555,27 +620,35 @@ fn draw(
         r#"<text x="10" y="22" font-size="15" font-weight="bold">{}</text><text x="10" y="42">{}: {} tasks on {} executors over {}</text>"#,
         escape(&title),
         header.state.status_word(),
-        bars.len(),
-        executors.len(),
-        human_duration(t1.saturating_sub(t0)),
+        tasks,
+        executors,
+        human_duration(layout.t1.saturating_sub(layout.t0)),
     );
-    // Lanes and their labels.
+}
+
+/// A lane per executor, labelled.
+fn draw_lanes(svg: &mut String, executors: &BTreeMap<String, u32>, layout: &Layout) {
     for (name, &i) in executors {
-        let top = lane_top[i as usize];
-        let h = lane_rows[i as usize].len().max(1) as f64 * row_h;
+        let top = layout.lane_top[i as usize];
+        let h = layout.lane_height(i as usize);
         let _ = write!(
             svg,
-            r#"<rect class="lane" x="{LEFT}" y="{top:.1}" width="{plot}" height="{h:.1}"/><text x="{x:.0}" y="{ty:.1}" text-anchor="end" dominant-baseline="middle">{}</text>"#,
+            r#"<rect class="lane" x="{LEFT}" y="{top:.1}" width="{PLOT}" height="{h:.1}"/><text x="{x:.0}" y="{ty:.1}" text-anchor="end" dominant-baseline="middle">{}</text>"#,
             escape(&shorten(name, 28)),
             x = LEFT - 8.0,
             ty = top + h / 2.0,
         );
     }
-    // Ticks.
+}
+
+/// Time ticks, as offsets from the first task's start.
+fn draw_ticks(svg: &mut String, layout: &Layout) {
+    let span = layout.span();
     let step = tick_step(span);
+    let plot_bottom = layout.plot_bottom;
     let mut t = 0;
     while t <= span {
-        let x = LEFT + t as f64 / span as f64 * plot;
+        let x = LEFT + t as f64 / span as f64 * PLOT;
         let _ = write!(
             svg,
             r#"<line class="tick" x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{plot_bottom:.1}"/><text x="{x:.1}" y="{ly:.1}" text-anchor="middle">+{}</text>"#,
@@ -584,11 +657,15 @@ fn draw(
         );
         t += step;
     }
-    // Bars.
-    for (b, &(lane, row)) in bars.iter().zip(&placed) {
-        let x = LEFT + (b.start - t0) as f64 / span as f64 * plot;
-        let w = ((b.end - b.start) as f64 / span as f64 * plot).max(1.0);
-        let y = lane_top[lane] + row as f64 * row_h;
+}
+
+/// One bar per task attempt, with its facts as a tooltip.
+fn draw_bars(svg: &mut String, bars: &[Bar], layout: &Layout) {
+    let row_h = layout.row_h;
+    for (b, &(lane, row)) in bars.iter().zip(&layout.placed) {
+        let x = layout.x(b.start);
+        let w = ((b.end - b.start) as f64 / layout.span() as f64 * PLOT).max(1.0);
+        let y = layout.lane_top[lane] + row as f64 * row_h;
         let _ = write!(
             svg,
             r#"<rect class="task {status}" x="{x:.1}" y="{y:.1}" width="{w:.1}" height="{h:.1}"><title>stage {stage} task {task}: {status}, {d}</title></rect>"#,
@@ -599,8 +676,10 @@ fn draw(
             h = (row_h - if row_h > 3.0 { 1.0 } else { 0.0 }).max(1.0),
         );
     }
-    // Legend.
-    let ly = plot_bottom + 44.0;
+}
+
+fn draw_legend(svg: &mut String, layout: &Layout) {
+    let ly = layout.plot_bottom + 44.0;
     for (i, status) in ["Successful", "Failed", "Running"].iter().enumerate() {
         let x = LEFT + i as f64 * 120.0;
         let _ = write!(
@@ -611,8 +690,6 @@ fn draw(
             ty = ly,
         );
     }
-    svg.push_str("</svg>\n");
-    svg
 }
 
 fn shorten(text: &str, max: usize) -> String {
@@ -627,7 +704,7 @@ fn shorten(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{TaskMetrics, encode_line};
+    use crate::format::record::{TaskMetrics, encode_line};
     use std::path::Path;
 
     fn task(stage: u32, id: u32, exec: &str, start: u64, end: u64, ok: bool) -> Vec<u8> {

@@ -17,8 +17,8 @@
 //! lost); task reports go through [`WriterHandle::try_progress`], which drops
 //! and counts them when the writer's queue is full.
 
-use crate::record::{TaskEnd, TaskMetrics};
-use crate::writer::{WriterHandle, WriterMsg};
+use crate::format::record::{TaskEnd, TaskMetrics};
+use crate::recording::writer::{WriterHandle, WriterMsg};
 use ballista_core::JobId;
 use ballista_core::serde::protobuf::operator_metric::Metric;
 use ballista_core::serde::protobuf::scheduler_grpc_server::SchedulerGrpc;

@@ -1,0 +1,17 @@
+//! Recording: turning a live scheduler's jobs into event logs.
+//!
+//! The listener and the task tap see the scheduler's events without ever
+//! making it wait; the capturer renders each job's REST responses through
+//! the scheduler's own router (`live`); redaction scrubs secrets from them;
+//! the writer thread owns the log files; the uploader puts completed logs
+//! into an object store.
+//!
+//! **Rule:** this layer imports only `format` and `metrics`. It never
+//! imports `store` (reading logs back is not its business) nor `serving`.
+
+pub mod capture;
+pub mod listener;
+pub mod live;
+pub mod redact;
+pub mod upload;
+pub mod writer;

@@ -1,0 +1,77 @@
+//! `ApiError`: every failure a route answers, as the scheduler's JSON error
+//! body (`{"http_code", "reason", "error"}`). Messages never carry file
+//! paths: details go to the log.
+
+use crate::store::query::BadParam;
+use axum::Json;
+use axum::response::{IntoResponse, Response};
+use http::{StatusCode, header};
+
+/// An error answered as the scheduler's JSON error body.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// No such job (or no such response of it).
+    #[error("not found")]
+    NotFound,
+    /// Not found, with a reason worth telling the client.
+    #[error("{0}")]
+    Missing(String),
+    /// A bad parameter.
+    #[error("{0}")]
+    BadRequest(String),
+    /// Something failed on our side; the message says what, without paths.
+    #[error("{0}")]
+    Internal(String),
+    /// The API is protected by a token and the request did not carry it.
+    #[error("{0}")]
+    Unauthorized(&'static str),
+}
+
+#[derive(serde::Serialize)]
+struct ErrorBody {
+    http_code: u16,
+    reason: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+impl ApiError {
+    fn status(&self) -> StatusCode {
+        match self {
+            ApiError::NotFound | ApiError::Missing(_) => StatusCode::NOT_FOUND,
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let error = match self {
+            ApiError::NotFound => None,
+            ApiError::Missing(e) | ApiError::BadRequest(e) | ApiError::Internal(e) => Some(e),
+            ApiError::Unauthorized(e) => Some(e.to_string()),
+        };
+        let body = ErrorBody {
+            http_code: status.as_u16(),
+            reason: status.canonical_reason(),
+            error,
+        };
+        let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                http::HeaderValue::from_static("Bearer realm=\"ballista\""),
+            );
+        }
+        response
+    }
+}
+
+impl From<BadParam> for ApiError {
+    fn from(e: BadParam) -> Self {
+        ApiError::BadRequest(e.0)
+    }
+}

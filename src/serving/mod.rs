@@ -1,0 +1,15 @@
+//! Serving: answering HTTP requests about jobs.
+//!
+//! A [`source::JobSource`] is where answers come from (the live scheduler,
+//! the store, or live then store); the list query, the timeline and the
+//! router are the same code for every source; `auth` guards `/api`.
+//!
+//! **Rule:** this layer imports `format`, `metrics`, `recording` (for the
+//! live scheduler's router) and `store`; nothing below it imports it, and
+//! it never imports `server`.
+
+pub mod auth;
+pub mod error;
+pub mod router;
+pub mod source;
+pub mod timeline;

@@ -1,0 +1,558 @@
+//! One job's reads: its terminal record through the footer's payload
+//! ranges, else backwards from the end of the file, else by a forward scan;
+//! and the decoded reader every other pass over a log uses.
+//!
+//! **Invariant:** a request reads what it asks for and nothing else: one
+//! payload's bytes where the footer locates them, the `JobEnd` line where it
+//! does not.
+
+use super::*;
+
+/// Where a log's payloads are, from its footer.
+pub(super) struct Ranges {
+    pub(super) payloads: std::collections::BTreeMap<String, [u64; 2]>,
+    pub(super) file_len: u64,
+}
+
+/// Footers of objects remembered at most (about 1 KiB each).
+pub(super) const REMEMBERED_FOOTERS: usize = 4096;
+
+/// A reader of a log's decoded bytes: the file itself, or its zstd stream
+/// (skippable frames skipped; a torn last frame, as a crash leaves it, ends
+/// the stream quietly).
+pub fn open_decoded(log: impl Into<LogRef>) -> std::io::Result<Box<dyn BufRead + Send>> {
+    let log = log.into();
+    let (file, _) = log.open()?;
+    if log.is_zstd() {
+        Ok(Box::new(BufReader::with_capacity(
+            64 * 1024,
+            Tolerant::new(zstd::stream::read::Decoder::new(file)?),
+        )))
+    } else {
+        Ok(Box::new(BufReader::with_capacity(64 * 1024, file)))
+    }
+}
+
+/// A reader that ends quietly at its first error (a torn zstd frame).
+pub(super) struct Tolerant<R> {
+    pub(super) inner: R,
+    pub(super) failed: bool,
+}
+
+impl<R> Tolerant<R> {
+    pub(super) fn new(inner: R) -> Self {
+        Self {
+            inner,
+            failed: false,
+        }
+    }
+}
+
+impl<R: Read> Read for Tolerant<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.failed {
+            return Ok(0);
+        }
+        match self.inner.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Err(e),
+            Err(_) => {
+                self.failed = true;
+                Ok(0)
+            }
+            ok => ok,
+        }
+    }
+}
+
+/// The `JobStart` record of a log (its first line).
+pub fn read_job_start(log: impl Into<LogRef>) -> Result<JobStart, StoreError> {
+    let mut reader = open_decoded(log)?.take(MAX_RUNNING_LINE as u64);
+    let mut line = Vec::new();
+    reader.read_until(b'\n', &mut line)?;
+    let env = envelope(&line)?;
+    if env.ev != kind::JOB_START {
+        return Err(StoreError::Malformed(
+            "the first line is not a JobStart record".into(),
+        ));
+    }
+    serde_json::from_str(env.data.get()).map_err(|e| StoreError::Malformed(e.to_string()))
+}
+
+/// The summary of a completed log, from its footer when it has one.
+pub fn read_summary(log: impl Into<LogRef>) -> Result<JobEndSummary, StoreError> {
+    let path: &LogRef = &log.into();
+    if path.is_zstd() {
+        if let Some((footer, _)) = zst_footer(path)? {
+            return Ok(JobEndSummary {
+                status: footer.status,
+                queued_at: footer.queued_at,
+                index: footer.index,
+                dropped_records: footer.dropped_records,
+            });
+        }
+        let line = forward_scan(open_decoded(path)?)?;
+        let env = envelope(&line)?;
+        return serde_json::from_str(env.data.get())
+            .map_err(|e| StoreError::Malformed(e.to_string()));
+    }
+    let tail = TailLine::read(path)?;
+    if let Some(footer) = tail.footer()? {
+        return Ok(JobEndSummary {
+            status: footer.status,
+            queued_at: footer.queued_at,
+            index: footer.index,
+            dropped_records: footer.dropped_records,
+        });
+    }
+    let line = tail.job_end_line(path)?;
+    let env = envelope(&line)?;
+    serde_json::from_str(env.data.get()).map_err(|e| StoreError::Malformed(e.to_string()))
+}
+
+/// The bytes of the log's `JobEnd` line.
+pub fn terminal_line(log: impl Into<LogRef>) -> Result<Vec<u8>, StoreError> {
+    let path: &LogRef = &log.into();
+    if path.is_zstd() {
+        if let Some((footer, file_len)) = zst_footer(path)? {
+            let frame = read_at(path, footer.job_end_offset, footer.job_end_len, file_len);
+            match frame.and_then(|frame| decompress_line(&frame)) {
+                Ok(line) if is_job_end_line(&line) => return Ok(line),
+                _ => log::warn!(
+                    "history: the footer of {} does not match the file (rewritten in place?); \
+                     reading it the slow way",
+                    path.shown()
+                ),
+            }
+        }
+        return forward_scan(open_decoded(path)?);
+    }
+    let tail = TailLine::read(path)?;
+    if let Some(footer) = tail.footer()? {
+        match read_at(
+            path,
+            footer.job_end_offset,
+            footer.job_end_len,
+            tail.file_len,
+        ) {
+            Ok(line) if is_job_end_line(&line) => return Ok(line),
+            _ => log::warn!(
+                "history: the footer of {} does not match the file (rewritten in place?); \
+                 reading it the slow way",
+                path.shown()
+            ),
+        }
+        return forward_scan(open_decoded(path)?);
+    }
+    tail.job_end_line(path)
+}
+
+/// A payload of a plain log at `[offset, offset + len)`, checked to sit
+/// right after its `"name":` key and before a `,` or `}`.
+pub(super) fn read_located(
+    path: &LogRef,
+    name: &str,
+    offset: u64,
+    len: u64,
+    file_len: u64,
+) -> std::io::Result<Vec<u8>> {
+    let key = format!("\"{name}\":");
+    let before = key.len() as u64;
+    let start = offset
+        .checked_sub(before)
+        .ok_or_else(|| std::io::Error::other("payload offset before the file"))?;
+    let mut bytes = read_at(path, start, before + len + 1, file_len)?;
+    let after = bytes.pop();
+    if !bytes.starts_with(key.as_bytes()) || !matches!(after, Some(b',' | b'}')) {
+        return Err(std::io::Error::other(
+            "payload range does not match its key",
+        ));
+    }
+    bytes.drain(..before as usize);
+    Ok(bytes)
+}
+
+/// Whether `bytes` look like the payload `name`: a JSON string for the
+/// graph, a JSON object for the others.
+pub(super) fn plausible(name: &str, bytes: &[u8]) -> bool {
+    let (open, close) = if name == crate::format::record::payload::DOT {
+        (b'"', b'"')
+    } else {
+        (b'{', b'}')
+    };
+    bytes.len() >= 2 && bytes[0] == open && bytes[bytes.len() - 1] == close
+}
+
+/// Decodes zstd frames (bounded by [`MAX_LINE`]).
+pub(super) fn decompress_all(frames: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    zstd::stream::read::Decoder::new(frames)?
+        .take(MAX_LINE + 1)
+        .read_to_end(&mut out)?;
+    Ok(out)
+}
+
+/// One zstd frame holding one line, decoded, without its newline.
+pub(super) fn decompress_line(frame: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut line = Vec::new();
+    zstd::stream::read::Decoder::new(frame)?
+        .take(MAX_LINE + 1)
+        .read_to_end(&mut line)?;
+    if line.last() == Some(&b'\n') {
+        line.pop();
+    }
+    Ok(line)
+}
+
+/// The footer of a log of either format, with the file's length.
+pub(super) fn footer_of(path: &LogRef) -> Result<Option<(Footer, u64)>, StoreError> {
+    if path.is_zstd() {
+        return zst_footer(path);
+    }
+    let tail = TailLine::read(path)?;
+    Ok(tail.footer()?.map(|f| (f, tail.file_len)))
+}
+
+/// The footer of a compressed log, from the skippable frame at its end,
+/// with the file's length. `None` when the file does not end with one.
+pub(super) fn zst_footer(path: &LogRef) -> Result<Option<(Footer, u64)>, StoreError> {
+    let (mut file, file_len) = path.open()?;
+    if file_len < 16 {
+        return Ok(None);
+    }
+    let mut trailer = [0u8; 8];
+    file.seek(SeekFrom::Start(file_len - 8))?;
+    file.read_exact(&mut trailer)?;
+    if &trailer[4..] != FOOTER_FRAME_TAG {
+        return Ok(None);
+    }
+    let total = u64::from(u32::from_le_bytes(
+        trailer[..4].try_into().expect("4 bytes"),
+    ));
+    if !(16..=file_len.min(MAX_FOOTER_FRAME)).contains(&total) {
+        return Ok(None);
+    }
+    let mut frame = vec![0u8; total as usize];
+    file.seek(SeekFrom::Start(file_len - total))?;
+    file.read_exact(&mut frame)?;
+    let magic = u32::from_le_bytes(frame[..4].try_into().expect("4 bytes"));
+    let size = u64::from(u32::from_le_bytes(frame[4..8].try_into().expect("4 bytes")));
+    if magic != FOOTER_FRAME_MAGIC || size != total - 8 {
+        return Ok(None);
+    }
+    let line = frame[8..frame.len() - 8].trim_ascii_end();
+    Ok(parse_footer(line)?.map(|f| (f, file_len)))
+}
+
+pub(super) fn decode_job_end(line: &[u8]) -> Result<JobEnd, StoreError> {
+    let env = envelope(line)?;
+    serde_json::from_str(env.data.get()).map_err(|e| StoreError::Malformed(e.to_string()))
+}
+
+pub(super) fn envelope(line: &[u8]) -> Result<Envelope<'_>, StoreError> {
+    let env: Envelope =
+        serde_json::from_slice(line).map_err(|e| StoreError::Malformed(e.to_string()))?;
+    if env.version > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema { found: env.version });
+    }
+    Ok(env)
+}
+
+pub(super) fn is_job_end_line(line: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Kind<'a> {
+        #[serde(borrow)]
+        ev: &'a str,
+    }
+    line.starts_with(b"{")
+        && serde_json::from_slice::<Kind>(line)
+            .map(|k| k.ev == kind::JOB_END)
+            .unwrap_or(false)
+}
+
+/// The largest footer frame of a compressed log that is read.
+pub(super) const MAX_FOOTER_FRAME: u64 = 4 * 1024 * 1024;
+/// Bytes read from the end of a file first (then doubling). A footer line
+/// is well under 4 KiB, so indexing a log costs one small read whatever
+/// its size.
+pub(super) const TAIL_CHUNK: u64 = 4 * 1024;
+/// The longest line read whole (a `JobEnd` line of a very large job).
+pub const MAX_LINE: u64 = 512 * 1024 * 1024;
+
+/// The last line of a file, read backwards from the end.
+pub(super) struct TailLine {
+    pub(super) file_len: u64,
+    /// The last non-blank line, without its newline.
+    pub(super) line: Vec<u8>,
+}
+
+impl TailLine {
+    pub(super) fn read(path: &LogRef) -> Result<Self, StoreError> {
+        let (mut file, file_len) = path.open()?;
+        // Backwards in chunks that grow from 4 KiB to 1 MiB, remembering
+        // only where the line ends; then the line is read once. Memory is
+        // one chunk plus the line, whatever the file holds.
+        let mut chunk = Vec::new();
+        let mut step = TAIL_CHUNK;
+        let mut end: Option<u64> = None;
+        let mut pos = file_len;
+        while pos > 0 {
+            let from = pos.saturating_sub(step);
+            chunk.resize((pos - from) as usize, 0);
+            file.seek(SeekFrom::Start(from))?;
+            file.read_exact(&mut chunk)?;
+            let mut search = &chunk[..];
+            let mut ends_here = false;
+            if end.is_none()
+                && let Some(last) = chunk.iter().rposition(|b| !b.is_ascii_whitespace())
+            {
+                end = Some(from + last as u64 + 1);
+                search = &chunk[..last];
+                ends_here = true;
+            }
+            if let Some(end) = end {
+                if let Some(nl) = search.iter().rposition(|&b| b == b'\n') {
+                    if ends_here {
+                        // The whole line is in this chunk (the usual case:
+                        // a footer in the last 4 KiB).
+                        let line = chunk[nl + 1..(end - from) as usize].to_vec();
+                        return Ok(Self { file_len, line });
+                    }
+                    return Self::line_at(&mut *file, file_len, from + nl as u64 + 1, end);
+                }
+                if end - from > MAX_LINE {
+                    return Err(StoreError::Malformed(format!(
+                        "the last line is longer than {MAX_LINE} bytes"
+                    )));
+                }
+            }
+            pos = from;
+            step = (step * 2).min(1024 * 1024);
+        }
+        match end {
+            Some(end) => Self::line_at(&mut *file, file_len, 0, end),
+            None => Err(StoreError::NoTerminalRecord),
+        }
+    }
+
+    pub(super) fn line_at(
+        file: &mut dyn ReadSeek,
+        file_len: u64,
+        start: u64,
+        end: u64,
+    ) -> Result<Self, StoreError> {
+        if end - start > MAX_LINE {
+            return Err(StoreError::Malformed(format!(
+                "the last line is longer than {MAX_LINE} bytes"
+            )));
+        }
+        let mut line = vec![0; (end - start) as usize];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut line)?;
+        Ok(Self { file_len, line })
+    }
+
+    /// The footer, when the last line is one.
+    pub(super) fn footer(&self) -> Result<Option<Footer>, StoreError> {
+        parse_footer(&self.line)
+    }
+
+    /// The `JobEnd` line of a log without a footer: the last line when it
+    /// is one, else found by a forward scan.
+    pub(super) fn job_end_line(&self, path: &LogRef) -> Result<Vec<u8>, StoreError> {
+        if is_job_end_line(&self.line) {
+            Ok(self.line.clone())
+        } else {
+            forward_scan(open_decoded(path)?)
+        }
+    }
+}
+
+/// The footer record in `line`, if it is one.
+pub(super) fn parse_footer(line: &[u8]) -> Result<Option<Footer>, StoreError> {
+    #[derive(serde::Deserialize)]
+    struct Kind<'a> {
+        #[serde(borrow)]
+        ev: &'a str,
+        version: u32,
+    }
+    let Ok(k) = serde_json::from_slice::<Kind>(line) else {
+        return Ok(None);
+    };
+    if k.ev != kind::FOOTER {
+        return Ok(None);
+    }
+    if k.version > SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema { found: k.version });
+    }
+    let env = envelope(line)?;
+    match serde_json::from_str::<Footer>(env.data.get()) {
+        Ok(footer) => Ok(Some(footer)),
+        Err(e) => Err(StoreError::Malformed(format!("footer: {e}"))),
+    }
+}
+
+pub(super) fn read_at(
+    path: &LogRef,
+    offset: u64,
+    len: u64,
+    file_len: u64,
+) -> std::io::Result<Vec<u8>> {
+    if offset.checked_add(len).is_none_or(|end| end > file_len) || len > MAX_LINE {
+        return Err(std::io::Error::other("footer offsets are outside the file"));
+    }
+    let (mut file, _) = path.open()?;
+    file.seek(SeekFrom::Start(offset))?;
+    let mut buf = vec![0; len as usize];
+    file.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+/// The first `JobEnd` line, scanning from the start: the slow path, for
+/// logs whose last record is something else.
+pub(super) fn forward_scan(mut reader: impl BufRead) -> Result<Vec<u8>, StoreError> {
+    let mut line = Vec::new();
+    while let Some(whole) = bounded_line(&mut reader, &mut line, MAX_LINE)? {
+        if whole && line.starts_with(b"{") && is_job_end_line(&line) {
+            return Ok(line);
+        }
+    }
+    Err(StoreError::NoTerminalRecord)
+}
+
+/// Reads the next line (without its `\n`) into `line`, buffering at most
+/// `max` bytes: `Some(false)` for a longer line, whose rest is skipped
+/// unread into memory; `None` at the end.
+pub(super) fn bounded_line(
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    max: u64,
+) -> std::io::Result<Option<bool>> {
+    line.clear();
+    let n = reader.by_ref().take(max + 1).read_until(b'\n', line)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if line.last() == Some(&b'\n') {
+        line.pop();
+        return Ok(Some(true));
+    }
+    if (line.len() as u64) <= max {
+        return Ok(Some(true)); // the last line, without a newline
+    }
+    line.clear();
+    skip_line(reader)?;
+    Ok(Some(false))
+}
+
+/// Consumes the rest of the current line, newline included, without
+/// keeping it: the bytes consumed, and whether a newline ended them.
+pub(super) fn skip_line(reader: &mut impl BufRead) -> std::io::Result<(u64, bool)> {
+    let mut skipped = 0;
+    loop {
+        let chunk = reader.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok((skipped, false));
+        }
+        let (n, ended) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (chunk.len(), false),
+        };
+        reader.consume(n);
+        skipped += n as u64;
+        if ended {
+            return Ok((skipped, true));
+        }
+    }
+}
+
+impl LogStore {
+    /// Reads the job's terminal record. `Ok(None)` when the job is not
+    /// indexed as completed.
+    pub fn read_job_end(&self, job_id: &str) -> Result<Option<JobEnd>, StoreError> {
+        let Some(path) = self.completed_path(job_id) else {
+            return Ok(None);
+        };
+        let line = terminal_line(&path)?;
+        decode_job_end(&line).map(Some)
+    }
+
+    /// Reads the named payloads (see [`crate::format::record::payload`]) of a
+    /// completed job through its footer's byte ranges: one small read from
+    /// the end of the file, then one read per payload. `Ok(None)` when the
+    /// job is not indexed, or its footer does not locate every one of them
+    /// (an upstream or older log, a response the job had no answer for):
+    /// the caller then reads the whole terminal record. A range that does
+    /// not hold what it should (a log rewritten in place) is logged and
+    /// answered `None` too, never served.
+    pub fn read_payloads(
+        &self,
+        job_id: &str,
+        names: &[&str],
+    ) -> Result<Option<Vec<Vec<u8>>>, StoreError> {
+        let Some(path) = self.completed_path(job_id) else {
+            return Ok(None);
+        };
+        let zstd = path.is_zstd();
+        let Some(ranges) = self.ranges_of(&path)? else {
+            return Ok(None);
+        };
+        let file_len = ranges.file_len;
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let Some(&[offset, len]) = ranges.payloads.get(*name) else {
+                return Ok(None);
+            };
+            let bytes = if zstd {
+                read_at(&path, offset, len, file_len).and_then(|frame| decompress_all(&frame))
+            } else {
+                read_located(&path, name, offset, len, file_len)
+            };
+            match bytes {
+                Ok(bytes) if plausible(name, &bytes) => out.push(bytes),
+                _ => {
+                    if let Some(object) = path.name() {
+                        self.ranges.lock().remove(object);
+                    }
+                    log::warn!(
+                        "history: the footer of {} does not match the file (rewritten in \
+                         place?); reading it the slow way",
+                        path.shown()
+                    );
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// The payload ranges of a completed log's footer: remembered for
+    /// objects (a read costs a request), read each time for files.
+    pub(super) fn ranges_of(&self, path: &LogRef) -> Result<Option<Arc<Ranges>>, StoreError> {
+        let LogRef::Object { name, len, .. } = path else {
+            return Ok(footer_of(path)?.map(|(footer, file_len)| {
+                Arc::new(Ranges {
+                    payloads: footer.payloads,
+                    file_len,
+                })
+            }));
+        };
+        if let Some(known) = self.ranges.lock().get(name)
+            && known.file_len == *len
+        {
+            return Ok(Some(known.clone()));
+        }
+        let Some((footer, file_len)) = footer_of(path)? else {
+            return Ok(None);
+        };
+        let ranges = Arc::new(Ranges {
+            payloads: footer.payloads,
+            file_len,
+        });
+        let mut known = self.ranges.lock();
+        if known.len() >= REMEMBERED_FOOTERS {
+            known.clear();
+        }
+        known.insert(name.clone(), ranges.clone());
+        Ok(Some(ranges))
+    }
+}

@@ -1,0 +1,497 @@
+//! Rescans: listing the directory or prefix, reading only new or changed
+//! logs, and loading and saving the persistent snapshot of the catalog.
+//!
+//! **Invariant:** a rescan of an unchanged directory costs one `stat` per
+//! file and opens nothing. A `*.eventlog.running` file that grew is read
+//! from where the last pass stopped, complete lines only.
+
+use super::*;
+
+/// The log-named entries of a directory or a store prefix, with stamps.
+pub(super) enum Entries {
+    Local(ReadDir),
+    Remote(std::vec::IntoIter<crate::store::remote::Listed>),
+}
+
+impl Iterator for Entries {
+    type Item = (String, Stamp);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            Self::Local(entries) => loop {
+                let entry = entries.next()?;
+                let Ok(entry) = entry else { continue };
+                let Ok(name) = entry.file_name().into_string() else {
+                    continue;
+                };
+                if LogName::parse(&name).is_none() {
+                    continue;
+                }
+                // Follows symlinks: a link to a log is a log.
+                let Ok(meta) = std::fs::metadata(entry.path()) else {
+                    continue;
+                };
+                if meta.is_file() {
+                    return Some((name, Stamp::of(&meta)));
+                }
+            },
+            Self::Remote(listed) => listed.next().map(|l| (l.name, l.stamp)),
+        }
+    }
+}
+
+/// What one rescan did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ScanReport {
+    /// Logs read because they were new or changed.
+    pub read: usize,
+    /// Jobs that left the index because their log is gone.
+    pub removed: usize,
+    /// Logs skipped as unreadable (newly reported).
+    pub bad: usize,
+}
+
+/// One rescan's view of the listing, between sorting it out and taking
+/// what was read into the catalog.
+#[derive(Default)]
+pub(super) struct Pass {
+    /// Unfinished jobs known before the pass, by file name.
+    known_unfinished: HashMap<Arc<str>, Unfinished>,
+    /// Completed jobs listed unchanged.
+    seen: HashSet<ById>,
+    /// Unfinished jobs listed (unchanged, or read again).
+    seen_unfinished: HashSet<Arc<str>>,
+    /// Unreadable logs listed.
+    seen_bad: HashSet<String>,
+    /// New or changed logs, to read.
+    to_read: Vec<(String, Stamp)>,
+}
+
+pub(super) enum Found {
+    Completed(JobSummary),
+    Unfinished(Unfinished),
+}
+
+/// Threads reading new logs of an object store at once.
+pub(super) const REMOTE_READERS: usize = 16;
+
+/// `f` over `items` on up to `threads` threads, results in order.
+pub(super) fn parallel_map<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut out: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.min(items.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items.get(i) else {
+                            return mine;
+                        };
+                        mine.push((i, f(item)));
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            for (i, r) in worker.join().expect("a reader thread") {
+                out[i] = Some(r);
+            }
+        }
+    });
+    out.into_iter()
+        .map(|r| r.expect("every item is read"))
+        .collect()
+}
+
+impl LogStore {
+    pub(super) fn entries(&self) -> std::io::Result<Entries> {
+        match &self.remote {
+            Some(dir) => dir
+                .list()
+                .map(|listed| Entries::Remote(listed.into_iter()))
+                .map_err(crate::store::remote::io_error),
+            None => std::fs::read_dir(&self.dir).map(Entries::Local),
+        }
+    }
+
+    /// Fills an empty index from the persistent index, if there is a usable
+    /// one, and marks the store ready: the list is served at once, and the
+    /// next rescan verifies it against the directory. Returns the number of
+    /// jobs loaded.
+    pub fn load_persisted(&self) -> usize {
+        let Some(path) = &self.index_file else {
+            return 0;
+        };
+        match crate::store::snapshot::load(path) {
+            Ok(jobs) => {
+                let n = jobs.len();
+                let mut index = self.catalog.write();
+                if !index.jobs.is_empty() {
+                    return 0;
+                }
+                let jobs: Vec<Arc<JobSummary>> = jobs.into_iter().map(Arc::new).collect();
+                // The ordered set and the id set are built side by side.
+                let (order, (ids, odd_names)) = std::thread::scope(|scope| {
+                    // Saved in this order, so the sort is one pass.
+                    let order = scope.spawn(|| {
+                        jobs.iter()
+                            .map(|j| ByStart(j.clone()))
+                            .collect::<BTreeSet<_>>()
+                    });
+                    let mut ids = HashSet::with_capacity(n);
+                    let mut odd_names = HashMap::new();
+                    for job in &jobs {
+                        if job.file == FileKind::Named {
+                            odd_names.insert(job.file_name().into(), job.job_id().into());
+                        }
+                        ids.insert(ById(job.clone()));
+                    }
+                    let order = order
+                        .join()
+                        .unwrap_or_else(|p| std::panic::resume_unwind(p));
+                    (order, (ids, odd_names))
+                });
+                if order.len() != n || ids.len() != n {
+                    log::warn!(
+                        "history: the persistent index {} lists a job twice; rebuilding it \
+                         from the directory",
+                        path.display()
+                    );
+                    self.dirty.store(true, Ordering::Release);
+                    return 0;
+                }
+                index.jobs = ids;
+                index.order = order;
+                index.odd_names = odd_names;
+                drop(index);
+                self.ready.store(true, Ordering::Release);
+                log::info!(
+                    "history: listed {n} jobs from the persistent index {}; verifying the \
+                     directory in the background",
+                    path.display()
+                );
+                n
+            }
+            // No index yet, or a directory that cannot be read (reported by
+            // the rescan): nothing to load.
+            Err(crate::store::snapshot::IndexError::Io(e)) => {
+                log::debug!("history: no persistent index at {}: {e}", path.display());
+                0
+            }
+            Err(e) => {
+                log::warn!(
+                    "history: the persistent index {} is unusable: {e}; rebuilding it from the \
+                     directory",
+                    path.display()
+                );
+                self.dirty.store(true, Ordering::Release);
+                0
+            }
+        }
+    }
+
+    /// Saves the persistent index if the jobs changed since the last save
+    /// and (unless `now`) the last save is [`INDEX_SAVE_SPACING`] old.
+    pub fn persist(&self, now: bool) {
+        let Some(path) = &self.index_file else {
+            return;
+        };
+        if !self.dirty.load(Ordering::Acquire) {
+            return;
+        }
+        let mut last = self.last_saved.lock();
+        if !now && last.is_some_and(|at| at.elapsed() < INDEX_SAVE_SPACING) {
+            return;
+        }
+        self.dirty.store(false, Ordering::Release);
+        let bytes = {
+            let index = self.catalog.read();
+            crate::store::snapshot::encode(index.order.iter().map(|j| &*j.0))
+        };
+        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+        let written = std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, path));
+        *last = Some(std::time::Instant::now());
+        let mut save_error = self.save_error.lock();
+        match written {
+            Ok(()) => *save_error = None,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                self.dirty.store(true, Ordering::Release);
+                // A lasting failure (a read-only directory) is logged once.
+                let message = e.to_string();
+                if save_error.as_ref() != Some(&message) {
+                    log::warn!(
+                        "history: cannot save the persistent index {}: {e} (it is a cache; \
+                         nothing is lost, the next start indexes the directory)",
+                        path.display()
+                    );
+                }
+                *save_error = Some(message);
+            }
+        }
+    }
+
+    /// Brings the index up to date with the directory. A directory that
+    /// does not exist is an empty one.
+    pub fn rescan(&self) -> ScanReport {
+        let entries = match self.entries() {
+            Ok(entries) => entries,
+            Err(e) => return self.listing_failed(e),
+        };
+        if self.list_error.lock().take().is_some()
+            && let Some(remote) = &self.remote
+        {
+            log::info!("history: {} answers again", remote.url());
+        }
+        let mut pass = self.sort_out(entries);
+        let results = self.read_new(&pass);
+        let report = self.take_in(&mut pass, results);
+        self.ready.store(true, Ordering::Release);
+        report
+    }
+
+    /// A listing that failed: a store keeps its catalog (an outage), a
+    /// directory that is gone or unreadable empties it.
+    fn listing_failed(&self, e: std::io::Error) -> ScanReport {
+        let mut report = ScanReport::default();
+        let message = e.to_string();
+        let mut last = self.list_error.lock();
+        if let Some(remote) = &self.remote {
+            // A store that cannot be reached for a while: serve what is
+            // indexed, say so once, try again next time.
+            if last.is_none() {
+                log::warn!(
+                    "history: cannot list {}: {e}; serving the {} jobs already indexed \
+                     until it answers again",
+                    remote.url(),
+                    self.len()
+                );
+            }
+            *last = Some(message);
+            drop(last);
+            self.ready.store(true, Ordering::Release);
+            return report;
+        }
+        if e.kind() != std::io::ErrorKind::NotFound && last.as_ref() != Some(&message) {
+            log::warn!("history: cannot list {}: {e}", self.dir.display());
+        }
+        *last = Some(message);
+        drop(last);
+        let mut index = self.catalog.write();
+        report.removed = index.jobs.len() + index.unfinished.len();
+        if !index.jobs.is_empty() {
+            self.dirty.store(true, Ordering::Release);
+        }
+        index.clear_completed();
+        index.unfinished.clear();
+        drop(index);
+        self.ready.store(true, Ordering::Release);
+        report
+    }
+
+    /// Sorts a listing into logs already known unchanged (kept), known bad
+    /// and unchanged (skipped), and new or changed (to read). Only stamps
+    /// are compared: nothing is opened.
+    fn sort_out(&self, entries: Entries) -> Pass {
+        // Snapshot the unfinished jobs; compare outside the lock.
+        let known_unfinished: HashMap<Arc<str>, Unfinished> = self
+            .catalog
+            .read()
+            .unfinished
+            .values()
+            .map(|u| (u.file_name.clone(), u.clone()))
+            .collect();
+        let mut pass = Pass {
+            known_unfinished,
+            ..Pass::default()
+        };
+        for (name, stamp) in entries {
+            let Some(LogName { stem, running, .. }) = LogName::parse(&name) else {
+                continue;
+            };
+            if running {
+                if let Some(known) = pass.known_unfinished.get(name.as_str())
+                    && known.stamp == stamp
+                {
+                    pass.seen_unfinished.insert(known.job_id.clone());
+                    continue;
+                }
+            } else if let Some(known) = self
+                .catalog
+                .read()
+                .by_file(&name, stem)
+                .filter(|s| s.stamp() == stamp)
+            {
+                pass.seen.insert(ById(known.clone()));
+                continue;
+            }
+            if self.catalog.read().bad.get(&name) == Some(&stamp) {
+                pass.seen_bad.insert(name);
+                continue;
+            }
+            pass.to_read.push((name, stamp));
+        }
+        pass
+    }
+
+    /// Reads the new and changed logs of a pass: a completed log's summary,
+    /// the new lines of a `.running` one.
+    fn read_new(&self, pass: &Pass) -> Vec<Result<Found, StoreError>> {
+        let read_one = |(name, stamp): &(String, Stamp)| {
+            let LogName {
+                stem,
+                running,
+                zstd,
+            } = LogName::parse(name).expect("a log name");
+            let path = self.log(name, stamp.len);
+            if running {
+                scan_running(
+                    &path,
+                    stem,
+                    name,
+                    *stamp,
+                    zstd,
+                    pass.known_unfinished.get(&**name),
+                )
+                .map(Found::Unfinished)
+            } else {
+                read_summary(&path).map(|summary| {
+                    let id = if summary.index.job_id.is_empty() {
+                        stem.to_string()
+                    } else {
+                        summary.index.job_id.clone()
+                    };
+                    Found::Completed(JobSummary::new(summary, &id, name, *stamp))
+                })
+            }
+        };
+        // An object store answers each read in milliseconds, not
+        // microseconds: new objects are read many at a time.
+        if self.remote.is_some() {
+            parallel_map(&pass.to_read, REMOTE_READERS, read_one)
+        } else {
+            pass.to_read.iter().map(read_one).collect()
+        }
+    }
+
+    /// Brings the catalog in line with a pass: what was read goes in, what
+    /// was not listed goes out, unreadable logs are remembered by stamp.
+    fn take_in(&self, pass: &mut Pass, results: Vec<Result<Found, StoreError>>) -> ScanReport {
+        let mut report = ScanReport {
+            read: pass.to_read.len(),
+            ..ScanReport::default()
+        };
+        let mut fresh = Vec::new();
+        let mut newly_bad = Vec::new();
+        for ((name, stamp), found) in pass.to_read.iter().zip(results) {
+            match found {
+                Ok(Found::Completed(summary)) => {
+                    fresh.push(Found::Completed(summary));
+                }
+                Ok(Found::Unfinished(unfinished)) => {
+                    pass.seen_unfinished.insert(unfinished.job_id.clone());
+                    fresh.push(Found::Unfinished(unfinished));
+                }
+                Err(e) => {
+                    log::warn!("history: skipping event log {name}: {e}");
+                    self.metrics.unreadable_logs.inc();
+                    report.bad += 1;
+                    pass.seen_bad.insert(name.clone());
+                    newly_bad.push((name.clone(), *stamp));
+                }
+            }
+        }
+        let mut index = self.catalog.write();
+        // Jobs whose log changed are replaced, not gone.
+        let reread: HashSet<&str> = fresh
+            .iter()
+            .filter_map(|f| match f {
+                Found::Completed(s) => Some(s.job_id()),
+                Found::Unfinished(_) => None,
+            })
+            .collect();
+        let gone: Vec<Arc<JobSummary>> = index
+            .jobs
+            .iter()
+            .filter(|j| !pass.seen.contains(*j) && !reread.contains(j.0.job_id()))
+            .map(|j| j.0.clone())
+            .collect();
+        drop(reread);
+        report.removed = gone.len();
+        if !gone.is_empty() {
+            self.dirty.store(true, Ordering::Release);
+        }
+        for job in gone {
+            index.remove(job.job_id());
+        }
+        for found in fresh {
+            match found {
+                Found::Completed(summary) => {
+                    self.dirty.store(true, Ordering::Release);
+                    index.insert(summary);
+                }
+                Found::Unfinished(unfinished) => {
+                    index
+                        .unfinished
+                        .insert(unfinished.job_id.clone(), unfinished);
+                }
+            }
+        }
+        // A job whose log was renamed to `.eventlog` is completed, once.
+        let Catalog {
+            jobs, unfinished, ..
+        } = &mut *index;
+        unfinished.retain(|id, _| pass.seen_unfinished.contains(id) && !jobs.contains(&**id));
+        index.bad.retain(|name, _| pass.seen_bad.contains(name));
+        for (name, stamp) in newly_bad {
+            index.bad.insert(name, stamp);
+        }
+        report
+    }
+
+    /// Rescans every `interval` until `stop` resolves. An interval of zero
+    /// scans once (the list is pinned to startup).
+    pub async fn rescan_every(
+        self: Arc<Self>,
+        interval: Duration,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
+        let this = self.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            this.load_persisted();
+            this.rescan();
+            this.persist(true);
+        })
+        .await;
+        if interval.is_zero() {
+            return;
+        }
+        tokio::pin!(stop);
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {
+                    let this = self.clone();
+                    let _ = tokio::task::spawn_blocking(move || {
+                        this.rescan();
+                        this.persist(false);
+                    })
+                    .await;
+                }
+                () = &mut stop => {
+                    let this = self.clone();
+                    let _ = tokio::task::spawn_blocking(move || this.persist(true)).await;
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! Tidy: the source tree keeps the shape ARCHITECTURE.md describes. It reads
+//! `src/` as text and fails with the file and the rule it breaks:
+//!
+//! - layers import one way: `format` at the bottom (importing nothing of
+//!   ours), `metrics` beside it; `recording` and `store` above them, neither
+//!   importing the other; `serving` above both; `server` and `fuzzing` on
+//!   top; the binary only through the library's public paths;
+//! - `crate::` imports between files form no cycle;
+//! - every file starts with a module doc, and every layer folder's
+//!   `mod.rs` states its rule;
+//! - no file is over 900 lines, its `#[cfg(test)] mod tests` excluded.
+//!
+//! A child module may use its parent (`super::`): that is one module's code
+//! split across files, not an import between modules. Test modules may
+//! import anything.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+const MAX_LINES: usize = 900;
+
+/// The layers a top-level module may import from, itself included.
+fn may_import(from: &str, to: &str) -> bool {
+    let allowed: &[&str] = match from {
+        "format" => &["format"],
+        "metrics" => &["metrics"],
+        "recording" => &["format", "metrics", "recording"],
+        "store" => &["format", "metrics", "store"],
+        "serving" => &["format", "metrics", "recording", "store", "serving"],
+        "server" => &[
+            "format",
+            "metrics",
+            "recording",
+            "store",
+            "serving",
+            "server",
+        ],
+        "fuzzing" => &["format", "metrics", "store", "serving", "fuzzing"],
+        "lib" => return true,
+        other => panic!("src/{other}: a top-level module the layer rule does not know; add it"),
+    };
+    allowed.contains(&to)
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// `store/scan.rs` is `store::scan`; `store/mod.rs` is `store`.
+fn module_of(rel: &Path) -> String {
+    let mut parts: Vec<String> = rel
+        .with_extension("")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts.join("::")
+}
+
+/// The file's text before its test module.
+fn without_tests(text: &str) -> &str {
+    match text.find("#[cfg(test)]\nmod tests") {
+        Some(at) => &text[..at],
+        None => text,
+    }
+}
+
+/// Drops `//` comments (doc comments included) so a path named in prose is
+/// not taken for an import.
+fn code_only(text: &str) -> String {
+    text.lines()
+        .map(|line| match line.find("//") {
+            Some(at) if !line[..at].contains('"') => &line[..at],
+            _ => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every path a `crate::` reference names, with `{a, b::c}` groups
+/// expanded: `crate::x::{y, z::w}` gives `x::y` and `x::z::w`.
+fn crate_paths(code: &str) -> Vec<String> {
+    fn expand(prefix: &str, rest: &str, out: &mut Vec<String>) -> usize {
+        // Reads one path from `rest`; returns the bytes consumed.
+        let mut path = prefix.to_string();
+        let bytes = rest.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let c = bytes[i] as char;
+            if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
+                path.push(c);
+                i += 1;
+            } else if c == '{' {
+                i += 1;
+                loop {
+                    while i < bytes.len() && (bytes[i] as char).is_whitespace() {
+                        i += 1;
+                    }
+                    if i >= bytes.len() || bytes[i] == b'}' {
+                        return i + 1;
+                    }
+                    i += expand(&path, &rest[i..], out);
+                    while i < bytes.len() && matches!(bytes[i], b',' | b' ' | b'\n') {
+                        i += 1;
+                    }
+                }
+            } else {
+                break;
+            }
+        }
+        out.push(path);
+        i.max(1)
+    }
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find("crate::") {
+        let start = from + at + "crate::".len();
+        let before = code[..from + at].chars().last();
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            from = start;
+            continue;
+        }
+        let used = expand("", &code[start..], &mut out);
+        from = start + used.min(code.len() - start);
+    }
+    out
+}
+
+/// The deepest module of `modules` a path names (`store::query::ListQuery`
+/// is in `store::query`).
+fn target(path: &str, modules: &BTreeSet<String>) -> Option<String> {
+    let segments: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
+    (1..=segments.len())
+        .rev()
+        .map(|n| segments[..n].join("::"))
+        .find(|m| modules.contains(m))
+}
+
+struct Tree {
+    /// Module path to its file's text.
+    files: BTreeMap<String, String>,
+}
+
+impl Tree {
+    fn read() -> Self {
+        let root = src();
+        let mut paths = Vec::new();
+        rust_files(&root, &mut paths);
+        let files = paths
+            .into_iter()
+            .filter(|p| !p.starts_with(root.join("bin")))
+            .map(|p| {
+                let text = std::fs::read_to_string(&p).unwrap();
+                (module_of(p.strip_prefix(&root).unwrap()), text)
+            })
+            .collect();
+        Self { files }
+    }
+
+    fn modules(&self) -> BTreeSet<String> {
+        self.files.keys().cloned().collect()
+    }
+
+    /// Each module's imports of other modules by `crate::` paths, outside
+    /// its tests.
+    fn imports(&self) -> BTreeMap<String, BTreeSet<String>> {
+        let modules = self.modules();
+        self.files
+            .iter()
+            .map(|(module, text)| {
+                let code = code_only(without_tests(text));
+                let targets = crate_paths(&code)
+                    .iter()
+                    .filter_map(|p| target(p, &modules))
+                    .filter(|t| t != module)
+                    .collect();
+                (module.clone(), targets)
+            })
+            .collect()
+    }
+}
+
+fn top(module: &str) -> &str {
+    module.split("::").next().unwrap()
+}
+
+/// Upward or sideways imports between layers, as messages.
+fn layer_violations(imports: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (from, targets) in imports {
+        for to in targets {
+            if !may_import(top(from), top(to)) {
+                bad.push(format!(
+                    "{from} imports {to}: the `{}` layer may not import `{}` (ARCHITECTURE.md, Layers)",
+                    top(from),
+                    top(to)
+                ));
+            }
+        }
+    }
+    bad
+}
+
+/// One cycle of the import graph, if there is one.
+fn find_cycle(imports: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        imports: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, u8>,
+        stack: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        state.insert(node.to_string(), 1);
+        stack.push(node.to_string());
+        for next in imports.get(node).into_iter().flatten() {
+            match state.get(next.as_str()).copied().unwrap_or(0) {
+                1 => {
+                    let at = stack.iter().position(|s| s == next).unwrap();
+                    let mut cycle = stack[at..].to_vec();
+                    cycle.push(next.clone());
+                    return Some(cycle);
+                }
+                0 => {
+                    if let Some(cycle) = visit(next, imports, state, stack) {
+                        return Some(cycle);
+                    }
+                }
+                _ => {}
+            }
+        }
+        stack.pop();
+        state.insert(node.to_string(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for node in imports.keys() {
+        if state.get(node.as_str()).copied().unwrap_or(0) == 0
+            && let Some(cycle) = visit(node, imports, &mut state, &mut Vec::new())
+        {
+            return Some(cycle);
+        }
+    }
+    None
+}
+
+#[test]
+fn layers_import_one_way() {
+    let tree = Tree::read();
+    let bad = layer_violations(&tree.imports());
+    assert!(bad.is_empty(), "upward imports:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn modules_import_each_other_in_no_cycle() {
+    let tree = Tree::read();
+    if let Some(cycle) = find_cycle(&tree.imports()) {
+        panic!("an import cycle: {}", cycle.join(" -> "));
+    }
+}
+
+#[test]
+fn every_file_has_a_module_doc_and_every_layer_its_rule() {
+    let tree = Tree::read();
+    let mut bad = Vec::new();
+    for (module, text) in &tree.files {
+        if module == "lib" {
+            assert!(text.starts_with("#![doc = include_str!(\"../README.md\")]"));
+            continue;
+        }
+        if !text.starts_with("//!") {
+            bad.push(format!("src/{module}: starts without a `//!` module doc"));
+        }
+    }
+    for layer in ["format", "recording", "store", "serving"] {
+        let doc: String = tree.files[layer]
+            .lines()
+            .take_while(|l| l.starts_with("//!"))
+            .collect();
+        if !doc.contains("import") {
+            bad.push(format!(
+                "src/{layer}/mod.rs: its module doc does not say what the layer may import"
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn no_file_is_over_the_size_limit() {
+    let tree = Tree::read();
+    let bad: Vec<String> = tree
+        .files
+        .iter()
+        .map(|(module, text)| (module, without_tests(text).lines().count()))
+        .filter(|(_, lines)| *lines > MAX_LINES)
+        .map(|(module, lines)| {
+            format!("src/{module}: {lines} lines outside tests, over {MAX_LINES}; split it")
+        })
+        .collect();
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// The checks themselves catch what they are for: an upward import and a
+/// cycle in a made-up tree, and grouped paths expanded.
+#[test]
+fn the_checks_catch_an_upward_import_and_a_cycle() {
+    let paths = crate_paths(
+        "use crate::serving::{error::ApiError, router};\nlet x = crate::format::now_millis();",
+    );
+    assert_eq!(
+        paths,
+        [
+            "serving::error::ApiError",
+            "serving::router",
+            "format::now_millis"
+        ]
+    );
+    let graph = |edges: &[(&str, &str)]| {
+        let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (a, b) in edges {
+            g.entry(a.to_string()).or_default().insert(b.to_string());
+            g.entry(b.to_string()).or_default();
+        }
+        g
+    };
+    let upward = graph(&[
+        ("store::scan", "serving::router"),
+        ("serving::source", "store"),
+    ]);
+    assert_eq!(layer_violations(&upward).len(), 1);
+    let sideways = graph(&[("recording::writer", "store::read")]);
+    assert_eq!(layer_violations(&sideways).len(), 1);
+    let cyclic = graph(&[("a", "b"), ("b", "c"), ("c", "a")]);
+    assert!(find_cycle(&cyclic).is_some());
+    let acyclic = graph(&[("a", "b"), ("b", "c"), ("a", "c")]);
+    assert!(find_cycle(&acyclic).is_none());
+}
