@@ -85,7 +85,7 @@ impl HistoryMetrics {
 
     /// The process-wide counters, registered in Prometheus' default registry
     /// on first use.
-    pub fn global() -> std::sync::Arc<Self> {
+    pub(crate) fn global() -> std::sync::Arc<Self> {
         static GLOBAL: std::sync::OnceLock<std::sync::Arc<HistoryMetrics>> =
             std::sync::OnceLock::new();
         GLOBAL

@@ -4,9 +4,9 @@
 //!
 //! A live scheduler is assembled as upstream's `start_grpc_service` does
 //! (gRPC, Flight proxy, REST and health on one port), with three changes:
-//! the metrics collector is wrapped by the [`EventLogListener`], the gRPC
+//! the metrics collector is wrapped by the `EventLogListener`, the gRPC
 //! service by the [`TaskTap`], and the job routes are ours, over a
-//! [`Layered`] source, with the scheduler's own router behind them for
+//! `Layered` source, with the scheduler's own router behind them for
 //! everything else. Upstream's built-in event-log writer is always off.
 
 use crate::metrics::HistoryMetrics;

@@ -8,10 +8,11 @@
 //! writer (`recording`) and the readers (`store`) meet only here, so a rule
 //! of the format is stated once.
 
-pub mod footer;
-pub mod name;
+pub(crate) mod footer;
+pub(crate) mod name;
 pub mod record;
-pub mod state;
+mod state;
 
-pub use name::LogName;
-pub use state::{JobState, epoch_millis, now_millis};
+pub(crate) use name::LogName;
+pub(crate) use state::now_millis;
+pub use state::{JobState, epoch_millis};

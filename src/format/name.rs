@@ -5,17 +5,17 @@
 //! alone, so the two sides cannot disagree on what a log is.
 
 /// Suffix of a log still being written.
-pub const RUNNING_SUFFIX: &str = ".eventlog.running";
+pub(crate) const RUNNING_SUFFIX: &str = ".eventlog.running";
 /// Suffix of a completed log.
-pub const COMPLETED_SUFFIX: &str = ".eventlog";
+pub(crate) const COMPLETED_SUFFIX: &str = ".eventlog";
 /// Suffix of a zstd-compressed log still being written.
-pub const ZST_RUNNING_SUFFIX: &str = ".eventlog.zst.running";
+pub(crate) const ZST_RUNNING_SUFFIX: &str = ".eventlog.zst.running";
 /// Suffix of a completed zstd-compressed log.
-pub const ZST_COMPLETED_SUFFIX: &str = ".eventlog.zst";
+pub(crate) const ZST_COMPLETED_SUFFIX: &str = ".eventlog.zst";
 
 /// What a file name in a log directory is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LogName<'a> {
+pub(crate) struct LogName<'a> {
     /// The job id (the name without its suffix).
     pub stem: &'a str,
     /// Still being written (`.running`).
@@ -26,7 +26,7 @@ pub struct LogName<'a> {
 
 impl<'a> LogName<'a> {
     /// Classifies a file name; `None` for anything that is not a log.
-    pub fn parse(name: &'a str) -> Option<Self> {
+    pub(crate) fn parse(name: &'a str) -> Option<Self> {
         [
             (ZST_RUNNING_SUFFIX, true, true),
             (RUNNING_SUFFIX, true, false),

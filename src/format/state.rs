@@ -32,7 +32,7 @@ impl JobState {
 
     /// The state a `status` word of the REST API names (case-insensitive);
     /// anything unknown counts as running.
-    pub fn from_status_word(word: &str) -> Self {
+    pub(crate) fn from_status_word(word: &str) -> Self {
         Self::ALL
             .iter()
             .find(|(name, _)| name.eq_ignore_ascii_case(word))
@@ -53,7 +53,7 @@ impl JobState {
     }
 
     /// Whether the job has not finished (its log is still `.running`).
-    pub fn is_unfinished(self) -> bool {
+    pub(crate) fn is_unfinished(self) -> bool {
         matches!(
             self,
             JobState::Queued | JobState::Running | JobState::Abandoned
@@ -69,6 +69,6 @@ pub fn epoch_millis(t: SystemTime) -> u64 {
 }
 
 /// Now, in milliseconds since the Unix epoch.
-pub fn now_millis() -> u64 {
+pub(crate) fn now_millis() -> u64 {
     epoch_millis(SystemTime::now())
 }

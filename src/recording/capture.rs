@@ -28,14 +28,14 @@ use tokio::task::JoinSet;
 
 /// How long a job event waits for the scheduler to show the job's terminal
 /// status before its responses are rendered anyway.
-pub const TERMINAL_WAIT: Duration = Duration::from_secs(30);
+pub(crate) const TERMINAL_WAIT: Duration = Duration::from_secs(30);
 
 /// The `?plan_format=` values other than the default.
 const PLAN_FORMATS: [&str; 2] = ["tree", "metrics"];
 
 /// Renders records for the writer.
 #[derive(Clone)]
-pub struct Capturer {
+pub(crate) struct Capturer {
     api: LiveApi,
     writer: WriterHandle,
     redactor: Redactor,
@@ -43,7 +43,7 @@ pub struct Capturer {
 
 impl Capturer {
     /// A capturer reading from `api` and writing through `writer`.
-    pub fn new(api: LiveApi, writer: WriterHandle, redactor: Redactor) -> Self {
+    pub(crate) fn new(api: LiveApi, writer: WriterHandle, redactor: Redactor) -> Self {
         Self {
             api,
             writer,
@@ -55,7 +55,7 @@ impl Capturer {
     /// waits for the captures already under way. At shutdown, a job the
     /// scheduler already shows as finished is recorded even if its end event
     /// has not reached us yet (the client may have its answer first).
-    pub async fn run(
+    pub(crate) async fn run(
         self,
         mut events: UnboundedReceiver<JobEvent>,
         stop: impl std::future::Future<Output = ()>,
@@ -86,7 +86,7 @@ impl Capturer {
                 job_id,
                 ending,
                 queued_at: 0,
-                at: crate::recording::listener::now_millis(),
+                at: crate::format::now_millis(),
             };
             self.dispatch(event, &mut open, &mut running);
         }
@@ -450,7 +450,7 @@ fn fallback_index(
 /// Stage records derived from the final `/stages` response: the scheduler
 /// exposes no public stage-transition hook, so each stage's start is its
 /// first task launch and its end its last task finish.
-pub fn stage_records(stages_json: &str) -> Vec<(StageStart, StageEnd)> {
+pub(crate) fn stage_records(stages_json: &str) -> Vec<(StageStart, StageEnd)> {
     #[derive(Deserialize)]
     struct Stages {
         stages: Vec<Stage>,

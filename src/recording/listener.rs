@@ -2,7 +2,7 @@
 //!
 //! Two hooks feed it, both on the scheduler's hot paths:
 //!
-//! - [`EventLogListener`] is the `SchedulerMetricsCollector` the scheduler is
+//! - `EventLogListener` is the `SchedulerMetricsCollector` the scheduler is
 //!   built with. The query-stage event loop calls it synchronously when a job
 //!   is submitted, completes, fails or is cancelled. It forwards every call to
 //!   the collector it wraps (so Prometheus metrics keep working) and hands a
@@ -31,7 +31,7 @@ use tonic::{Request, Response, Status};
 
 /// How a job ended, as the event loop reported it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ending {
+pub(crate) enum Ending {
     /// `record_completed`.
     Completed,
     /// `record_failed` (at run time or during planning).
@@ -42,7 +42,7 @@ pub enum Ending {
 
 /// A job event from the event loop, for the capturer.
 #[derive(Debug, Clone)]
-pub enum JobEvent {
+pub(crate) enum JobEvent {
     /// The job was planned and submitted.
     Submitted {
         /// The job.
@@ -67,14 +67,14 @@ pub enum JobEvent {
 
 /// The `SchedulerMetricsCollector` that records jobs. Wraps the collector
 /// the scheduler would otherwise use.
-pub struct EventLogListener {
+pub(crate) struct EventLogListener {
     inner: Arc<dyn SchedulerMetricsCollector>,
     events: UnboundedSender<JobEvent>,
 }
 
 impl EventLogListener {
     /// A listener forwarding to `inner` and sending job events to `events`.
-    pub fn new(
+    pub(crate) fn new(
         inner: Arc<dyn SchedulerMetricsCollector>,
         events: UnboundedSender<JobEvent>,
     ) -> Self {
@@ -118,7 +118,7 @@ impl SchedulerMetricsCollector for EventLogListener {
 
     fn record_cancelled(&self, job_id: &JobId) {
         self.inner.record_cancelled(job_id);
-        self.ended(job_id, Ending::Cancelled, 0, now_millis());
+        self.ended(job_id, Ending::Cancelled, 0, crate::format::now_millis());
     }
 
     fn set_pending_tasks_queue_size(&self, value: u64) {
@@ -130,18 +130,13 @@ impl SchedulerMetricsCollector for EventLogListener {
     }
 }
 
-/// Milliseconds since the Unix epoch.
-pub fn now_millis() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 /// Converts an executor's task reports into `TaskEnd` records, grouped by
 /// job. Reports of running tasks and reports without a status are skipped:
 /// only finished attempts are recorded.
-pub fn task_ends(executor_id: &str, statuses: &[pb::TaskStatus]) -> HashMap<String, Vec<TaskEnd>> {
+pub(crate) fn task_ends(
+    executor_id: &str,
+    statuses: &[pb::TaskStatus],
+) -> HashMap<String, Vec<TaskEnd>> {
     let mut by_job: HashMap<String, Vec<TaskEnd>> = HashMap::new();
     for s in statuses {
         let status = match &s.status {
@@ -190,7 +185,7 @@ fn failure_reason(failed: &pb::FailedTask) -> String {
 /// rows in are the output rows of the last operator in pre-order, which is
 /// always a leaf (the scan or shuffle read); compute time is summed over all
 /// operators.
-pub fn task_metrics(operators: &[OperatorMetricsSet]) -> TaskMetrics {
+pub(crate) fn task_metrics(operators: &[OperatorMetricsSet]) -> TaskMetrics {
     let output_rows_of = |set: &OperatorMetricsSet| -> u64 {
         set.metrics
             .iter()
@@ -241,14 +236,14 @@ impl TaskTap {
 /// The scheduler's gRPC service with a [`TaskTap`] in front. Every call is
 /// delegated unchanged.
 #[derive(Clone)]
-pub struct TappedScheduler<S> {
+pub(crate) struct TappedScheduler<S> {
     inner: S,
     tap: Option<TaskTap>,
 }
 
 impl<S> TappedScheduler<S> {
     /// Wraps `inner`; with `tap: None` it is a plain pass-through.
-    pub fn new(inner: S, tap: Option<TaskTap>) -> Self {
+    pub(crate) fn new(inner: S, tap: Option<TaskTap>) -> Self {
         Self { inner, tap }
     }
 }

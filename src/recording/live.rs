@@ -17,7 +17,7 @@ use tower::ServiceExt;
 /// The scheduler type this crate assembles: Ballista's default plan codecs'
 /// node types. Custom codecs plug in through the scheduler config's
 /// overrides, not through these type parameters.
-pub type Scheduler = SchedulerServer<LogicalPlanNode, PhysicalPlanNode>;
+pub(crate) type Scheduler = SchedulerServer<LogicalPlanNode, PhysicalPlanNode>;
 
 /// One whole HTTP answer about a job: the live router's, or one replayed
 /// from an event log.
@@ -36,7 +36,7 @@ pub struct Answer {
 
 impl Answer {
     /// A 200 with `body` of `content_type`.
-    pub fn ok(content_type: &str, body: impl Into<Bytes>) -> Self {
+    pub(crate) fn ok(content_type: &str, body: impl Into<Bytes>) -> Self {
         Self {
             status: StatusCode::OK,
             content_type: Some(content_type.to_string()),
@@ -46,19 +46,19 @@ impl Answer {
     }
 
     /// The same answer, marked as read from an event log.
-    pub fn logged(mut self) -> Self {
+    pub(crate) fn logged(mut self) -> Self {
         self.from_log = true;
         self
     }
 
     /// The body as UTF-8 text, if it is.
-    pub fn text(&self) -> Option<&str> {
+    pub(crate) fn text(&self) -> Option<&str> {
         std::str::from_utf8(&self.body).ok()
     }
 }
 
 /// `/api/job/{id}{rest}`, with the id percent-encoded where needed.
-pub fn job_path(job_id: &str, rest: &str) -> String {
+pub(crate) fn job_path(job_id: &str, rest: &str) -> String {
     let mut path = String::from("/api/job/");
     for b in job_id.bytes() {
         if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
@@ -73,30 +73,30 @@ pub fn job_path(job_id: &str, rest: &str) -> String {
 
 /// The live scheduler, as seen through its public API.
 #[derive(Clone)]
-pub struct LiveApi {
+pub(crate) struct LiveApi {
     scheduler: Arc<Scheduler>,
     router: axum::Router,
 }
 
 impl LiveApi {
     /// Wraps a started scheduler.
-    pub fn new(scheduler: Arc<Scheduler>) -> Self {
+    pub(crate) fn new(scheduler: Arc<Scheduler>) -> Self {
         let router = ballista_scheduler::api::get_routes(scheduler.clone());
         Self { scheduler, router }
     }
 
     /// The scheduler itself.
-    pub fn scheduler(&self) -> &Arc<Scheduler> {
+    pub(crate) fn scheduler(&self) -> &Arc<Scheduler> {
         &self.scheduler
     }
 
     /// The scheduler's own REST router.
-    pub fn router(&self) -> axum::Router {
+    pub(crate) fn router(&self) -> axum::Router {
         self.router.clone()
     }
 
     /// Calls the scheduler's router in process.
-    pub async fn call(&self, method: Method, path_and_query: &str) -> Answer {
+    pub(crate) async fn call(&self, method: Method, path_and_query: &str) -> Answer {
         let request = Request::builder()
             .method(method)
             .uri(path_and_query)
@@ -124,12 +124,12 @@ impl LiveApi {
     }
 
     /// `GET` through the scheduler's router.
-    pub async fn get(&self, path_and_query: &str) -> Answer {
+    pub(crate) async fn get(&self, path_and_query: &str) -> Answer {
         self.call(Method::GET, path_and_query).await
     }
 
     /// The job's status as the scheduler holds it, if it holds the job.
-    pub async fn job_status(&self, job_id: &str) -> Option<JobStatus> {
+    pub(crate) async fn job_status(&self, job_id: &str) -> Option<JobStatus> {
         self.scheduler
             .state
             .task_manager
@@ -142,7 +142,7 @@ impl LiveApi {
 
 /// Whether a status is terminal (succeeded or failed; a cancelled job is a
 /// failed one to the scheduler).
-pub fn is_terminal(status: &JobStatus) -> bool {
+pub(crate) fn is_terminal(status: &JobStatus) -> bool {
     matches!(
         status.status,
         Some(job_status::Status::Successful(_)) | Some(job_status::Status::Failed(_))

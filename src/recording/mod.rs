@@ -9,7 +9,7 @@
 //! **Rule:** this layer imports only `format` and `metrics`. It never
 //! imports `store` (reading logs back is not its business) nor `serving`.
 
-pub mod capture;
+pub(crate) mod capture;
 pub mod listener;
 pub mod live;
 pub mod redact;

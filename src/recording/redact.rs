@@ -34,7 +34,7 @@ impl Redactor {
     }
 
     /// Whether `key` names a secret.
-    pub fn is_secret(&self, key: &str) -> bool {
+    pub(crate) fn is_secret(&self, key: &str) -> bool {
         self.pattern.is_match(key)
     }
 
@@ -42,7 +42,7 @@ impl Redactor {
     /// of every secret key that is set (non-empty) is replaced in place, so
     /// the bytes are otherwise unchanged, key order included. A body that is
     /// not such an object is replaced by `{}` rather than written unchecked.
-    pub fn redact_config(&self, json: &str) -> String {
+    pub(crate) fn redact_config(&self, json: &str) -> String {
         let Ok(map) = serde_json::from_str::<BTreeMap<String, serde_json::Value>>(json) else {
             return "{}".to_string();
         };
@@ -79,7 +79,7 @@ impl Redactor {
     /// The values of the secret keys set in a `/config` response. Other
     /// responses can carry them too: the scheduler's `stage_plan` is a debug
     /// dump of the execution graph, session config included.
-    pub fn secrets_in(&self, config_json: &str) -> Vec<String> {
+    pub(crate) fn secrets_in(&self, config_json: &str) -> Vec<String> {
         let Ok(map) = serde_json::from_str::<BTreeMap<String, serde_json::Value>>(config_json)
         else {
             return Vec::new();
@@ -100,7 +100,7 @@ impl Redactor {
     /// Replaces every occurrence of each secret in `text`, as it is and as
     /// it appears escaped inside JSON strings (once, or twice for a debug
     /// dump embedded in JSON).
-    pub fn scrub(&self, text: &str, secrets: &[String]) -> String {
+    pub(crate) fn scrub(&self, text: &str, secrets: &[String]) -> String {
         let mut out = text.to_string();
         for secret in secrets {
             let json_once = json_escape(secret);

@@ -1,6 +1,6 @@
 //! The upload side of object-store logs: a recording scheduler writes
 //! each job's log to a local spool exactly as it does to a local directory
-//! (`.running`, fsync, rename to `.eventlog`); the [`Uploader`] then puts
+//! (`.running`, fsync, rename to `.eventlog`); the `Uploader` then puts
 //! the completed file into the store with one `PUT` (a multipart upload
 //! for large logs, completed in one request), so an object appears whole
 //! or not at all. A file leaves the spool only after its object exists, so
@@ -12,7 +12,7 @@
 //! the uploader a path over an unbounded channel; uploads, retries and
 //! their backoff happen on the uploader's own task.
 //!
-//! This module knows the store only as a [`Bucket`] (a client and a
+//! This module knows the store only as a `Bucket` (a client and a
 //! prefix); opening one from a URL and reading it belong to the store.
 
 use crate::format::LogName;
@@ -33,7 +33,7 @@ pub const DEFAULT_SPOOL_DIR: &str = "ballista-job-history-spool";
 /// Where completed logs go: a prefix of an object store, and its URL
 /// (without credentials) for messages.
 #[derive(Clone)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     store: Arc<dyn ObjectStore>,
     prefix: ObjPath,
     url: String,
@@ -41,7 +41,11 @@ pub struct Bucket {
 
 impl Bucket {
     /// The prefix `prefix` of `store`, shown as `url`.
-    pub fn new(store: Arc<dyn ObjectStore>, prefix: ObjPath, url: impl Into<String>) -> Self {
+    pub(crate) fn new(
+        store: Arc<dyn ObjectStore>,
+        prefix: ObjPath,
+        url: impl Into<String>,
+    ) -> Self {
         Self {
             store,
             prefix,
@@ -70,7 +74,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Uploads completed logs from the spool to the store, retrying with
 /// backoff, and removes each file once its object exists.
-pub struct Uploader {
+pub(crate) struct Uploader {
     bucket: Bucket,
     spool: PathBuf,
     metrics: Arc<HistoryMetrics>,
@@ -93,7 +97,11 @@ enum Uploaded {
 
 impl Uploader {
     /// An uploader of `spool`'s completed logs to `dir`.
-    pub fn new(bucket: Bucket, spool: impl Into<PathBuf>, metrics: Arc<HistoryMetrics>) -> Self {
+    pub(crate) fn new(
+        bucket: Bucket,
+        spool: impl Into<PathBuf>,
+        metrics: Arc<HistoryMetrics>,
+    ) -> Self {
         Self {
             bucket,
             spool: spool.into(),
@@ -106,7 +114,7 @@ impl Uploader {
     /// Also uploads these unfinished logs: `.running` logs an earlier run
     /// left in the spool when it died mid-job (see [`running_logs`]), so
     /// readers list their jobs as abandoned.
-    pub fn with_orphans(mut self, orphans: Vec<PathBuf>) -> Self {
+    pub(crate) fn with_orphans(mut self, orphans: Vec<PathBuf>) -> Self {
         let now = Instant::now();
         for path in orphans {
             self.pending.insert(path, (0, now));
@@ -135,7 +143,7 @@ impl Uploader {
     /// Uploads the spool's completed logs, then each log the writer
     /// completes (sent on `completed`), until `stop` resolves; then tries
     /// once more, briefly, for what is still due.
-    pub async fn run(
+    pub(crate) async fn run(
         mut self,
         mut completed: UnboundedReceiver<PathBuf>,
         stop: impl std::future::Future<Output = ()>,
@@ -369,7 +377,7 @@ impl Uploader {
 /// held while the returned file lives (the OS drops it when the process
 /// dies). A second scheduler on the same spool would upload the first one's
 /// running logs as leftovers, so it is refused.
-pub fn lock_spool(spool: &Path) -> Result<std::fs::File, String> {
+pub(crate) fn lock_spool(spool: &Path) -> Result<std::fs::File, String> {
     std::fs::create_dir_all(spool)
         .map_err(|e| format!("--event-log-spool {}: {e}", spool.display()))?;
     let path = spool.join(".lock");
@@ -393,7 +401,7 @@ pub fn lock_spool(spool: &Path) -> Result<std::fs::File, String> {
 
 /// The `.running` logs in `spool`: call before the writer starts, when
 /// every one of them was left by an earlier run.
-pub fn running_logs(spool: &Path) -> Vec<PathBuf> {
+pub(crate) fn running_logs(spool: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(spool) else {
         return Vec::new();
     };

@@ -136,7 +136,7 @@ pub struct WriterHandle {
 
 impl WriterHandle {
     /// Whether the writer holds `job_id`'s log open (the job has not ended).
-    pub fn is_open(&self, job_id: &str) -> bool {
+    pub(crate) fn is_open(&self, job_id: &str) -> bool {
         self.open.lock().contains(job_id)
     }
 
@@ -716,7 +716,7 @@ impl Writer {
 }
 
 /// Makes a rename in `dir` durable.
-pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 

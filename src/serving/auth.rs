@@ -49,7 +49,7 @@ pub enum TokenError {
 
 impl ApiToken {
     /// A token: visible ASCII, at least one character.
-    pub fn new(token: &str) -> Option<Self> {
+    pub(crate) fn new(token: &str) -> Option<Self> {
         let ok = !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic());
         ok.then(|| Self(token.as_bytes().into()))
     }
@@ -64,7 +64,7 @@ impl ApiToken {
     }
 
     /// Whether an `Authorization` header value presents this token.
-    pub fn permits(&self, authorization: Option<&[u8]>) -> bool {
+    pub(crate) fn permits(&self, authorization: Option<&[u8]>) -> bool {
         let presented = authorization
             .and_then(|v| {
                 let scheme = v.get(..7)?;
@@ -110,7 +110,7 @@ async fn check(State(token): State<ApiToken>, request: Request, next: Next) -> R
 }
 
 /// `router`, protected by `token` when there is one.
-pub fn protect(router: Router, token: Option<ApiToken>) -> Router {
+pub(crate) fn protect(router: Router, token: Option<ApiToken>) -> Router {
     match token {
         Some(token) => router.layer(axum::middleware::from_fn_with_state(token, check)),
         None => router,

@@ -40,7 +40,7 @@ impl IntoResponse for Answer {
 /// The `?plan_format=` parameter, parsed exactly as the scheduler parses it
 /// so that an unknown value gets the same 400.
 #[derive(Debug, serde::Deserialize, Default)]
-pub struct FormatParams {
+pub(crate) struct FormatParams {
     /// The plan format.
     pub plan_format: Option<PlanFormat>,
 }
@@ -62,10 +62,10 @@ pub fn job_routes(source: Source) -> Router {
 }
 
 /// Header with the number of jobs matching the filters, over all pages.
-pub const TOTAL_COUNT_HEADER: &str = "x-total-count";
+pub(crate) const TOTAL_COUNT_HEADER: &str = "x-total-count";
 /// Header with the cursor of the next page (`after=` its value), present
 /// when more jobs follow.
-pub const NEXT_AFTER_HEADER: &str = "x-next-after";
+pub(crate) const NEXT_AFTER_HEADER: &str = "x-next-after";
 
 type Pairs = Query<Vec<(String, String)>>;
 
@@ -211,7 +211,7 @@ struct HistoryState {
 /// The routes a history-only server adds to the job routes: state, version,
 /// executors (none), metrics and health. `ready` says whether the first
 /// index pass is done.
-pub fn history_routes(started: u128, ready: Arc<dyn Fn() -> bool + Send + Sync>) -> Router {
+pub(crate) fn history_routes(started: u128, ready: Arc<dyn Fn() -> bool + Send + Sync>) -> Router {
     let state = move || async move {
         Json(HistoryState {
             started,

@@ -1,9 +1,9 @@
 //! `JobSource`: what the REST router reads jobs from.
 //!
 //! Three implementations, one router:
-//! - [`LiveSource`]: the running scheduler, through its own REST router;
+//! - `LiveSource`: the running scheduler, through its own REST router;
 //! - [`DiskSource`]: a log directory, through its [`LogStore`] index;
-//! - [`Layered`]: live first, then disk. This is what a scheduler started
+//! - `Layered`: live first, then disk. This is what a scheduler started
 //!   with `--event-log-dir` serves, so it never forgets a job.
 //!
 //! **Invariant:** a stored response is relayed byte for byte; the only bytes
@@ -45,11 +45,11 @@ pub enum Resource {
 pub const FROM_LOG_HEADER: &str = "x-ballista-history";
 
 /// Content type of JSON responses, as axum's `Json` sets it.
-pub const JSON: &str = "application/json";
+pub(crate) const JSON: &str = "application/json";
 /// Content type of text responses, as axum sets it for a `String`.
-pub const TEXT: &str = "text/plain; charset=utf-8";
+pub(crate) const TEXT: &str = "text/plain; charset=utf-8";
 /// Content type of the timeline picture.
-pub const SVG: &str = "image/svg+xml";
+pub(crate) const SVG: &str = "image/svg+xml";
 
 /// Which timeline of a job is asked for.
 #[derive(Debug, Clone, Copy)]
@@ -88,13 +88,13 @@ pub trait JobSource: Send + Sync {
 
 /// The running scheduler.
 #[derive(Clone)]
-pub struct LiveSource {
+pub(crate) struct LiveSource {
     api: LiveApi,
 }
 
 impl LiveSource {
     /// A source over a started scheduler.
-    pub fn new(api: LiveApi) -> Self {
+    pub(crate) fn new(api: LiveApi) -> Self {
         Self { api }
     }
 }
@@ -461,7 +461,7 @@ impl DiskSource {
 }
 
 /// The 409 the scheduler answers when a job cannot be cancelled.
-pub fn conflict(reason: &str) -> Answer {
+pub(crate) fn conflict(reason: &str) -> Answer {
     #[derive(serde::Serialize)]
     struct CancelJobResponse<'a> {
         cancelled: bool,
@@ -482,14 +482,14 @@ pub fn conflict(reason: &str) -> Answer {
 
 /// Live first, then disk: the live view wins while the scheduler holds a
 /// job; once it has forgotten the job, its log answers.
-pub struct Layered {
+pub(crate) struct Layered {
     live: LiveSource,
     disk: DiskSource,
 }
 
 impl Layered {
     /// The union of a live scheduler and its log directory.
-    pub fn new(live: LiveSource, disk: DiskSource) -> Self {
+    pub(crate) fn new(live: LiveSource, disk: DiskSource) -> Self {
         Self { live, disk }
     }
 }

@@ -10,20 +10,18 @@ use crate::format::record::{
     Envelope, JobStart, SCHEMA_VERSION, StageEnd, StageStart, TaskEnd, kind,
 };
 use crate::serving::error::ApiError;
-use crate::store::LogRef;
 use crate::store::StoreError;
+use crate::store::{Line, LogRef, MAX_LINE, read_line};
 use ballista_api_types::dto::TaskStatus;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{BufRead, Read};
+use std::io::BufRead;
 
 /// Tasks per page unless `limit` says otherwise.
-pub const DEFAULT_LIMIT: usize = 1_000;
+pub(crate) const DEFAULT_LIMIT: usize = 1_000;
 /// The most tasks one page may ask for.
-pub const MAX_LIMIT: usize = 100_000;
-/// Progress lines longer than this are skipped (a `TaskEnd` is ~300 bytes).
-const MAX_RECORD: u64 = 64 * 1024 * 1024;
+pub(crate) const MAX_LIMIT: usize = 100_000;
 
 /// `?limit=&offset=` of the timeline.
 #[derive(Debug, Clone, Copy)]
@@ -45,7 +43,7 @@ impl Default for TimelineParams {
 
 impl TimelineParams {
     /// Parses the query pairs; anything else is a 400 naming it.
-    pub fn parse(pairs: &[(String, String)]) -> Result<Self, ApiError> {
+    pub(crate) fn parse(pairs: &[(String, String)]) -> Result<Self, ApiError> {
         let mut p = Self::default();
         for (key, value) in pairs {
             let number = || {
@@ -115,24 +113,10 @@ fn scan(path: &LogRef, mut visit: impl FnMut(Rec)) -> Result<(), StoreError> {
         if head.starts_with(br#"{"ev":"JobEnd""#) || head.starts_with(br#"{"ev":"Footer""#) {
             return Ok(());
         }
-        line.clear();
-        let n = (&mut reader)
-            .take(MAX_RECORD)
-            .read_until(b'\n', &mut line)?;
-        if n as u64 == MAX_RECORD && line.last() != Some(&b'\n') {
-            // Overlong: skip to the end of the line.
-            let mut skip = Vec::new();
-            while !skip.ends_with(b"\n") {
-                skip.clear();
-                if (&mut reader)
-                    .take(MAX_RECORD)
-                    .read_until(b'\n', &mut skip)?
-                    == 0
-                {
-                    return Ok(());
-                }
-            }
-            continue;
+        match read_line(&mut reader, &mut line, MAX_LINE)? {
+            None => return Ok(()),
+            Some((Line::Overlong { .. }, _)) => continue,
+            Some(_) => {}
         }
         let Ok(env) = serde_json::from_slice::<Envelope>(&line) else {
             continue;
@@ -157,7 +141,7 @@ fn scan(path: &LogRef, mut visit: impl FnMut(Rec)) -> Result<(), StoreError> {
 
 /// One stage of the timeline.
 #[derive(Debug, Clone, Serialize, Default)]
-pub struct StageRow {
+pub(crate) struct StageRow {
     /// Stage id.
     pub stage_id: u32,
     /// Input partitions, when the log records them.
@@ -177,7 +161,7 @@ pub struct StageRow {
 
 /// One task attempt of the timeline.
 #[derive(Debug, Clone, Serialize)]
-pub struct TaskRow {
+pub(crate) struct TaskRow {
     /// Stage.
     pub stage_id: u32,
     /// Stage attempt.
@@ -235,7 +219,7 @@ impl TaskRow {
 
 /// `GET /api/job/{id}/timeline`.
 #[derive(Debug, Serialize)]
-pub struct Timeline {
+pub(crate) struct Timeline {
     /// The job.
     pub job_id: String,
     /// Its name.
@@ -322,7 +306,7 @@ impl Stages {
 }
 
 /// Reads one page of the timeline of the log at `path`.
-pub fn read_timeline(
+pub(crate) fn read_timeline(
     log: impl Into<LogRef>,
     header: &JobHeader,
     params: TimelineParams,
@@ -454,7 +438,7 @@ fn escape(text: &str) -> String {
 }
 
 /// A readable length of time: `750 ms`, `1.5 s`, `2 min 30 s`, `1 h 5 min`.
-pub fn human_duration(ms: u64) -> String {
+pub(crate) fn human_duration(ms: u64) -> String {
     if ms < 1_000 {
         format!("{ms} ms")
     } else if ms < 60_000 {

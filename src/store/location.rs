@@ -36,7 +36,7 @@ pub enum LogRef {
 }
 
 /// A log opened for reading: a file, or an object read with ranged requests.
-pub trait ReadSeek: Read + Seek + Send {}
+pub(crate) trait ReadSeek: Read + Seek + Send {}
 impl<T: Read + Seek + Send> ReadSeek for T {}
 
 impl LogRef {
@@ -57,7 +57,7 @@ impl LogRef {
     }
 
     /// The log's file name.
-    pub fn name(&self) -> Option<&str> {
+    pub(crate) fn name(&self) -> Option<&str> {
         match self {
             Self::File(path) => path.file_name().and_then(|n| n.to_str()),
             Self::Object { name, .. } => Some(name),
@@ -65,7 +65,7 @@ impl LogRef {
     }
 
     /// Whether the log is zstd-compressed (by its name).
-    pub fn is_zstd(&self) -> bool {
+    pub(crate) fn is_zstd(&self) -> bool {
         self.name().and_then(LogName::parse).is_some_and(|n| n.zstd)
     }
 

@@ -60,7 +60,7 @@ pub use location::*;
 pub use read::*;
 pub use scan::*;
 pub use summary::*;
-pub use unfinished::*;
+pub(crate) use unfinished::*;
 
 /// Why a log could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -87,7 +87,7 @@ pub enum StoreError {
 
 /// How long a `.running` log may go unwritten before its job counts as
 /// abandoned, by default.
-pub const DEFAULT_ABANDONED_AFTER: Duration = Duration::from_secs(600);
+pub(crate) const DEFAULT_ABANDONED_AFTER: Duration = Duration::from_secs(600);
 
 /// The index of one log directory.
 pub struct LogStore {
@@ -116,11 +116,11 @@ pub struct LogStore {
 
 /// The least time between two saves of the persistent index (a save of a
 /// million jobs writes about 150 MB).
-pub const INDEX_SAVE_SPACING: Duration = Duration::from_secs(30);
+pub(crate) const INDEX_SAVE_SPACING: Duration = Duration::from_secs(30);
 
 /// A completed log, as retention sees it.
 #[derive(Debug, Clone)]
-pub struct CompletedFile {
+pub(crate) struct CompletedFile {
     /// The job.
     pub job_id: Arc<str>,
     /// The log's file name within the directory.
@@ -162,12 +162,12 @@ impl LogStore {
     }
 
     /// The object-store prefix the logs live under, if they are not local.
-    pub fn remote_dir(&self) -> Option<&RemoteDir> {
+    pub(crate) fn remote_dir(&self) -> Option<&RemoteDir> {
         self.remote.as_ref()
     }
 
     /// The log named `file_name` (as listed, with its length).
-    pub fn log(&self, file_name: &str, len: u64) -> LogRef {
+    pub(crate) fn log(&self, file_name: &str, len: u64) -> LogRef {
         match &self.remote {
             Some(dir) => LogRef::Object {
                 dir: dir.clone(),
@@ -179,7 +179,7 @@ impl LogStore {
     }
 
     /// Deletes the log named `file_name`; one already gone is `NotFound`.
-    pub fn remove_log(&self, file_name: &str) -> std::io::Result<()> {
+    pub(crate) fn remove_log(&self, file_name: &str) -> std::io::Result<()> {
         match &self.remote {
             Some(dir) => dir.delete(file_name),
             None => std::fs::remove_file(self.dir.join(file_name)),
@@ -194,24 +194,24 @@ impl LogStore {
 
     /// Sets how long a `.running` log may go unwritten before its job
     /// counts as abandoned.
-    pub fn with_abandoned_after(mut self, after: Duration) -> Self {
+    pub(crate) fn with_abandoned_after(mut self, after: Duration) -> Self {
         self.abandoned_after = after;
         self
     }
 
     /// The directory.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// Whether the first pass over the directory is done.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
     }
 
     /// Every completed log the index holds: id, file name, size, end time
     /// (epoch millis; the file's modification time when the log has none).
-    pub fn completed_files(&self) -> Vec<CompletedFile> {
+    pub(crate) fn completed_files(&self) -> Vec<CompletedFile> {
         self.catalog
             .read()
             .jobs
@@ -230,7 +230,7 @@ impl LogStore {
     }
 
     /// Drops a completed job from the index at once (its log was deleted).
-    pub fn forget(&self, job_id: &str) {
+    pub(crate) fn forget(&self, job_id: &str) {
         if self.catalog.write().remove(job_id).is_some() {
             self.dirty.store(true, Ordering::Release);
         }
@@ -238,7 +238,7 @@ impl LogStore {
 
     /// Every unfinished log the index holds: job id, file name, and when
     /// it was last modified.
-    pub fn unfinished_files(&self) -> Vec<(Arc<str>, Arc<str>, Option<SystemTime>)> {
+    pub(crate) fn unfinished_files(&self) -> Vec<(Arc<str>, Arc<str>, Option<SystemTime>)> {
         self.catalog
             .read()
             .unfinished
@@ -248,12 +248,12 @@ impl LogStore {
     }
 
     /// Drops an unfinished job from the index at once.
-    pub fn forget_unfinished(&self, job_id: &str) {
+    pub(crate) fn forget_unfinished(&self, job_id: &str) {
         self.catalog.write().unfinished.remove(job_id);
     }
 
     /// Whether `job_id` is indexed as completed.
-    pub fn contains(&self, job_id: &str) -> bool {
+    pub(crate) fn contains(&self, job_id: &str) -> bool {
         self.catalog.read().jobs.contains(job_id)
     }
 
@@ -268,13 +268,13 @@ impl LogStore {
     }
 
     /// The completed job's summary, if indexed.
-    pub fn summary(&self, job_id: &str) -> Option<Arc<JobSummary>> {
+    pub(crate) fn summary(&self, job_id: &str) -> Option<Arc<JobSummary>> {
         self.catalog.read().get(job_id).cloned()
     }
 
     /// The unfinished job's index entry and state, if indexed (and not
     /// also completed).
-    pub fn unfinished(&self, job_id: &str) -> Option<(Unfinished, JobState)> {
+    pub(crate) fn unfinished(&self, job_id: &str) -> Option<(Unfinished, JobState)> {
         let index = self.catalog.read();
         if index.jobs.contains(job_id) {
             return None;
@@ -284,7 +284,7 @@ impl LogStore {
     }
 
     /// A job's log, completed or unfinished.
-    pub fn log_of(&self, job_id: &str) -> Option<LogRef> {
+    pub(crate) fn log_of(&self, job_id: &str) -> Option<LogRef> {
         let index = self.catalog.read();
         match index.get(job_id) {
             Some(s) => Some(self.log(&s.file_name(), s.len)),

@@ -58,7 +58,7 @@ pub type FactsRef<'a> = Facts<&'a str>;
 
 impl Facts {
     /// Copies the facts of `job`.
-    pub fn of(job: &(impl JobFacts + ?Sized)) -> Self {
+    pub(crate) fn of(job: &(impl JobFacts + ?Sized)) -> Self {
         Self {
             job_id: Arc::from(job.job_id()),
             job_name: Arc::from(job.job_name()),
@@ -171,7 +171,7 @@ pub struct Row {
 
 impl Row {
     /// A row of owned facts.
-    pub fn new(facts: Facts, entry: Bytes) -> Self {
+    pub(crate) fn new(facts: Facts, entry: Bytes) -> Self {
         Self {
             facts: Arc::new(facts),
             entry,
@@ -226,7 +226,7 @@ pub struct ListQuery {
 pub struct BadParam(pub String);
 
 /// The most rows one page may ask for.
-pub const MAX_LIMIT: usize = 100_000;
+pub(crate) const MAX_LIMIT: usize = 100_000;
 
 fn bad(param: &str, accepts: &str, got: &str) -> BadParam {
     BadParam(format!(
@@ -259,7 +259,7 @@ fn parse_bool(param: &str, value: &str) -> Result<bool, BadParam> {
 }
 
 /// The names of every `GET /api/jobs` parameter.
-pub const PARAMS: &[&str] = &[
+pub(crate) const PARAMS: &[&str] = &[
     "limit",
     "offset",
     "after",
@@ -366,7 +366,7 @@ impl ListQuery {
 
     /// The direction in effect: as asked, else descending for times and
     /// durations (newest, longest first) and ascending for names.
-    pub fn order(&self) -> Order {
+    pub(crate) fn order(&self) -> Order {
         self.order.unwrap_or(match self.sort {
             Sort::Name => Order::Asc,
             _ => Order::Desc,
@@ -374,7 +374,7 @@ impl ListQuery {
     }
 
     /// Whether the query filters nothing (every row matches).
-    pub fn filters_nothing(&self) -> bool {
+    pub(crate) fn filters_nothing(&self) -> bool {
         self.states.is_none()
             && self.name.is_none()
             && self.started_after.is_none()
@@ -385,12 +385,12 @@ impl ListQuery {
     }
 
     /// Whether the order is the default one (newest start first).
-    pub fn default_order(&self) -> bool {
+    pub(crate) fn default_order(&self) -> bool {
         self.sort == Sort::StartTime && self.order() == Order::Desc
     }
 
     /// Whether jobs known only from `.running` logs are asked for.
-    pub fn wants_unfinished(&self) -> bool {
+    pub(crate) fn wants_unfinished(&self) -> bool {
         self.include_unfinished
             || self
                 .states
@@ -399,7 +399,7 @@ impl ListQuery {
     }
 
     /// Whether `facts` passes every filter.
-    pub fn matches(&self, facts: &(impl JobFacts + ?Sized)) -> bool {
+    pub(crate) fn matches(&self, facts: &(impl JobFacts + ?Sized)) -> bool {
         if let Some(states) = &self.states
             && !states.contains(&facts.state())
         {
@@ -427,7 +427,11 @@ impl ListQuery {
     }
 
     /// The query's total order over jobs.
-    pub fn compare(&self, a: &(impl JobFacts + ?Sized), b: &(impl JobFacts + ?Sized)) -> Ordering {
+    pub(crate) fn compare(
+        &self,
+        a: &(impl JobFacts + ?Sized),
+        b: &(impl JobFacts + ?Sized),
+    ) -> Ordering {
         let primary = match self.sort {
             // Lowercase, char by char (the order of the lowercased
             // strings, without allocating them), then as written.
@@ -449,7 +453,7 @@ impl ListQuery {
     /// Filters, orders and pages `jobs`: the one pass every list takes
     /// (the catalog's default order aside, which pages without it). Gives
     /// the page and how many jobs matched.
-    pub fn pick<T: JobFacts>(
+    pub(crate) fn pick<T: JobFacts>(
         &self,
         jobs: impl Iterator<Item = T>,
         cursor: Option<&Facts>,
@@ -473,14 +477,14 @@ impl ListQuery {
 
     /// [`ListQuery::pick`] over rows a source holds in memory (the live
     /// scheduler's, a merge of pages).
-    pub fn select(&self, rows: Vec<Row>, cursor: Option<&Facts>) -> Page {
+    pub(crate) fn select(&self, rows: Vec<Row>, cursor: Option<&Facts>) -> Page {
         let (rows, total) = self.pick(rows.into_iter(), cursor);
         Page { rows, total }
     }
 }
 
 /// Case-insensitive substring test; `needle` is already lowercase.
-pub fn contains_ignore_case(haystack: &str, needle: &str) -> bool {
+pub(crate) fn contains_ignore_case(haystack: &str, needle: &str) -> bool {
     if needle.is_empty() {
         return true;
     }

@@ -65,10 +65,10 @@ impl<R: Read> Read for Tolerant<R> {
 }
 
 /// The `JobStart` record of a log (its first line).
-pub fn read_job_start(log: impl Into<LogRef>) -> Result<JobStart, StoreError> {
-    let mut reader = open_decoded(log)?.take(MAX_RUNNING_LINE as u64);
+pub(crate) fn read_job_start(log: impl Into<LogRef>) -> Result<JobStart, StoreError> {
+    let mut reader = open_decoded(log)?;
     let mut line = Vec::new();
-    reader.read_until(b'\n', &mut line)?;
+    read_line(&mut reader, &mut line, MAX_LINE)?;
     let env = envelope(&line)?;
     if env.ev != kind::JOB_START {
         return Err(StoreError::Malformed(
@@ -79,7 +79,7 @@ pub fn read_job_start(log: impl Into<LogRef>) -> Result<JobStart, StoreError> {
 }
 
 /// The summary of a completed log, from its footer when it has one.
-pub fn read_summary(log: impl Into<LogRef>) -> Result<JobEndSummary, StoreError> {
+pub(crate) fn read_summary(log: impl Into<LogRef>) -> Result<JobEndSummary, StoreError> {
     let path: &LogRef = &log.into();
     if path.is_zstd() {
         if let Some((footer, _)) = zst_footer(path)? {
@@ -110,7 +110,7 @@ pub fn read_summary(log: impl Into<LogRef>) -> Result<JobEndSummary, StoreError>
 }
 
 /// The bytes of the log's `JobEnd` line.
-pub fn terminal_line(log: impl Into<LogRef>) -> Result<Vec<u8>, StoreError> {
+pub(crate) fn terminal_line(log: impl Into<LogRef>) -> Result<Vec<u8>, StoreError> {
     let path: &LogRef = &log.into();
     if path.is_zstd() {
         if let Some((footer, file_len)) = zst_footer(path)? {
@@ -275,8 +275,10 @@ pub(super) const MAX_FOOTER_FRAME: u64 = 4 * 1024 * 1024;
 /// is well under 4 KiB, so indexing a log costs one small read whatever
 /// its size.
 pub(super) const TAIL_CHUNK: u64 = 4 * 1024;
-/// The longest line read whole (a `JobEnd` line of a very large job).
-pub const MAX_LINE: u64 = 512 * 1024 * 1024;
+/// The longest line read whole, by every reader of a log (a `JobEnd` line
+/// of a very large job is the longest a log holds); longer lines are
+/// skipped without being kept.
+pub(crate) const MAX_LINE: u64 = 512 * 1024 * 1024;
 
 /// The last line of a file, read backwards from the end.
 pub(super) struct TailLine {
@@ -419,34 +421,62 @@ pub(super) fn forward_scan(mut reader: impl BufRead) -> Result<Vec<u8>, StoreErr
     Err(StoreError::NoTerminalRecord)
 }
 
-/// Reads the next line (without its `\n`) into `line`, buffering at most
-/// `max` bytes: `Some(false)` for a longer line, whose rest is skipped
-/// unread into memory; `None` at the end.
-pub(super) fn bounded_line(
+/// What [`read_line`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Line {
+    /// A line ended by a newline (not kept in the buffer).
+    Ended,
+    /// The input ended before a newline: a log's unterminated last line, or
+    /// a line still being written.
+    Unended,
+    /// A line over the limit: skipped without being kept; whether a newline
+    /// ended it.
+    Overlong {
+        /// A newline ended it.
+        ended: bool,
+    },
+}
+
+/// The one line reader of every pass over a log: reads the next line
+/// (without its `\n`) into `line`, keeping at most `max` bytes (callers pass
+/// [`MAX_LINE`]) and skipping the rest of a longer line unread into memory.
+/// Gives what it found and the bytes it consumed; `None` at the end.
+pub(crate) fn read_line(
     reader: &mut impl BufRead,
     line: &mut Vec<u8>,
     max: u64,
-) -> std::io::Result<Option<bool>> {
+) -> std::io::Result<Option<(Line, u64)>> {
     line.clear();
-    let n = reader.by_ref().take(max + 1).read_until(b'\n', line)?;
+    let n = reader.by_ref().take(max + 1).read_until(b'\n', line)? as u64;
     if n == 0 {
         return Ok(None);
     }
     if line.last() == Some(&b'\n') {
         line.pop();
-        return Ok(Some(true));
+        return Ok(Some((Line::Ended, n)));
     }
     if (line.len() as u64) <= max {
-        return Ok(Some(true)); // the last line, without a newline
+        return Ok(Some((Line::Unended, n)));
     }
     line.clear();
-    skip_line(reader)?;
-    Ok(Some(false))
+    let (rest, ended) = skip_line(reader)?;
+    Ok(Some((Line::Overlong { ended }, n + rest)))
+}
+
+/// [`read_line`] for passes that take an unterminated last line as a line:
+/// `Some(true)` for a line, `Some(false)` for an overlong one (skipped),
+/// `None` at the end.
+pub(super) fn bounded_line(
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    max: u64,
+) -> std::io::Result<Option<bool>> {
+    Ok(read_line(reader, line, max)?.map(|(found, _)| !matches!(found, Line::Overlong { .. })))
 }
 
 /// Consumes the rest of the current line, newline included, without
 /// keeping it: the bytes consumed, and whether a newline ended them.
-pub(super) fn skip_line(reader: &mut impl BufRead) -> std::io::Result<(u64, bool)> {
+fn skip_line(reader: &mut impl BufRead) -> std::io::Result<(u64, bool)> {
     let mut skipped = 0;
     loop {
         let chunk = reader.fill_buf()?;
@@ -484,7 +514,7 @@ impl LogStore {
     /// the caller then reads the whole terminal record. A range that does
     /// not hold what it should (a log rewritten in place) is logged and
     /// answered `None` too, never served.
-    pub fn read_payloads(
+    pub(crate) fn read_payloads(
         &self,
         job_id: &str,
         names: &[&str],

@@ -127,7 +127,7 @@ impl RemoteDir {
     /// Opens the store a URL names (credentials from the environment), on
     /// the current Tokio runtime. Nothing is requested yet: a store that is
     /// unreachable at startup is retried by whoever uses it.
-    pub fn connect(url: &url::Url, options: &RemoteOptions) -> Result<Self, String> {
+    pub(crate) fn connect(url: &url::Url, options: &RemoteOptions) -> Result<Self, String> {
         use object_store::aws::AmazonS3Builder;
         use object_store::azure::MicrosoftAzureBuilder;
         use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
@@ -215,12 +215,12 @@ impl RemoteDir {
     }
 
     /// The URL, without credentials.
-    pub fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         &self.inner.url
     }
 
     /// The store's client and the prefix: what the uploader writes to.
-    pub fn client(&self) -> (Arc<dyn ObjectStore>, ObjPath) {
+    pub(crate) fn client(&self) -> (Arc<dyn ObjectStore>, ObjPath) {
         (self.inner.store.clone(), self.inner.prefix.clone())
     }
 

@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime};
 /// The orphan grace period unless `--orphan-grace` says otherwise.
 pub const DEFAULT_ORPHAN_GRACE: Duration = Duration::from_secs(24 * 3600);
 /// How often the cleaner runs unless `--retain-interval` says otherwise.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(3600);
+pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// What to keep.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,7 +57,7 @@ impl Default for RetentionPolicy {
 
 /// What one pass did (or, in a dry run, would have done).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PassReport {
+pub(crate) struct PassReport {
     /// Completed logs removed.
     pub removed_jobs: usize,
     /// Their bytes.
@@ -74,10 +74,10 @@ pub struct PassReport {
 
 /// Says whether a job's log is open in this process's writer (and so must
 /// not be deleted as an orphan).
-pub type Protect = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+pub(crate) type Protect = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// The cleaner of one directory.
-pub struct Cleaner {
+pub(crate) struct Cleaner {
     store: Arc<LogStore>,
     policy: RetentionPolicy,
     protect: Option<Protect>,
@@ -92,7 +92,7 @@ enum Removal {
 
 impl Cleaner {
     /// A cleaner of `store`'s directory.
-    pub fn new(
+    pub(crate) fn new(
         store: Arc<LogStore>,
         policy: RetentionPolicy,
         protect: Option<Protect>,
@@ -121,7 +121,7 @@ impl Cleaner {
     }
 
     /// One pass at time `now`.
-    pub fn pass(&self, now: SystemTime) -> PassReport {
+    pub(crate) fn pass(&self, now: SystemTime) -> PassReport {
         self.store.rescan();
         let p = &self.policy;
         let now_ms = epoch_millis(now);
@@ -258,7 +258,7 @@ impl Cleaner {
 
     /// Runs a pass now and then every `policy.interval` until `stop`
     /// resolves.
-    pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
+    pub(crate) async fn run(self, stop: impl std::future::Future<Output = ()>) {
         let this = Arc::new(self);
         tokio::pin!(stop);
         let mut ticker = tokio::time::interval(this.policy.interval.max(Duration::from_secs(1)));

@@ -197,7 +197,7 @@ impl LogStore {
     }
 
     /// Saves the persistent index if the jobs changed since the last save
-    /// and (unless `now`) the last save is [`INDEX_SAVE_SPACING`] old.
+    /// and (unless `now`) the last save is `INDEX_SAVE_SPACING` old.
     pub fn persist(&self, now: bool) {
         let Some(path) = &self.index_file else {
             return;
@@ -457,7 +457,7 @@ impl LogStore {
 
     /// Rescans every `interval` until `stop` resolves. An interval of zero
     /// scans once (the list is pinned to startup).
-    pub async fn rescan_every(
+    pub(crate) async fn rescan_every(
         self: Arc<Self>,
         interval: Duration,
         stop: impl std::future::Future<Output = ()>,

@@ -160,7 +160,7 @@ impl<'a> Cursor<'a> {
 }
 
 /// Decodes an index; any damage is an error (the caller rebuilds).
-pub fn decode(bytes: &[u8]) -> Result<Vec<JobSummary>, IndexError> {
+pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<JobSummary>, IndexError> {
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
         return Err(IndexError::Foreign);
     }

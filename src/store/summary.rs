@@ -220,14 +220,14 @@ impl JobSummary {
 
     /// The job's `GET /api/jobs` entry: the scheduler's wire type
     /// (`JobResponse` without plans), serialized from borrowed fields.
-    pub fn entry(&self) -> Bytes {
+    pub(crate) fn entry(&self) -> Bytes {
         let mut out = Vec::with_capacity(160 + self.text.len());
         self.write_entry(&mut out);
         out.into()
     }
 
     /// Appends [`JobSummary::entry`] to `out`.
-    pub fn write_entry(&self, out: &mut Vec<u8>) {
+    pub(crate) fn write_entry(&self, out: &mut Vec<u8>) {
         /// `ballista_api_types::dto::JobResponse` as the list serializes it
         /// (plans absent), field for field.
         #[derive(serde::Serialize)]

@@ -8,7 +8,7 @@ use super::*;
 /// `JobStart` fields and a running count of its progress records, read
 /// incrementally as the file grows.
 #[derive(Debug, Clone, Default)]
-pub struct Unfinished {
+pub(crate) struct Unfinished {
     /// The job.
     pub job_id: Arc<str>,
     /// Its name, from `JobStart`.
@@ -34,7 +34,7 @@ pub struct Unfinished {
 impl Unfinished {
     /// `Running` while the log was written to within `abandoned_after`,
     /// `Abandoned` after that.
-    pub fn state(&self, now: SystemTime, abandoned_after: Duration) -> JobState {
+    pub(crate) fn state(&self, now: SystemTime, abandoned_after: Duration) -> JobState {
         match self.stamp.modified {
             _ if abandoned_after.is_zero() => JobState::Abandoned,
             Some(modified) if modified + abandoned_after < now => JobState::Abandoned,
@@ -43,7 +43,7 @@ impl Unfinished {
     }
 
     /// Filter and sort facts.
-    pub fn facts(&self, state: JobState) -> Facts {
+    pub(crate) fn facts(&self, state: JobState) -> Facts {
         Facts {
             job_id: self.job_id.clone(),
             job_name: self.job_name.clone(),
@@ -58,7 +58,7 @@ impl Unfinished {
     }
 
     /// The long status text of the list entry and `GET /api/job/{id}`.
-    pub fn job_status(&self, state: JobState) -> String {
+    pub(crate) fn job_status(&self, state: JobState) -> String {
         let progress = format!(
             "{} task attempts recorded ({} failed) in {} stages",
             self.tasks,
@@ -82,7 +82,7 @@ impl Unfinished {
     }
 
     /// The job's `GET /api/jobs` entry; with `plans`, its `GET /api/job/{id}`.
-    pub fn response(&self, state: JobState, plans: Option<&JobStart>) -> Bytes {
+    pub(crate) fn response(&self, state: JobState, plans: Option<&JobStart>) -> Bytes {
         let facts = self.facts(state);
         let entry = JobResponse {
             job_id: self.job_id.to_string(),
@@ -101,10 +101,6 @@ impl Unfinished {
         serde_json::to_vec(&entry).unwrap_or_default().into()
     }
 }
-
-/// The longest line of a `.running` log that is read (a `JobStart` with
-/// very long plans); longer lines are skipped.
-pub(super) const MAX_RUNNING_LINE: usize = 64 * 1024 * 1024;
 
 /// Reads the new complete lines of a `.running` log, continuing from
 /// `known` when the file only grew.
@@ -136,27 +132,23 @@ pub(super) fn scan_running(
         Box::new(BufReader::new(file.take(stamp.len - state.scanned)))
     };
     let mut line = Vec::new();
-    loop {
-        line.clear();
-        let n = reader
-            .by_ref()
-            .take(MAX_RUNNING_LINE as u64 + 1)
-            .read_until(b'\n', &mut line)?;
-        if n == 0 || line.last() != Some(&b'\n') {
-            if n > MAX_RUNNING_LINE {
-                // Skip the rest of an overlong line.
-                state.scanned += n as u64;
-                let (rest, ended) = skip_line(&mut reader)?;
-                if !ended {
-                    break;
+    while let Some((found, n)) = read_line(&mut reader, &mut line, MAX_LINE)? {
+        match found {
+            Line::Ended => {}
+            // A line still being written: read again once it is whole.
+            Line::Unended => break,
+            // An overlong line is skipped; one still being written is
+            // skipped as far as it goes.
+            Line::Overlong { ended } => {
+                state.scanned += n;
+                if ended {
+                    continue;
                 }
-                state.scanned += rest;
-                continue;
+                break;
             }
-            break; // a line still being written
         }
         let first = state.scanned == 0;
-        state.scanned += n as u64;
+        state.scanned += n;
         let Ok(env) = serde_json::from_slice::<Envelope>(&line) else {
             if first {
                 return Err(StoreError::Malformed(
