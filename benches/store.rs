@@ -15,6 +15,26 @@ use ballista_scheduler::history::HistoryStore;
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::sync::Arc;
 
+/// The body of `GET path` through a router in process.
+async fn body_of(router: &axum::Router, path: &str) -> bytes::Bytes {
+    use tower::ServiceExt;
+    let request = http::Request::get(path)
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let response = router.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), 200, "{path}");
+    axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap()
+}
+
+/// A body as JSON when it is JSON (so key order and spacing do not count),
+/// else as text.
+fn meaning(body: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(body)
+        .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(body).into()))
+}
+
 fn index(c: &mut Criterion) {
     let mixed = tempfile::tempdir().unwrap();
     corpus::write_corpus(mixed.path(), 2_000, 7, |rng| {
@@ -64,6 +84,22 @@ fn read_one(c: &mut Criterion) {
         ("/job", Resource::Job(PlanFormat::Default)),
         ("/stages", Resource::Stages(PlanFormat::Default)),
     ];
+    // Both sides answer the same before either is timed: upstream's own
+    // history router is the oracle for each route.
+    let upstream_router = ballista_scheduler::history::history_router(Arc::new(
+        HistoryStore::load(dir.path()).unwrap(),
+    ));
+    for (route, payload) in payloads {
+        let path = match route {
+            "/job" => "/api/job/job0000000".to_string(),
+            other => format!("/api/job/job0000000{other}"),
+        };
+        let (mine, theirs) = runtime.block_on(async {
+            let mine = ours.get("job0000000", payload).await.unwrap().unwrap().body;
+            (mine, body_of(&upstream_router, &path).await)
+        });
+        assert_eq!(meaning(&mine), meaning(&theirs), "{route}");
+    }
     for (route, payload) in payloads {
         let mut group = c.benchmark_group(format!("read {route} of a 50,000-task job"));
         group.sample_size(10);
@@ -102,6 +138,22 @@ fn list(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
+    // The same jobs with the same entries, before either side is timed
+    // (upstream lists in hash-set order, so compare by job id).
+    let sorted = |body: bytes::Bytes| {
+        let mut jobs: Vec<serde_json::Value> = serde_json::from_slice(&body).unwrap();
+        jobs.sort_by(|a, b| a["job_id"].as_str().cmp(&b["job_id"].as_str()));
+        jobs
+    };
+    let (mine, theirs) = runtime.block_on(async {
+        (
+            body_of(&ours, "/api/jobs").await,
+            body_of(&upstream, "/api/jobs").await,
+        )
+    });
+    let mine = sorted(mine);
+    assert_eq!(mine.len(), 2_000);
+    assert_eq!(mine, sorted(theirs));
     let mut group = c.benchmark_group("GET /api/jobs, all 2,000 jobs");
     group.sample_size(20);
     for (name, router) in [("ours", ours), ("upstream", upstream)] {

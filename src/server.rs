@@ -218,9 +218,12 @@ struct Recording {
     events_tx: tokio::sync::mpsc::UnboundedSender<JobEvent>,
     events_rx: tokio::sync::mpsc::UnboundedReceiver<JobEvent>,
     metrics: Arc<HistoryMetrics>,
-    /// For an object store: the writer's completed logs, and the
-    /// unfinished logs an earlier run left in the spool.
-    uploads: Option<(tokio::sync::mpsc::UnboundedReceiver<PathBuf>, Vec<PathBuf>)>,
+    /// Each log the writer completes: for a directory, taken into the
+    /// catalog at once; for an object store, uploaded.
+    completed: tokio::sync::mpsc::UnboundedReceiver<PathBuf>,
+    /// For an object store: unfinished logs an earlier run left in the
+    /// spool.
+    orphans: Vec<PathBuf>,
 }
 
 impl Recording {
@@ -240,15 +243,16 @@ impl Recording {
         wc.queue_capacity = options.queue_capacity;
         wc.max_open_files = options.max_open_files;
         wc.compression = options.compression;
-        // Logs for an object store are written to the spool, then uploaded
-        // by the uploader as each one completes. Unfinished logs already
-        // there were left by a run that died: they are uploaded too, to be
-        // listed as abandoned.
-        let uploads = options.remote.as_ref().map(|_| {
-            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-            wc.completed = Some(tx);
-            (rx, running_logs(&options.event_log_dir))
-        });
+        // Each completed log is taken into the catalog at once (a local
+        // directory) or uploaded (an object store: logs are written to the
+        // spool first). Unfinished logs already in a spool were left by a
+        // run that died: they are uploaded too, to be listed as abandoned.
+        let (tx, completed) = tokio::sync::mpsc::unbounded_channel();
+        wc.completed = Some(tx);
+        let orphans = match options.remote {
+            Some(_) => running_logs(&options.event_log_dir),
+            None => Vec::new(),
+        };
         let (writer, thread) = writer::spawn(wc, metrics.clone())?;
         let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
         Ok(Self {
@@ -257,7 +261,8 @@ impl Recording {
             events_tx,
             events_rx,
             metrics,
-            uploads,
+            completed,
+            orphans,
         })
     }
 
@@ -275,19 +280,25 @@ impl Recording {
             thread,
             events_rx,
             metrics,
-            uploads,
+            completed,
+            orphans,
             ..
         } = self;
         let capturer = Capturer::new(api.clone(), writer.clone(), options.redactor.clone());
         background.push(tokio::spawn(capturer.run(events_rx, stop.stopped())));
-        if let (Some(remote), Some((uploads, orphans))) = (&options.remote, uploads) {
-            let (client, prefix) = remote.client();
-            let bucket = Bucket::new(client, prefix, remote.url());
-            let uploader = Uploader::new(bucket, &options.event_log_dir, metrics.clone())
-                .with_orphans(orphans);
-            background.push(tokio::spawn(uploader.run(uploads, stop.stopped())));
-        }
         let store = Arc::new(options.store(metrics.clone()));
+        match &options.remote {
+            Some(remote) => {
+                let (client, prefix) = remote.client();
+                let bucket = Bucket::new(client, prefix, remote.url());
+                let uploader = Uploader::new(bucket, &options.event_log_dir, metrics.clone())
+                    .with_orphans(orphans);
+                background.push(tokio::spawn(uploader.run(completed, stop.stopped())));
+            }
+            None => background.push(tokio::spawn(
+                store.clone().take_in_completed(completed, stop.stopped()),
+            )),
+        }
         background.push(tokio::spawn(
             store
                 .clone()
@@ -374,13 +385,9 @@ pub async fn run_scheduler(
     let (source, tap, writer_parts) = match (&history, recording) {
         (Some(options), Some(recording)) => {
             let (source, tap, parts) = recording.spawn(options, &api, &stop, &mut background);
-            (source, Some(tap), Some(parts))
+            (Some(source), Some(tap), Some(parts))
         }
-        _ => (
-            Arc::new(LiveSource::new(api.clone())) as Arc<dyn JobSource>,
-            None,
-            None,
-        ),
+        _ => (None, None, None),
     };
 
     let router = crate::serving::auth::protect(
@@ -423,7 +430,7 @@ fn live_router(
     >,
     config: &Arc<SchedulerConfig>,
     api: LiveApi,
-    source: Arc<dyn JobSource>,
+    source: Option<Arc<dyn JobSource>>,
     tap: Option<TaskTap>,
 ) -> Router {
     let max_decoding = config.grpc_server_max_decoding_message_size as usize;
@@ -472,16 +479,19 @@ fn live_router(
             }),
         );
 
-    // Unmatched requests fall through: our job routes and health first,
-    // then the scheduler's own REST routes, then gRPC, then a JSON 404.
+    // Unmatched requests fall through: our job routes (when recording) and
+    // health first, then the scheduler's own REST routes, then gRPC, then a
+    // JSON 404. Without a source, every /api answer is the scheduler's own.
     let grpc = grpc.fallback(|| async { ApiError::NotFound });
-    let front = if config.disable_rest_api {
-        health.route(
+    let front = match source {
+        _ if config.disable_rest_api => health.route(
             "/api/{*path}",
-            axum::routing::any(|| async { ApiError::NotFound.into_response() }),
-        )
-    } else {
-        router::job_routes(source).layer(cors(config)).merge(health)
+            axum::routing::any(|| async {
+                ApiError::Missing("REST API has been disabled at startup".into()).into_response()
+            }),
+        ),
+        Some(source) => router::job_routes(source).layer(cors(config)).merge(health),
+        None => health,
     };
     let behind = if config.disable_rest_api {
         grpc

@@ -12,7 +12,8 @@ use ballista_job_history::store::retention::{
 };
 use ballista_job_history::{HistoryOptions, run_history, run_scheduler};
 use ballista_scheduler::config::{Config, SchedulerConfig};
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +22,7 @@ use tracing_subscriber::EnvFilter;
 /// A Ballista scheduler that records every job to JSON Lines event logs and
 /// keeps serving finished jobs from them; or, with `--history-only`, a
 /// server of those logs alone.
-#[derive(Parser, Debug)]
+#[derive(clap::Parser, Debug)]
 #[command(name = "ballista-scheduler", version, about)]
 struct Cli {
     #[command(flatten)]
@@ -37,9 +38,10 @@ struct Cli {
     #[arg(long, default_value_t = 10)]
     update_interval_seconds: u64,
 
-    /// Progress records (finished tasks) that may wait for the writer before
-    /// new ones are dropped and counted. Job start and end records are never
-    /// dropped.
+    /// Progress messages that may wait for the writer before new ones are
+    /// dropped and counted. A message is one executor's report of the tasks
+    /// it finished (one or more task records); job start and end records are
+    /// never dropped.
     #[arg(long, default_value_t = 65_536)]
     event_log_queue_capacity: usize,
 
@@ -159,13 +161,124 @@ impl Cli {
     }
 }
 
+/// Our flags that only act on an event-log directory (`--history-only`
+/// aside, which says so itself).
+const NEED_EVENT_LOG_DIR: &[&str] = &[
+    "update_interval_seconds",
+    "event_log_queue_capacity",
+    "event_log_max_open_files",
+    "event_log_redact_pattern",
+    "abandoned_after_seconds",
+    "event_log_compression",
+    "retain_max_age",
+    "retain_max_jobs",
+    "retain_max_bytes",
+    "retain_interval",
+    "retain_dry_run",
+    "orphan_grace",
+    "history_index",
+    "no_history_index",
+    "api_token_file",
+    "event_log_spool",
+    "object_store_endpoint",
+    "object_store_region",
+    "object_store_allow_http",
+    "object_store_timeout",
+];
+
+/// Flags of the recording half, which a `--history-only` server lacks.
+const RECORDING_ONLY: &[&str] = &[
+    "event_log_queue_capacity",
+    "event_log_max_open_files",
+    "event_log_redact_pattern",
+    "event_log_compression",
+];
+
+/// Flags of the object-store half.
+const OBJECT_STORE_ONLY: &[&str] = &[
+    "event_log_spool",
+    "object_store_endpoint",
+    "object_store_region",
+    "object_store_allow_http",
+    "object_store_timeout",
+];
+
+/// Whether the user gave a flag, rather than its default applying.
+fn given(matches: &ArgMatches, id: &str) -> bool {
+    matches!(
+        matches.value_source(id),
+        Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+    )
+}
+
+/// `--some-flag` for the argument id `some_flag`.
+fn flag(id: &str) -> String {
+    format!("--{}", id.replace('_', "-"))
+}
+
+/// Refuses a flag that would do nothing in the mode asked for, naming it
+/// and the fix: every flag either works or stops startup.
+fn refuse_idle_flags(cli: &Cli, matches: &ArgMatches, remote: bool) -> Result<(), String> {
+    let first = |ids: &[&'static str]| -> Option<&'static str> {
+        ids.iter().copied().find(|id| given(matches, id))
+    };
+    if cli.upstream.event_log_dir.is_none() {
+        if let Some(id) = first(NEED_EVENT_LOG_DIR) {
+            return Err(format!(
+                "{} does nothing without --event-log-dir DIR: add --event-log-dir, or drop {}",
+                flag(id),
+                flag(id)
+            ));
+        }
+        return Ok(());
+    }
+    if cli.history_only
+        && let Some(id) = first(RECORDING_ONLY)
+    {
+        return Err(format!(
+            "{} sets how jobs are recorded, and a --history-only server records none: drop {}",
+            flag(id),
+            flag(id)
+        ));
+    }
+    if !remote && let Some(id) = first(OBJECT_STORE_ONLY) {
+        return Err(format!(
+            "{} needs an object-store --event-log-dir (s3://, gs:// or az://): drop {} for a \
+             local directory",
+            flag(id),
+            flag(id)
+        ));
+    }
+    if remote && given(matches, "abandoned_after_seconds") {
+        return Err(
+            "--abandoned-after-seconds applies to local directories: in an object store \
+                    an unfinished log is a stopped scheduler's leftover and is listed as abandoned \
+                    at once; drop --abandoned-after-seconds"
+                .into(),
+        );
+    }
+    if cli.retention().is_none()
+        && let Some(id) = first(&["retain_dry_run", "retain_interval"])
+    {
+        return Err(format!(
+            "{} needs the cleaner, which runs only with a limit: add --retain-max-age, \
+             --retain-max-jobs, --retain-max-bytes or --orphan-grace, or drop {}",
+            flag(id),
+            flag(id)
+        ));
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_stack_size(32 * 1024 * 1024)
         .build()
         .expect("a Tokio runtime");
-    match runtime.block_on(run(Cli::parse())) {
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    match runtime.block_on(run(cli, &matches)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ballista-scheduler: {e}");
@@ -216,22 +329,11 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
-async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+async fn run(cli: Cli, matches: &ArgMatches) -> Result<(), Box<dyn std::error::Error>> {
     init_logging(&cli.upstream);
     let redactor = Redactor::new(&cli.event_log_redact_pattern)
         .map_err(|e| format!("--event-log-redact-pattern: {e}"))?;
     let retention = cli.retention();
-    if cli.upstream.event_log_dir.is_none()
-        && (retention.is_some()
-            || cli.event_log_compression != CompressionArg::None
-            || cli.api_token_file.is_some())
-    {
-        return Err(
-            "--retain-*, --orphan-grace, --event-log-compression and --api-token-file need \
-                    --event-log-dir DIR"
-                .into(),
-        );
-    }
     let api_token = cli
         .api_token_file
         .as_deref()
@@ -249,18 +351,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         .as_deref()
         .map(|dir| EventLogDir::parse(dir, &remote_options))
         .transpose()?;
-    if !matches!(dir, Some(EventLogDir::Remote(_)))
-        && (cli.event_log_spool.is_some()
-            || cli.object_store_endpoint.is_some()
-            || cli.object_store_region.is_some()
-            || cli.object_store_allow_http)
-    {
-        return Err(
-            "--event-log-spool and --object-store-* need an object-store --event-log-dir \
-             (s3://, gs:// or az://)"
-                .into(),
-        );
-    }
+    refuse_idle_flags(&cli, matches, matches!(dir, Some(EventLogDir::Remote(_))))?;
     let history = dir.map(|dir| {
         let mut options = match dir {
             EventLogDir::Local(path) => HistoryOptions::new(path),

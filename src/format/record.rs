@@ -529,15 +529,22 @@ mod tests {
         assert!(matches!(Variant::diff("{}", "{}", "k"), Variant::Same));
     }
 
+    /// The oracle is upstream's own type: each status serializes to the
+    /// bytes upstream's does, and each reads back from them.
     #[test]
     fn job_end_status_serializes_as_upstream_does() {
-        assert_eq!(
-            serde_json::to_string(&JobEndStatus::Failed("boom".into())).unwrap(),
-            r#"{"Failed":"boom"}"#
-        );
-        assert_eq!(
-            serde_json::to_string(&JobEndStatus::Succeeded).unwrap(),
-            r#""Succeeded""#
-        );
+        use ballista_history::event::JobEndStatus as Upstream;
+        for (ours, theirs) in [
+            (JobEndStatus::Succeeded, Upstream::Succeeded),
+            (
+                JobEndStatus::Failed("boom \"quoted\"".into()),
+                Upstream::Failed("boom \"quoted\"".into()),
+            ),
+            (JobEndStatus::Cancelled, Upstream::Cancelled),
+        ] {
+            let bytes = serde_json::to_string(&theirs).unwrap();
+            assert_eq!(serde_json::to_string(&ours).unwrap(), bytes);
+            assert_eq!(serde_json::from_str::<JobEndStatus>(&bytes).unwrap(), ours);
+        }
     }
 }

@@ -118,7 +118,14 @@ impl Capturer {
                 queued_at,
                 submitted_at,
             } => {
-                let start = self.job_start(&job_id, queued_at, submitted_at).await;
+                let (start, secrets) = self.job_start(&job_id, queued_at, submitted_at).await;
+                if !secrets.is_empty() {
+                    // Before the start, so every task line is scrubbed.
+                    self.writer.send(WriterMsg::Secrets {
+                        job_id: job_id.clone(),
+                        values: secrets,
+                    });
+                }
                 self.writer.send(WriterMsg::Start(start));
             }
             JobEvent::Ended {
@@ -133,7 +140,13 @@ impl Capturer {
         }
     }
 
-    async fn job_start(&self, job_id: &str, queued_at: u64, submitted_at: u64) -> JobStart {
+    /// The job's `JobStart`, and the values of its secret settings.
+    async fn job_start(
+        &self,
+        job_id: &str,
+        queued_at: u64,
+        submitted_at: u64,
+    ) -> (JobStart, Vec<String>) {
         let answer = self.api.get(&job_path(job_id, "")).await;
         let secrets = self.secrets(job_id).await;
         let answer_text = answer.text().map(|t| self.redactor.scrub(t, &secrets));
@@ -152,7 +165,7 @@ impl Capturer {
             start.logical_plan = plans.logical_plan;
             start.physical_plan = plans.physical_plan;
         }
-        start
+        (start, secrets)
     }
 
     /// Waits for the terminal status, then renders every response.
@@ -162,12 +175,16 @@ impl Capturer {
             Some(job_status::Status::Failed(f)) => Some(f.error.clone()),
             _ => None,
         });
+        let secrets = self.secrets(job_id).await;
         let end_status = match ending {
             Ending::Completed => JobEndStatus::Succeeded,
             Ending::Cancelled => JobEndStatus::Cancelled,
-            Ending::Failed => JobEndStatus::Failed(failure.unwrap_or_default()),
+            // A failure message can quote a secret (a connector echoing a
+            // credential, an object-store URL with a key).
+            Ending::Failed => {
+                JobEndStatus::Failed(self.redactor.scrub(&failure.unwrap_or_default(), &secrets))
+            }
         };
-        let secrets = self.secrets(job_id).await;
         let mut responses = Responses::default();
         let (job_bytes, index) = self
             .render_job(job_id, status.as_ref(), &secrets, &mut responses)

@@ -27,6 +27,7 @@ use crate::format::name::{
 };
 use crate::format::record::{self, Footer, JobEnd, JobStart, TaskEnd, kind};
 use crate::metrics::HistoryMetrics;
+use crate::recording::redact::scrub;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -66,8 +67,9 @@ pub struct WriterConfig {
     pub flush_interval: Duration,
     /// Plain or zstd.
     pub compression: Compression,
-    /// Told the path of each log once it is complete and durable (the
-    /// uploader of an object-store directory listens here).
+    /// Told the path of each log once it is complete and durable: the
+    /// store takes it in at once (a local directory), or the uploader puts
+    /// it (an object store).
     pub completed: Option<tokio::sync::mpsc::UnboundedSender<PathBuf>>,
 }
 
@@ -92,6 +94,15 @@ pub enum WriterMsg {
     /// The job's `JobStart`. Records that arrive before it are held back, so
     /// it is always the first line.
     Start(JobStart),
+    /// The values of the job's secret session settings, scrubbed from
+    /// every task line written for it. Sent before `Start`, so every task
+    /// line (held until `Start`) is scrubbed.
+    Secrets {
+        /// The job.
+        job_id: String,
+        /// The values.
+        values: Vec<String>,
+    },
     /// Finished tasks of one job.
     Tasks {
         /// The job.
@@ -252,10 +263,25 @@ struct OpenJob {
     started: bool,
     /// Lines that arrived before `JobStart`.
     held: Vec<Vec<u8>>,
+    /// The values of the job's secret settings, scrubbed from its task
+    /// lines (a failure message can quote one).
+    secrets: Vec<String>,
     /// Set after a write error: the job's log is abandoned.
     broken: bool,
     last_used: u64,
     dirty: bool,
+}
+
+/// A task line with the job's secrets scrubbed (the line itself when there
+/// are none, or none occurs).
+fn scrubbed(line: Vec<u8>, secrets: &[String]) -> Vec<u8> {
+    if secrets.is_empty() {
+        return line;
+    }
+    match String::from_utf8(line) {
+        Ok(text) => scrub(&text, secrets).into_bytes(),
+        Err(e) => e.into_bytes(),
+    }
 }
 
 /// Progress lines held per job while its `JobStart` is pending.
@@ -357,6 +383,11 @@ impl Writer {
     fn handle(&mut self, msg: WriterMsg) {
         match msg {
             WriterMsg::Start(start) => self.start(start),
+            WriterMsg::Secrets { job_id, values } => {
+                if !self.finished.contains(&job_id) {
+                    self.job(&job_id).secrets = values;
+                }
+            }
             WriterMsg::Tasks { job_id, tasks } => {
                 if self.finished.contains(&job_id) {
                     return;
@@ -377,6 +408,7 @@ impl Writer {
                     return;
                 }
                 for line in lines {
+                    let line = scrubbed(line, &self.job(&job_id).secrets);
                     self.append(&job_id, &line);
                 }
             }
@@ -403,6 +435,7 @@ impl Writer {
             len: 0,
             started: false,
             held: Vec::new(),
+            secrets: Vec::new(),
             broken: false,
             last_used: 0,
             dirty: false,
@@ -423,6 +456,7 @@ impl Writer {
                 self.append(&job_id, &line);
                 let held = std::mem::take(&mut self.job(&job_id).held);
                 for line in held {
+                    let line = scrubbed(line, &self.job(&job_id).secrets);
                     self.append(&job_id, &line);
                 }
             }
@@ -891,12 +925,25 @@ mod tests {
             rx.recv().unwrap();
         };
         let rss_before = rss_kib();
+        // Descriptors on the directory, sampled all along by a thread of
+        // its own until the writer is done, not at a few chosen moments.
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = {
+            let (done, dir) = (done.clone(), dir.path().to_path_buf());
+            std::thread::spawn(move || {
+                let (mut peak, mut samples) = (0, 0u64);
+                while !done.load(Ordering::Acquire) {
+                    peak = peak.max(fds_under(&dir));
+                    samples += 1;
+                }
+                (peak, samples)
+            })
+        };
         // Every job starts before any ends: 5,000 logs open at once.
         for j in 0..JOBS {
             handle.send(WriterMsg::Start(start(&format!("job{j}"))));
         }
         flush(&handle);
-        let mut peak_fds = fds_under(dir.path());
         for round in 0..4 {
             for j in 0..JOBS {
                 handle.send(WriterMsg::Tasks {
@@ -905,7 +952,6 @@ mod tests {
                 });
             }
             flush(&handle);
-            peak_fds = peak_fds.max(fds_under(dir.path()));
         }
         let running = std::fs::read_dir(dir.path()).unwrap().count();
         assert_eq!(running, JOBS, "one .running log per job");
@@ -921,6 +967,9 @@ mod tests {
         }
         drop(handle);
         thread.join().unwrap();
+        done.store(true, Ordering::Release);
+        let (peak_fds, samples) = sampler.join().unwrap();
+        assert!(samples > 100, "only {samples} samples of the descriptors");
         assert!(peak_fds <= 256, "{peak_fds} descriptors open at once");
         assert!(rss_growth_mib < 64, "memory grew by {rss_growth_mib} MiB");
         assert_eq!(metrics.write_errors.get(), 0);

@@ -66,6 +66,9 @@ pub(crate) const TOTAL_COUNT_HEADER: &str = "x-total-count";
 /// Header with the cursor of the next page (`after=` its value), present
 /// when more jobs follow.
 pub(crate) const NEXT_AFTER_HEADER: &str = "x-next-after";
+/// Header naming the `GET /api/jobs` parameters that were ignored because
+/// this server does not know them (an old client's, or a misspelt one).
+pub(crate) const IGNORED_PARAMS_HEADER: &str = "x-ballista-ignored-params";
 
 type Pairs = Query<Vec<(String, String)>>;
 
@@ -102,6 +105,11 @@ async fn list_jobs(
         && let Ok(value) = http::HeaderValue::from_str(last.facts.job_id())
     {
         headers.insert(NEXT_AFTER_HEADER, value);
+    }
+    if !query.ignored.is_empty()
+        && let Ok(value) = http::HeaderValue::from_str(&query.ignored.join(","))
+    {
+        headers.insert(IGNORED_PARAMS_HEADER, value);
     }
     Ok(response)
 }

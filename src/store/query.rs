@@ -217,6 +217,8 @@ pub struct ListQuery {
     pub sort: Sort,
     /// Sort direction; `None` is the default for the key.
     pub order: Option<Order>,
+    /// Parameters given that this query does not know, ignored.
+    pub ignored: Vec<String>,
 }
 
 /// A `GET /api/jobs` parameter with a value it does not accept; the message
@@ -258,27 +260,10 @@ fn parse_bool(param: &str, value: &str) -> Result<bool, BadParam> {
     }
 }
 
-/// The names of every `GET /api/jobs` parameter.
-pub(crate) const PARAMS: &[&str] = &[
-    "limit",
-    "offset",
-    "after",
-    "status",
-    "include_unfinished",
-    "name",
-    "started_after",
-    "started_before",
-    "ended_after",
-    "ended_before",
-    "min_duration_ms",
-    "sort",
-    "order",
-];
-
 impl ListQuery {
-    /// Parses a query string (already split into pairs). Unknown
-    /// parameters are a 400 too, so a typo does not silently list
-    /// everything.
+    /// Parses a query string (already split into pairs). A known parameter
+    /// with a bad value is a [`BadParam`]; an unknown one is ignored and
+    /// named in [`ListQuery::ignored`].
     pub fn parse(pairs: &[(String, String)]) -> Result<Self, BadParam> {
         let mut q = ListQuery::default();
         for (key, value) in pairs {
@@ -353,11 +338,13 @@ impl ListQuery {
                         _ => return Err(bad("order", "asc or desc", value)),
                     })
                 }
+                // Upstream's route ignores parameters it does not know; so
+                // does this one, and names them (a misspelt filter then
+                // shows in the answer's headers, not as a wrong list).
                 other => {
-                    return Err(BadParam(format!(
-                        "unknown parameter `{other}`: /api/jobs accepts {}",
-                        PARAMS.join(", ")
-                    )));
+                    if !q.ignored.iter().any(|i| i == other) {
+                        q.ignored.push(other.to_string());
+                    }
                 }
             }
         }
@@ -593,10 +580,21 @@ mod tests {
             ("started_after=yesterday", "started_after"),
             ("min_duration_ms=1.5", "min_duration_ms"),
             ("include_unfinished=maybe", "include_unfinished"),
-            ("limt=5", "limt"),
         ] {
             let err = ListQuery::parse(&pairs(query)).unwrap_err().to_string();
             assert!(err.contains(&format!("`{param}`")), "{query}: {err}");
         }
+    }
+
+    /// Upstream ignores parameters it does not know, so an old client's
+    /// `?foo=1` must not break; the ignored ones are named, once each.
+    #[test]
+    fn unknown_parameters_are_ignored_and_named() {
+        let q = ListQuery::parse(&pairs("limt=5&limit=2&foo=1&limt=6")).unwrap();
+        assert_eq!(q.ignored, ["limt", "foo"]);
+        assert_eq!(q.limit, Some(2));
+        let plain = ListQuery::parse(&pairs("limit=2")).unwrap();
+        let (got, want) = (q.select(sample(), None), plain.select(sample(), None));
+        assert_eq!(ids(&got), ids(&want));
     }
 }

@@ -445,6 +445,19 @@ mod tests {
         assert!(inputs.len() > 40);
         let query = ListQuery::parse(&[("include_unfinished".into(), "true".into())]).unwrap();
         let mut compared = 0;
+        let mut served = 0;
+        // A read's result to compare: the value, or which error (both
+        // sides failing alike is equal; failing differently is not).
+        fn outcome<T: std::fmt::Debug>(r: Result<T, crate::store::StoreError>) -> String {
+            use crate::store::StoreError::*;
+            match r {
+                Ok(v) => format!("ok {v:?}"),
+                Err(Io(e)) => format!("io error {:?}", e.kind()),
+                Err(NewerSchema { found }) => format!("newer schema {found}"),
+                Err(Malformed(_)) => "malformed".into(),
+                Err(NoTerminalRecord) => "no terminal record".into(),
+            }
+        }
         for input in &inputs {
             let data = std::fs::read(input).unwrap();
             for name in ["x.eventlog", "x.eventlog.zst", "x.eventlog.running"] {
@@ -480,13 +493,14 @@ mod tests {
                         &[payload::JOB, payload::STAGES, payload::CONFIG][..],
                         &[payload::DOT, payload::RESPONSES],
                     ] {
-                        assert_eq!(
-                            local.read_payloads(&id, names).ok(),
-                            remote.read_payloads(&id, names).ok(),
-                            "{what}: {names:?}"
+                        let (a, b) = (
+                            outcome(local.read_payloads(&id, names)),
+                            outcome(remote.read_payloads(&id, names)),
                         );
+                        served += a.starts_with("ok") as usize;
+                        assert_eq!(a, b, "{what}: {names:?}");
                     }
-                    let end = |s: &LogStore| s.read_job_end(&id).ok().map(|e| format!("{e:?}"));
+                    let end = |s: &LogStore| outcome(s.read_job_end(&id));
                     assert_eq!(end(&local), end(&remote), "{what}: JobEnd");
                     let header = JobHeader {
                         job_id: id.clone(),
@@ -496,9 +510,14 @@ mod tests {
                         dropped_records: Some(0),
                     };
                     let timeline = |s: &LogStore| {
-                        read_timeline(s.log_of(&id).unwrap(), &header, TimelineParams::default())
-                            .ok()
-                            .map(|t| serde_json::to_string(&t).unwrap())
+                        outcome(
+                            read_timeline(
+                                s.log_of(&id).unwrap(),
+                                &header,
+                                TimelineParams::default(),
+                            )
+                            .map(|t| serde_json::to_string(&t).unwrap()),
+                        )
                     };
                     assert_eq!(timeline(&local), timeline(&remote), "{what}: timeline");
                     compared += 1;
@@ -506,6 +525,7 @@ mod tests {
             }
         }
         assert!(compared > 10, "only {compared} jobs were listed");
+        assert!(served > 10, "only {served} reads succeeded");
     }
 
     /// The cleaner over a bucket: completed objects by the limits, and an

@@ -344,32 +344,7 @@ impl LogStore {
     /// the new lines of a `.running` one.
     fn read_new(&self, pass: &Pass) -> Vec<Result<Found, StoreError>> {
         let read_one = |(name, stamp): &(String, Stamp)| {
-            let LogName {
-                stem,
-                running,
-                zstd,
-            } = LogName::parse(name).expect("a log name");
-            let path = self.log(name, stamp.len);
-            if running {
-                scan_running(
-                    &path,
-                    stem,
-                    name,
-                    *stamp,
-                    zstd,
-                    pass.known_unfinished.get(&**name),
-                )
-                .map(Found::Unfinished)
-            } else {
-                read_summary(&path).map(|summary| {
-                    let id = if summary.index.job_id.is_empty() {
-                        stem.to_string()
-                    } else {
-                        summary.index.job_id.clone()
-                    };
-                    Found::Completed(JobSummary::new(summary, &id, name, *stamp))
-                })
-            }
+            self.read_log(name, *stamp, pass.known_unfinished.get(&**name))
         };
         // An object store answers each read in milliseconds, not
         // microseconds: new objects are read many at a time.
@@ -378,6 +353,96 @@ impl LogStore {
         } else {
             pass.to_read.iter().map(read_one).collect()
         }
+    }
+
+    /// Reads one log: a completed log's summary, or the new lines of a
+    /// `.running` one (after `known`, what an earlier pass read of it).
+    fn read_log(
+        &self,
+        name: &str,
+        stamp: Stamp,
+        known: Option<&Unfinished>,
+    ) -> Result<Found, StoreError> {
+        let LogName {
+            stem,
+            running,
+            zstd,
+        } = LogName::parse(name).expect("a log name");
+        let path = self.log(name, stamp.len);
+        if running {
+            scan_running(&path, stem, name, stamp, zstd, known).map(Found::Unfinished)
+        } else {
+            read_summary(&path).map(|summary| {
+                let id = if summary.index.job_id.is_empty() {
+                    stem.to_string()
+                } else {
+                    summary.index.job_id.clone()
+                };
+                Found::Completed(JobSummary::new(summary, &id, name, stamp))
+            })
+        }
+    }
+
+    /// Takes a log this process just completed into the catalog at once,
+    /// without waiting for the next rescan (which is for logs other
+    /// processes write): its job is listed and served from the moment its
+    /// log is complete, however soon the scheduler forgets it. `path` is
+    /// the completed log in this store's directory.
+    pub(crate) fn take_in_log(&self, path: &Path) {
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            return;
+        };
+        if self.remote.is_some() || LogName::parse(name).is_none_or(|n| n.running) {
+            return;
+        }
+        let stamp = match std::fs::metadata(path) {
+            Ok(meta) => Stamp::of(&meta),
+            Err(e) => {
+                log::warn!("history: cannot index the completed log {name}: {e}");
+                return;
+            }
+        };
+        match self.read_log(name, stamp, None) {
+            Ok(Found::Completed(summary)) => {
+                let mut catalog = self.catalog.write();
+                catalog.unfinished.remove(summary.job_id());
+                catalog.insert(summary);
+                self.dirty.store(true, Ordering::Release);
+            }
+            Ok(Found::Unfinished(_)) => {}
+            Err(e) => log::warn!("history: cannot index the completed log {name}: {e}"),
+        }
+    }
+
+    /// Takes in each log the local writer completes (see
+    /// [`LogStore::take_in_log`]) until `stop` resolves.
+    pub(crate) async fn take_in_completed(
+        self: Arc<Self>,
+        mut completed: tokio::sync::mpsc::UnboundedReceiver<PathBuf>,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::pin!(stop);
+        loop {
+            let path = tokio::select! {
+                _ = &mut stop => return,
+                path = completed.recv() => match path {
+                    Some(path) => path,
+                    None => return,
+                },
+            };
+            let this = self.clone();
+            let _ = tokio::task::spawn_blocking(move || this.take_in_log(&path)).await;
+        }
+    }
+
+    /// Whether a completed job's log is in the directory now, unchanged: a
+    /// job taken in after a pass listed the directory is not gone because
+    /// that listing missed it (a file of its name that changed since is
+    /// another log).
+    fn still_there(&self, job: &JobSummary) -> bool {
+        self.remote.is_none()
+            && std::fs::metadata(self.dir.join(&*job.file_name()))
+                .is_ok_and(|meta| meta.is_file() && Stamp::of(&meta) == job.stamp())
     }
 
     /// Brings the catalog in line with a pass: what was read goes in, what
@@ -422,6 +487,11 @@ impl LogStore {
             .filter(|j| !pass.seen.contains(*j) && !reread.contains(j.0.job_id()))
             .map(|j| j.0.clone())
             .collect();
+        // A log the writer completed after this pass listed the directory
+        // was taken in by `take_in_log` meanwhile: not gone, though the
+        // listing missed it. A stat of each missing log tells (few are).
+        let gone: Vec<Arc<JobSummary>> =
+            gone.into_iter().filter(|j| !self.still_there(j)).collect();
         drop(reread);
         report.removed = gone.len();
         if !gone.is_empty() {

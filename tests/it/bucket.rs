@@ -42,7 +42,10 @@ impl Moto {
                 std::env::var_os("BALLISTA_JOB_HISTORY_REQUIRE_S3").is_none(),
                 "moto is not installed: python3 -m pip install 'moto[server]'"
             );
-            eprintln!("SKIPPED: moto is not installed (python3 -m pip install 'moto[server]')");
+            skip(
+                "the S3 tests",
+                "moto is not installed (python3 -m pip install 'moto[server]')",
+            );
             return None;
         }
         let port = free_port();
@@ -608,7 +611,10 @@ impl Azurite {
                 "azurite or its client is missing: npm install -g azurite; \
                  python3 -m pip install azure-storage-blob"
             );
-            eprintln!("SKIPPED: azurite (npm) or azure-storage-blob (PyPI) is not installed");
+            skip(
+                "the Azure test",
+                "azurite (npm install -g azurite) or azure-storage-blob (PyPI) is not installed",
+            );
             return None;
         }
         let data = tempfile::tempdir().unwrap();

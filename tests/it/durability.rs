@@ -55,8 +55,9 @@ async fn a_completed_name_is_never_visible_before_its_data_is_durable() {
         .output()
         .is_ok_and(|o| o.status.success())
     {
-        eprintln!(
-            "SKIPPED a_completed_name_is_never_visible_before_its_data_is_durable: strace is not installed"
+        skip(
+            "a_completed_name_is_never_visible_before_its_data_is_durable",
+            "strace is not installed (apt-get install strace)",
         );
         return;
     }
@@ -162,21 +163,36 @@ async fn a_completed_name_is_never_visible_before_its_data_is_durable() {
                 .rev()
                 .find(|&j| is(j, &["write", "writev", "pwrite64", "pwritev"]))
                 .unwrap_or_else(|| panic!("no write to {from} in this thread before its rename"));
+            let synced = (0..i)
+                .rev()
+                .find(|&j| is(j, &["fsync", "fdatasync"]) && calls[j].result == Some(0))
+                .unwrap_or_else(|| panic!("{from} was never fsynced before its rename"));
             assert!(
-                (last_write..i)
-                    .any(|j| is(j, &["fsync", "fdatasync"]) && calls[j].result == Some(0)),
+                synced > last_write,
                 "{to} was named before {from} was fsynced after its last write"
             );
-            // No write to the file from any thread after the fsync.
-            let dir_synced = (i..calls.len()).any(|j| {
+            // Nothing touched the file's data between that fsync and the
+            // rename.
+            assert!(
+                !(synced..i)
+                    .any(|j| is(j, &["write", "writev", "pwrite64", "pwritev", "ftruncate"])),
+                "{from} was written after its fsync and before its rename"
+            );
+            // The directory is fsynced after this rename and before the
+            // writer names the next log: this job's entry, not a later one's.
+            let next_rename = (i + 1..calls.len())
+                .find(|&j| calls[j].name.starts_with("rename") && calls[j].result == Some(0))
+                .unwrap_or(calls.len());
+            let dir_synced = (i..next_rename).any(|j| {
                 calls[j].name == "fsync"
+                    && calls[j].result == Some(0)
                     && named[j]
                         .as_deref()
                         .is_some_and(|p| p.trim_end_matches('/') == dir)
             });
             assert!(
                 dir_synced,
-                "the directory was not fsynced after naming {to}"
+                "the directory was not fsynced after naming {to} and before the next rename"
             );
             checked += 1;
         }

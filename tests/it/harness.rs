@@ -172,9 +172,18 @@ impl Proc {
 
     /// SIGTERM, and wait for a clean exit.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
-        let _ = Command::new("kill")
+        // `kill` is procps' (Debian: procps); without it the wait below
+        // would block for ever, so its failure fails the test.
+        let sent = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
+        match sent {
+            Ok(status) if status.success() => {}
+            other => {
+                self.kill();
+                panic!("cannot send SIGTERM with `kill` (install procps): {other:?}");
+            }
+        }
         self.child.wait().unwrap()
     }
 }
@@ -460,4 +469,18 @@ pub fn assert_whole(lines: &[String]) {
     let kinds = kinds(lines);
     assert_eq!(kinds.first().map(String::as_str), Some("JobStart"));
     assert_eq!(&kinds[kinds.len() - 2..], ["JobEnd", "Footer"]);
+}
+
+/// The variable CI sets so that no test skips: with it, a test whose tool
+/// is missing fails instead.
+pub const NO_SKIPS: &str = "BALLISTA_JOB_HISTORY_NO_SKIPS";
+
+/// Skips `test` for want of a tool (`why` says which, and how to install
+/// it), or fails it when [`NO_SKIPS`] is set.
+pub fn skip(test: &str, why: &str) {
+    assert!(
+        std::env::var_os(NO_SKIPS).is_none(),
+        "{test} cannot run: {why} ({NO_SKIPS} is set, so this is a failure, not a skip)"
+    );
+    eprintln!("SKIPPED {test}: {why}");
 }

@@ -131,3 +131,57 @@ async fn without_an_event_log_dir_nothing_is_recorded_or_remembered() {
         "only the data file"
     );
 }
+
+/// Regression: a scheduler whose cleanup came before its next rescan
+/// listed none of its finished jobs, and answered 404 for them, until that
+/// rescan. The writer now hands each completed log to the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_finished_job_is_listed_and_served_at_every_moment_after_cleanup() {
+    let flags = [
+        "--finished-job-state-clean-up-interval-seconds",
+        "1",
+        "--update-interval-seconds",
+        "3600",
+    ];
+    let Cluster {
+        tmp: _tmp,
+        logs: _logs,
+        data: _data,
+        sched,
+        ctx,
+    } = Cluster::start(&flags).await;
+    let mut finished = Vec::new();
+    for sql in [
+        "SELECT count(*) FROM t",
+        "SELECT k, sum(v) FROM t GROUP BY k",
+    ] {
+        let (job_id, result) = run_job(&sched, &ctx, sql).await;
+        assert!(result.is_ok());
+        finished.push(job_id);
+    }
+    // From the moment the clients saw the jobs finish, through the
+    // scheduler forgetting them, until each has been served from its log
+    // on many consecutive checks: listed and served every time.
+    let mut from_log_in_a_row = 0;
+    let start = std::time::Instant::now();
+    while from_log_in_a_row < 20 {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the scheduler never forgot the jobs"
+        );
+        let listed = job_ids(&sched).await;
+        let mut all_from_log = true;
+        for job_id in &finished {
+            assert!(listed.contains(job_id), "{job_id} missing from {listed:?}");
+            let served = from_log(&sched.url(&format!("/api/job/{job_id}"))).await;
+            assert!(served.is_some(), "{job_id} not served");
+            all_from_log &= served == Some(true);
+        }
+        from_log_in_a_row = if all_from_log {
+            from_log_in_a_row + 1
+        } else {
+            0
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

@@ -183,6 +183,32 @@ async fn every_job_is_recorded_with_its_live_responses() {
     let (secret_id, result) = run_job(&sched, &secret_ctx, "SELECT count(*) FROM t").await;
     assert_eq!(result, Ok(1));
     let secret_lines = completed_log(&logs, &secret_id).await;
+    // A job of that session failing on the executors with a message that
+    // quotes the secret: its task failures and its own failure message are
+    // written scrubbed.
+    let quoting = format!("SELECT CAST(concat(s, '{SECRET}') AS INT) FROM t");
+    let (failed_id, result) = run_job(&sched, &secret_ctx, &quoting).await;
+    assert!(result.is_err(), "the cast fails");
+    let failed_lines = completed_log(&logs, &failed_id).await;
+    assert!(job_end(&failed_lines)["status"]["Failed"].is_string());
+    let records: Vec<serde_json::Value> = failed_lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let failures: Vec<&serde_json::Value> = records
+        .iter()
+        .filter(|l| l["ev"] == "TaskEnd" && l["data"]["status"]["Failed"].is_object())
+        .collect();
+    assert!(!failures.is_empty(), "the executors' failures are recorded");
+    for failure in failures {
+        let error = failure["data"]["status"]["Failed"]["error"]
+            .as_str()
+            .unwrap();
+        assert!(
+            error.contains(ballista_job_history::recording::redact::REDACTED),
+            "{error}"
+        );
+    }
     // No secret reached the disk, in any file.
     for entry in std::fs::read_dir(&logs).unwrap() {
         let bytes = std::fs::read(entry.unwrap().path()).unwrap();

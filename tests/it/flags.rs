@@ -1,0 +1,96 @@
+//! Every flag either works or stops startup with a message that names it
+//! and the fix: none is accepted only to do nothing.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs the binary with `args`; it must exit (within a deadline) with a
+/// failure, and its stderr must contain each of `says`.
+fn refused(args: &[&str], says: &[&str]) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ballista-scheduler"))
+        .args(["--bind-host", "127.0.0.1", "--bind-port", "0"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?} was accepted: the process is still running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{args:?}");
+    for s in says {
+        assert!(err.contains(s), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn flags_that_would_do_nothing_are_refused_with_the_fix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    // Without --event-log-dir, none of ours has anything to act on.
+    for (flag, value) in [
+        ("--retain-interval", Some("1h")),
+        ("--retain-dry-run", None),
+        ("--history-index", Some("/tmp/x.index")),
+        ("--no-history-index", None),
+        ("--abandoned-after-seconds", Some("60")),
+        ("--event-log-queue-capacity", Some("10")),
+        ("--event-log-max-open-files", Some("10")),
+        ("--update-interval-seconds", Some("5")),
+        ("--retain-max-jobs", Some("5")),
+        ("--event-log-compression", Some("zstd")),
+        ("--object-store-timeout", Some("5s")),
+    ] {
+        let mut args = vec![flag];
+        args.extend(value);
+        refused(&args, &[flag, "--event-log-dir"]);
+    }
+    // The cleaner runs only with a limit: a dry run or an interval alone
+    // would run nothing.
+    for flag in ["--retain-dry-run", "--retain-interval=1h"] {
+        let name = flag.split('=').next().unwrap();
+        refused(
+            &["--event-log-dir", dir, flag],
+            &[name, "--retain-max-jobs"],
+        );
+    }
+    // A history-only server records nothing.
+    for (flag, value) in [
+        ("--event-log-queue-capacity", "10"),
+        ("--event-log-max-open-files", "10"),
+        ("--event-log-compression", "zstd"),
+        ("--event-log-redact-pattern", "key"),
+    ] {
+        refused(
+            &["--history-only", "--event-log-dir", dir, flag, value],
+            &[flag, "--history-only"],
+        );
+    }
+    // Object-store flags on a local directory.
+    refused(
+        &["--event-log-dir", dir, "--object-store-timeout", "5s"],
+        &["--object-store-timeout", "s3://"],
+    );
+    // Unfinished objects are leftovers at once: the age rule has no effect.
+    refused(
+        &[
+            "--history-only",
+            "--event-log-dir",
+            "s3://bucket/prefix",
+            "--abandoned-after-seconds",
+            "60",
+        ],
+        &["--abandoned-after-seconds", "local directories"],
+    );
+}
