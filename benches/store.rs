@@ -225,5 +225,84 @@ fn compressed(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, index, read_one, list, compressed);
+/// Logs written by upstream's scheduler (no footer, so every read takes the
+/// fallback path: the last line, found from the end of the file): the
+/// frozen fixtures, each copied `copies` times under new job ids.
+fn upstream_written(dir: &std::path::Path, copies: usize) -> Vec<String> {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/upstream");
+    let mut ids = Vec::new();
+    for (n, entry) in std::fs::read_dir(&fixtures).unwrap().enumerate() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        let Some(id) = name.strip_suffix(".eventlog").filter(|id| id.len() == 13) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&path).unwrap();
+        for i in 0..copies {
+            let new_id = format!("{}{n:02}{i:07}", &id[..4]);
+            std::fs::write(
+                dir.join(format!("{new_id}.eventlog")),
+                text.replace(id, &new_id),
+            )
+            .unwrap();
+            ids.push(new_id);
+        }
+    }
+    ids
+}
+
+fn upstream_logs(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = upstream_written(dir.path(), 400);
+    let mut group = c.benchmark_group(format!("index {} upstream-written logs", ids.len()));
+    group.sample_size(10);
+    group.bench_function("ours: LogStore::rescan", |b| {
+        b.iter(|| {
+            let store = LogStore::new(dir.path(), Arc::new(HistoryMetrics::unregistered()));
+            assert_eq!(store.rescan().read, ids.len());
+        })
+    });
+    group.bench_function("upstream: HistoryStore::load", |b| {
+        b.iter(|| {
+            let store = HistoryStore::load(dir.path()).unwrap();
+            assert_eq!(store.len(), ids.len());
+        })
+    });
+    group.finish();
+
+    // Each route through each side's router, in process.
+    let store = Arc::new(LogStore::new(
+        dir.path(),
+        Arc::new(HistoryMetrics::unregistered()),
+    ));
+    store.rescan();
+    let ours = ballista_job_history::serving::router::job_routes(Arc::new(DiskSource::new(store)));
+    let upstream = ballista_scheduler::history::history_router(Arc::new(
+        HistoryStore::load(dir.path()).unwrap(),
+    ));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let id = &ids[0];
+    for route in ["/config", "/dot", "", "/stages"] {
+        let path = format!("/api/job/{id}{route}");
+        // Equal answers first: upstream's router is the oracle.
+        let (mine, theirs) = runtime
+            .block_on(async { (body_of(&ours, &path).await, body_of(&upstream, &path).await) });
+        assert_eq!(meaning(&mine), meaning(&theirs), "{path}");
+        let mut group = c.benchmark_group(format!(
+            "GET /api/job/{{id}}{route} of an upstream-written log"
+        ));
+        for (name, router) in [("ours", &ours), ("upstream", &upstream)] {
+            group.bench_function(name, |b| {
+                b.to_async(&runtime)
+                    .iter(|| async { body_of(router, &path).await })
+            });
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, index, read_one, list, compressed, upstream_logs);
 criterion_main!(benches);

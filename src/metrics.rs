@@ -30,6 +30,9 @@ pub struct HistoryMetrics {
     pub uploads: IntCounter,
     /// Failed upload attempts (each is retried).
     pub upload_errors: IntCounter,
+    /// Of the uploads, those sent as multipart uploads (logs over one
+    /// `PUT`).
+    pub uploads_in_parts: IntCounter,
 }
 
 fn counter(name: &str, help: &str) -> IntCounter {
@@ -76,6 +79,10 @@ impl HistoryMetrics {
                 "ballista_job_history_uploads_total",
                 "Completed event logs uploaded from the spool to the object store",
             ),
+            uploads_in_parts: counter(
+                "ballista_job_history_uploads_in_parts_total",
+                "Event logs uploaded as multipart uploads (larger than one PUT)",
+            ),
             upload_errors: counter(
                 "ballista_job_history_upload_errors_total",
                 "Failed attempts to upload an event log to the object store (each is retried)",
@@ -111,6 +118,7 @@ impl HistoryMetrics {
             &self.retention_passes,
             &self.uploads,
             &self.upload_errors,
+            &self.uploads_in_parts,
         ] {
             registry.register(Box::new(c.clone()))?;
         }

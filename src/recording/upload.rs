@@ -327,7 +327,10 @@ impl Uploader {
                     .await
                     .map_err(|e| e.to_string())?;
             }
-            None => self.put_parts(path, &location).await?,
+            None => {
+                self.put_parts(path, &location).await?;
+                self.metrics.uploads_in_parts.inc();
+            }
         }
         Ok(Some(Uploaded::Put))
     }
@@ -517,6 +520,11 @@ mod tests {
             "spool emptied"
         );
         assert_eq!(metrics.uploads.get(), 4);
+        assert_eq!(
+            metrics.uploads_in_parts.get(),
+            0,
+            "small logs go in one PUT"
+        );
         assert_eq!(metrics.upload_errors.get(), 0);
     }
 
@@ -541,6 +549,7 @@ mod tests {
         });
         assert!(stored == big, "the object holds the whole log");
         assert_eq!(metrics.uploads.get(), 1);
+        assert_eq!(metrics.uploads_in_parts.get(), 1, "sent in parts");
         assert!(!spool.path().join("big.eventlog").exists());
     }
 

@@ -413,10 +413,22 @@ impl ListQuery {
         true
     }
 
-    /// The query's total order over jobs.
-    pub(crate) fn compare(
+    /// The numeric sort key of a job (0 for a sort by name).
+    fn key(&self, job: &(impl JobFacts + ?Sized)) -> u64 {
+        match self.sort {
+            Sort::Name => 0,
+            sort => numeric(job, sort),
+        }
+    }
+
+    /// The query's total order over jobs (sort key, then job id), with both
+    /// keys already known, so a sort reads each job's facts once rather
+    /// than at every comparison.
+    fn compare_keyed(
         &self,
+        key_a: u64,
         a: &(impl JobFacts + ?Sized),
+        key_b: u64,
         b: &(impl JobFacts + ?Sized),
     ) -> Ordering {
         let primary = match self.sort {
@@ -428,7 +440,7 @@ impl ListQuery {
                 .flat_map(char::to_lowercase)
                 .cmp(b.job_name().chars().flat_map(char::to_lowercase))
                 .then_with(|| a.job_name().cmp(b.job_name())),
-            sort => numeric(a, sort).cmp(&numeric(b, sort)),
+            _ => key_a.cmp(&key_b),
         };
         let primary = match self.order() {
             Order::Asc => primary,
@@ -445,21 +457,27 @@ impl ListQuery {
         jobs: impl Iterator<Item = T>,
         cursor: Option<&Facts>,
     ) -> (Vec<T>, usize) {
-        let mut matching: Vec<T> = jobs.filter(|j| self.matches(j)).collect();
+        let mut matching: Vec<(u64, T)> = jobs
+            .filter(|j| self.matches(j))
+            .map(|j| (self.key(&j), j))
+            .collect();
         let total = matching.len();
+        let order = |a: &(u64, T), b: &(u64, T)| self.compare_keyed(a.0, &a.1, b.0, &b.1);
         if let Some(cursor) = cursor {
-            matching.retain(|j| self.compare(j, cursor) == Ordering::Greater);
+            let at = self.key(cursor);
+            matching.retain(|(k, j)| self.compare_keyed(*k, j, at, cursor) == Ordering::Greater);
         }
         let end = self
             .limit
             .map_or(matching.len(), |l| self.offset.saturating_add(l))
             .min(matching.len());
         if end > 0 && end < matching.len() {
-            matching.select_nth_unstable_by(end - 1, |a, b| self.compare(a, b));
+            matching.select_nth_unstable_by(end - 1, order);
             matching.truncate(end);
         }
-        matching.sort_by(|a, b| self.compare(a, b));
-        (matching.into_iter().skip(self.offset).collect(), total)
+        matching.sort_by(order);
+        let page = matching.into_iter().skip(self.offset).map(|(_, j)| j);
+        (page.collect(), total)
     }
 
     /// [`ListQuery::pick`] over rows a source holds in memory (the live
