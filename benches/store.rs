@@ -28,6 +28,16 @@ async fn body_of(router: &axum::Router, path: &str) -> bytes::Bytes {
         .unwrap()
 }
 
+/// Both sides' REST routers over one directory, indexed.
+fn routers(dir: &std::path::Path) -> (axum::Router, axum::Router) {
+    let store = Arc::new(LogStore::new(dir, Arc::new(HistoryMetrics::unregistered())));
+    store.rescan();
+    let ours = ballista_job_history::serving::router::job_routes(Arc::new(DiskSource::new(store)));
+    let upstream =
+        ballista_scheduler::history::history_router(Arc::new(HistoryStore::load(dir).unwrap()));
+    (ours, upstream)
+}
+
 /// A body as JSON when it is JSON (so key order and spacing do not count),
 /// else as text.
 fn meaning(body: &[u8]) -> serde_json::Value {
@@ -125,15 +135,7 @@ fn list(c: &mut Criterion) {
     corpus::write_corpus(dir.path(), 2_000, 7, |rng| {
         corpus::mixed_task_count(rng, false)
     });
-    let store = Arc::new(LogStore::new(
-        dir.path(),
-        Arc::new(HistoryMetrics::unregistered()),
-    ));
-    store.rescan();
-    let ours = ballista_job_history::serving::router::job_routes(Arc::new(DiskSource::new(store)));
-    let upstream = ballista_scheduler::history::history_router(Arc::new(
-        HistoryStore::load(dir.path()).unwrap(),
-    ));
+    let (ours, upstream) = routers(dir.path());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -271,15 +273,7 @@ fn upstream_logs(c: &mut Criterion) {
     group.finish();
 
     // Each route through each side's router, in process.
-    let store = Arc::new(LogStore::new(
-        dir.path(),
-        Arc::new(HistoryMetrics::unregistered()),
-    ));
-    store.rescan();
-    let ours = ballista_job_history::serving::router::job_routes(Arc::new(DiskSource::new(store)));
-    let upstream = ballista_scheduler::history::history_router(Arc::new(
-        HistoryStore::load(dir.path()).unwrap(),
-    ));
+    let (ours, upstream) = routers(dir.path());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
