@@ -243,18 +243,9 @@ impl Capturer {
                 .clean(&job, secrets)
                 .unwrap_or_else(|| "{}".to_string());
             let index = serde_json::from_str::<JobIndex>(&text).unwrap_or_default();
-            for format in PLAN_FORMATS {
-                let variant = self
-                    .api
-                    .get(&job_path(job_id, &format!("?plan_format={format}")))
-                    .await;
-                if let Some(v) = self.clean(&variant, secrets) {
-                    responses.job.insert(
-                        format.to_string(),
-                        Variant::diff(&text, &v, "physical_plan"),
-                    );
-                }
-            }
+            responses.job = self
+                .variants(job_id, "", &text, "physical_plan", secrets)
+                .await;
             return (text, index);
         }
         let entry = self.list_entry(job_id).await;
@@ -268,6 +259,28 @@ impl Capturer {
         (text, index)
     }
 
+    /// The `?plan_format=` variants of `/api/job/{id}{rest}`, each stored
+    /// against the default response `text` (its plan strings under `key`
+    /// spliced in where that is all that differs).
+    async fn variants(
+        &self,
+        job_id: &str,
+        rest: &str,
+        text: &str,
+        key: &str,
+        secrets: &[String],
+    ) -> std::collections::BTreeMap<String, Variant> {
+        let mut variants = std::collections::BTreeMap::new();
+        for format in PLAN_FORMATS {
+            let path = job_path(job_id, &format!("{rest}?plan_format={format}"));
+            let variant = self.api.get(&path).await;
+            if let Some(v) = self.clean(&variant, secrets) {
+                variants.insert(format.to_string(), Variant::diff(text, &v, key));
+            }
+        }
+        variants
+    }
+
     /// `/api/job/{id}/stages` and its `?plan_format=` variants.
     async fn render_stages(
         &self,
@@ -278,17 +291,9 @@ impl Capturer {
         let stages = self.api.get(&job_path(job_id, "/stages")).await;
         match self.clean(&stages, secrets) {
             Some(text) if stages.status == StatusCode::OK => {
-                for format in PLAN_FORMATS {
-                    let variant = self
-                        .api
-                        .get(&job_path(job_id, &format!("/stages?plan_format={format}")))
-                        .await;
-                    if let Some(v) = self.clean(&variant, secrets) {
-                        responses
-                            .stages
-                            .insert(format.to_string(), Variant::diff(&text, &v, "stage_plan"));
-                    }
-                }
+                responses.stages = self
+                    .variants(job_id, "/stages", &text, "stage_plan", secrets)
+                    .await;
                 text
             }
             _ => {
