@@ -77,9 +77,18 @@ pub fn read_log(data: &[u8]) {
             start_time: 1,
             end_time: 2,
             dropped_records: Some(0),
+            query_hash: 0,
         };
         let _ = timeline::read_timeline(&path, &header, TimelineParams::default());
         let _ = timeline::render_svg(&path, &header);
+        if let Ok(records) = crate::analysis::records::JobRecords::read(&path) {
+            let _ = crate::analysis::diagnosis::diagnose(
+                &header,
+                &records,
+                &[],
+                &crate::analysis::diagnosis::Thresholds::default(),
+            );
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -275,6 +275,39 @@ pub struct JobEndSummary {
     /// Progress records dropped.
     #[serde(default)]
     pub dropped_records: u64,
+    /// The job's logical plan, read out of the `job` payload (the rest of
+    /// the payload is skipped), for the query hash.
+    #[serde(default, rename = "job")]
+    pub plans: PlansOfJob,
+    /// The query hash as a footer states it, when read from one.
+    #[serde(skip)]
+    pub stated_hash: Option<u64>,
+}
+
+impl JobEndSummary {
+    /// The query hash of the job's logical plan (0 when it has none).
+    pub fn query_hash(&self) -> u64 {
+        self.stated_hash
+            .or_else(|| self.plans.query_hash())
+            .unwrap_or(0)
+    }
+}
+
+/// The logical plan of a `GET /api/job/{id}` response, and nothing else.
+#[derive(Debug, Default, Deserialize)]
+pub struct PlansOfJob {
+    /// The logical plan text, when the job got as far as planning.
+    #[serde(default)]
+    pub logical_plan: Option<String>,
+}
+
+impl PlansOfJob {
+    /// The query hash of the logical plan, if there is one.
+    pub fn query_hash(&self) -> Option<u64> {
+        self.logical_plan
+            .as_deref()
+            .and_then(crate::format::query_hash::query_hash)
+    }
 }
 
 /// Ours: the last line of a completed log. It locates the `JobEnd` line so a
@@ -294,6 +327,11 @@ pub struct Footer {
     pub index: JobIndex,
     /// A copy of `JobEnd.dropped_records`.
     pub dropped_records: u64,
+    /// Ours: the query hash of the job's logical plan (16 hex digits; see
+    /// `format::query_hash`), absent when the job has no plan or the log
+    /// was written before the field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_hash: Option<String>,
     /// Ours: where each stored payload's bytes are, by name (see
     /// [`payload`]), as `[offset, length]` in the file. In a plain log, the
     /// JSON value inside the `JobEnd` line; in a compressed log, one zstd

@@ -128,6 +128,29 @@ impl LiveApi {
         self.call(Method::GET, path_and_query).await
     }
 
+    /// When each job the scheduler holds was queued, by id (a job it does
+    /// not report a queue time for is absent).
+    pub(crate) async fn queued_times(&self) -> std::collections::HashMap<String, u64> {
+        let jobs = self
+            .scheduler
+            .state
+            .task_manager
+            .get_all_jobs()
+            .await
+            .unwrap_or_default();
+        jobs.into_iter()
+            .filter_map(|job| {
+                let queued = match job.status.status? {
+                    job_status::Status::Queued(q) => q.queued_at,
+                    job_status::Status::Running(r) => r.queued_at,
+                    job_status::Status::Successful(s) => s.queued_at,
+                    job_status::Status::Failed(f) => f.queued_at,
+                };
+                (queued > 0).then(|| (job.job_id.to_string(), queued))
+            })
+            .collect()
+    }
+
     /// The job's status as the scheduler holds it, if it holds the job.
     pub(crate) async fn job_status(&self, job_id: &str) -> Option<JobStatus> {
         self.scheduler

@@ -603,6 +603,10 @@ impl Writer {
         let pieces = record::job_end_pieces(end).map_err(std::io::Error::other)?;
         let located = |name: &str| !end.responses.missing.iter().any(|m| m == name);
         let mut payloads = std::collections::BTreeMap::new();
+        let query_hash = serde_json::from_str::<record::PlansOfJob>(end.job.get())
+            .ok()
+            .and_then(|plans| plans.query_hash())
+            .map(crate::format::query_hash::hash_text);
         let footer = |offset: u64, len: u64, payloads| Footer {
             job_end_offset: offset,
             job_end_len: len,
@@ -610,6 +614,7 @@ impl Writer {
             queued_at: end.queued_at,
             index: end.index.clone(),
             dropped_records: end.dropped_records,
+            query_hash: query_hash.clone(),
             payloads,
         };
         let Compression::Zstd(level) = self.config.compression else {
@@ -827,6 +832,56 @@ mod tests {
             vec!["\"JobStart\"", "\"TaskEnd\"", "\"JobEnd\"", "\"Footer\""]
         );
         assert!(!dir.path().join("j1.eventlog.running").exists());
+    }
+
+    /// The footer states the query hash of the job's logical plan; a
+    /// footer without it (a log written before the field existed) gets
+    /// the same hash from the `job` payload, in both formats.
+    #[tokio::test]
+    async fn the_footer_states_the_query_hash_and_older_footers_get_it_from_the_payload() {
+        let plan = "Projection: t.k\n  TableScan: t";
+        let expected = crate::format::query_hash::query_hash(plan).unwrap();
+        for compression in [Compression::None, Compression::Zstd(3)] {
+            let dir = tempfile::tempdir().unwrap();
+            let metrics = Arc::new(HistoryMetrics::unregistered());
+            let mut config = WriterConfig::new(dir.path());
+            config.compression = compression;
+            let (handle, thread) = spawn(config, metrics).unwrap();
+            let mut with_plan = end("q");
+            with_plan.job = raw_or_null(
+                &serde_json::json!({"job_id": "q", "logical_plan": plan, "stage_plan": "x"})
+                    .to_string(),
+            );
+            handle.send(WriterMsg::Start(start("q")));
+            handle.send(WriterMsg::End {
+                job_id: "q".into(),
+                fallback_start: start("q"),
+                stages: vec![],
+                end: with_plan,
+            });
+            drop(handle);
+            thread.join().unwrap();
+            let name = match compression {
+                Compression::None => "q.eventlog",
+                Compression::Zstd(_) => "q.eventlog.zst",
+            };
+            let path = dir.path().join(name);
+            let summary = crate::store::read_summary(&path).unwrap();
+            assert_eq!(summary.stated_hash, Some(expected), "{name}");
+            assert_eq!(summary.query_hash(), expected);
+            let stated = format!(
+                "\"query_hash\":\"{}\",",
+                crate::format::query_hash::hash_text(expected)
+            );
+            if compression == Compression::None {
+                // The same log as an older writer left it.
+                let text = std::fs::read_to_string(&path).unwrap();
+                assert_eq!(text.matches(&stated).count(), 1, "{text}");
+                std::fs::write(&path, text.replace(&stated, "")).unwrap();
+                let summary = crate::store::read_summary(&path).unwrap();
+                assert_eq!(summary.query_hash(), expected, "from the job payload");
+            }
+        }
     }
 
     #[tokio::test]

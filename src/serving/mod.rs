@@ -2,14 +2,17 @@
 //!
 //! A [`source::JobSource`] is where answers come from (the live scheduler,
 //! the store, or live then store); the list query, the timeline and the
-//! router are the same code for every source; `auth` guards `/api`.
+//! router are the same code for every source; `insight` serves what
+//! `analysis` computes (diagnosis, recurring queries, comparison); `auth`
+//! guards `/api`.
 //!
 //! **Rule:** this layer imports `format`, `metrics`, `recording` (for the
-//! live scheduler's router) and `store`; nothing below it imports it, and
-//! it never imports `server`.
+//! live scheduler's router), `store` and `analysis`; nothing below it
+//! imports it, and it never imports `server`.
 
 pub mod auth;
 pub mod error;
+pub mod insight;
 pub mod router;
 pub mod source;
 pub mod timeline;

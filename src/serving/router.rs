@@ -58,7 +58,8 @@ pub fn job_routes(source: Source) -> Router {
         .route("/api/job/{job_id}/stage/{stage_id}/dot", get(get_stage_dot))
         .route("/api/job/{job_id}/timeline", get(get_timeline))
         .route("/api/job/{job_id}/timeline.svg", get(get_timeline_svg))
-        .with_state(source)
+        .with_state(source.clone())
+        .merge(crate::serving::insight::routes(source))
 }
 
 /// Header with the number of jobs matching the filters, over all pages.

@@ -75,6 +75,18 @@ pub trait JobSource: Send + Sync {
     /// Cancels a job; `Ok(None)` when the job is unknown here.
     async fn cancel(&self, job_id: &str) -> Result<Option<Answer>, ApiError>;
 
+    /// The job's header and event log, when this source has a log of it
+    /// (completed, or still being written).
+    fn log_of(&self, job_id: &str) -> Option<(JobHeader, crate::store::LogRef)> {
+        let _ = job_id;
+        None
+    }
+
+    /// The log directory behind this source, if any.
+    fn store(&self) -> Option<&Arc<LogStore>> {
+        None
+    }
+
     /// The job's recorded timeline; `Ok(None)` when this source has none.
     async fn timeline(
         &self,
@@ -142,6 +154,9 @@ impl LiveSource {
             .map_err(|e| {
                 ApiError::Internal(format!("the scheduler's job list is not JSON: {e}"))
             })?;
+        // Read after the list, so a job the list holds is in this map too
+        // (a job is forgotten only long after it ends).
+        let queued = self.api.queued_times().await;
         Ok(entries
             .into_iter()
             .filter_map(|raw| {
@@ -151,8 +166,10 @@ impl LiveSource {
                         job_id: Arc::from(&*keys.job_id),
                         job_name: Arc::from(&*keys.job_name),
                         state: JobState::from_status_word(&keys.status),
+                        queued_time: queued.get(&*keys.job_id).copied().unwrap_or(0),
                         start_time: keys.start_time,
                         end_time: keys.end_time,
+                        query_hash: 0,
                     },
                     Bytes::copy_from_slice(raw.get().as_bytes()),
                 ))
@@ -202,7 +219,7 @@ fn relay(answer: Answer) -> Option<Answer> {
 
 /// Runs a read of job `job_id`'s log on the blocking pool; a failure is
 /// logged and answered 500 with a message naming the job, never a path.
-async fn read_log<T: Send + 'static>(
+pub(crate) async fn read_log<T: Send + 'static>(
     job_id: &str,
     read: impl FnOnce() -> Result<T, crate::store::StoreError> + Send + 'static,
 ) -> Result<T, ApiError> {
@@ -263,6 +280,14 @@ impl JobSource for DiskSource {
 
     async fn facts(&self, job_id: &str) -> Result<Option<Facts>, ApiError> {
         Ok(self.store.facts(job_id))
+    }
+
+    fn log_of(&self, job_id: &str) -> Option<(JobHeader, crate::store::LogRef)> {
+        self.timeline_source(job_id)
+    }
+
+    fn store(&self) -> Option<&Arc<LogStore>> {
+        Some(&self.store)
     }
 
     async fn get(&self, job_id: &str, resource: Resource) -> Result<Option<Answer>, ApiError> {
@@ -357,6 +382,11 @@ impl JobSource for DiskSource {
 }
 
 impl DiskSource {
+    /// The query hash of a job the directory has a log of (0 unknown).
+    fn query_hash(&self, job_id: &str) -> u64 {
+        self.store.facts(job_id).map_or(0, |f| f.query_hash)
+    }
+
     /// Answers from the payloads the footer locates, reading nothing else;
     /// `Ok(None)` when the log's footer does not locate them.
     async fn get_located(
@@ -446,6 +476,7 @@ impl DiskSource {
                 start_time: s.start_time(),
                 end_time: s.end_time(),
                 dropped_records: Some(s.dropped_records),
+                query_hash: s.query_hash(),
             },
             (None, Some((u, state))) => JobHeader {
                 job_id: job_id.to_string(),
@@ -453,6 +484,7 @@ impl DiskSource {
                 start_time: u.facts(state).start_time,
                 end_time: 0,
                 dropped_records: None,
+                query_hash: u.query_hash,
             },
             (None, None) => return None,
         };
@@ -499,7 +531,24 @@ impl JobSource for Layered {
     async fn list(&self, query: &ListQuery, cursor: Option<&Facts>) -> Result<Page, ApiError> {
         // Every live job, and the disk's first `offset + limit` jobs among
         // the others: enough to cut the merged page.
-        let live = self.live.rows().await?;
+        // The scheduler does not list query hashes: a live job's is its
+        // log's (its `.running` log holds its plans from submission).
+        let live: Vec<Row> = self
+            .live
+            .rows()
+            .await?
+            .into_iter()
+            .map(|row| match self.disk.query_hash(row.facts.job_id()) {
+                0 => row,
+                query_hash => Row {
+                    facts: Arc::new(Facts {
+                        query_hash,
+                        ..Facts::of(&*row.facts)
+                    }),
+                    entry: row.entry,
+                },
+            })
+            .collect();
         let skip: HashSet<String> = live.iter().map(|r| r.facts.job_id().to_string()).collect();
         let widened = ListQuery {
             offset: 0,
@@ -517,9 +566,20 @@ impl JobSource for Layered {
 
     async fn facts(&self, job_id: &str) -> Result<Option<Facts>, ApiError> {
         match self.live.facts(job_id).await? {
-            Some(facts) => Ok(Some(facts)),
+            Some(facts) => Ok(Some(Facts {
+                query_hash: self.disk.query_hash(job_id),
+                ..facts
+            })),
             None => self.disk.facts(job_id).await,
         }
+    }
+
+    fn log_of(&self, job_id: &str) -> Option<(JobHeader, crate::store::LogRef)> {
+        self.disk.log_of(job_id)
+    }
+
+    fn store(&self) -> Option<&Arc<LogStore>> {
+        Some(&self.disk.store)
     }
 
     async fn timeline(

@@ -1,22 +1,21 @@
 //! A job's task timeline, read from its log: `GET /api/job/{id}/timeline`
 //! (JSON, paged) and `GET /api/job/{id}/timeline.svg` (a picture).
 //!
-//! **Invariant:** the log is streamed line by line and the reader stops at
-//! the terminal record, so memory is bounded by one progress record plus
-//! the page asked for (the picture holds one small tuple per task).
+//! **Invariant:** the log is streamed (`analysis::records::scan`), so
+//! memory is bounded by one progress record plus the page asked for (the
+//! picture holds one small tuple per task).
 
+pub use crate::analysis::records::JobHeader;
+use crate::analysis::records::{Rec, scan};
 use crate::format::JobState;
-use crate::format::record::{
-    Envelope, JobStart, SCHEMA_VERSION, StageEnd, StageStart, TaskEnd, kind,
-};
+use crate::format::record::{JobStart, TaskEnd};
 use crate::serving::error::ApiError;
+use crate::store::LogRef;
 use crate::store::StoreError;
-use crate::store::{Line, LogRef, MAX_LINE, read_line};
 use ballista_api_types::dto::TaskStatus;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::BufRead;
 
 /// Tasks per page unless `limit` says otherwise.
 pub(crate) const DEFAULT_LIMIT: usize = 1_000;
@@ -72,70 +71,6 @@ impl TimelineParams {
             }
         }
         Ok(p)
-    }
-}
-
-/// What the index knows about the job, for the timeline's header.
-#[derive(Debug, Clone)]
-pub struct JobHeader {
-    /// The job.
-    pub job_id: String,
-    /// Its state.
-    pub state: JobState,
-    /// Start (epoch millis; 0 unknown).
-    pub start_time: u64,
-    /// End (epoch millis; 0 while unfinished).
-    pub end_time: u64,
-    /// Progress records dropped under backpressure (`None` while
-    /// unfinished: the count is written with the terminal record).
-    pub dropped_records: Option<u64>,
-}
-
-/// One record of a log, as the timeline reads it.
-enum Rec {
-    Start(JobStart),
-    StageStart(StageStart),
-    StageEnd(StageEnd),
-    Task(TaskEnd),
-}
-
-/// Streams the progress records of the log at `path`, stopping at the
-/// terminal record. Lines that do not parse (a torn last line of a
-/// `.running` log, a record from a newer schema) are skipped.
-fn scan(path: &LogRef, mut visit: impl FnMut(Rec)) -> Result<(), StoreError> {
-    let mut reader = crate::store::open_decoded(path)?;
-    let mut line = Vec::new();
-    loop {
-        let head = reader.fill_buf()?;
-        if head.is_empty() {
-            return Ok(());
-        }
-        if head.starts_with(br#"{"ev":"JobEnd""#) || head.starts_with(br#"{"ev":"Footer""#) {
-            return Ok(());
-        }
-        match read_line(&mut reader, &mut line, MAX_LINE)? {
-            None => return Ok(()),
-            Some((Line::Overlong { .. }, _)) => continue,
-            Some(_) => {}
-        }
-        let Ok(env) = serde_json::from_slice::<Envelope>(&line) else {
-            continue;
-        };
-        if env.version > SCHEMA_VERSION {
-            continue;
-        }
-        let data = env.data.get();
-        let rec = match env.ev.as_str() {
-            kind::JOB_START => serde_json::from_str(data).ok().map(Rec::Start),
-            kind::STAGE_START => serde_json::from_str(data).ok().map(Rec::StageStart),
-            kind::STAGE_END => serde_json::from_str(data).ok().map(Rec::StageEnd),
-            kind::TASK_END => serde_json::from_str(data).ok().map(Rec::Task),
-            kind::JOB_END => return Ok(()),
-            _ => None,
-        };
-        if let Some(rec) = rec {
-            visit(rec);
-        }
     }
 }
 
@@ -688,6 +623,7 @@ fn shorten(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::record::kind;
     use crate::format::record::{TaskMetrics, encode_line};
     use std::path::Path;
 
@@ -727,6 +663,7 @@ mod tests {
             start_time: 1000,
             end_time: 0,
             dropped_records: dropped,
+            query_hash: 0,
         }
     }
 

@@ -36,7 +36,8 @@ mod unfinished;
 
 use crate::format::footer::{FOOTER_FRAME_MAGIC, FOOTER_FRAME_TAG};
 use crate::format::record::{
-    Envelope, Footer, JobEnd, JobEndStatus, JobEndSummary, JobStart, SCHEMA_VERSION, TaskEnd, kind,
+    Envelope, Footer, JobEnd, JobEndStatus, JobEndSummary, JobStart, PlansOfJob, SCHEMA_VERSION,
+    TaskEnd, kind,
 };
 use crate::format::{JobState, LogName, epoch_millis};
 use crate::metrics::HistoryMetrics;
@@ -295,6 +296,18 @@ impl LogStore {
         }
     }
 
+    /// Runs `f` over every completed job's summary, newest queued first,
+    /// under the catalog's read lock (so `f` should be quick: a rescan
+    /// waits for it).
+    pub fn with_completed<T>(
+        &self,
+        f: impl FnOnce(&mut dyn Iterator<Item = &JobSummary>) -> T,
+    ) -> T {
+        let index = self.catalog.read();
+        let mut jobs = index.order.iter().map(|ByPosition(s)| &**s);
+        f(&mut jobs)
+    }
+
     /// The facts of a job, completed or unfinished (for a list cursor).
     pub fn facts(&self, job_id: &str) -> Option<Facts> {
         let index = self.catalog.read();
@@ -319,19 +332,16 @@ impl LogStore {
                 .count();
             let total = index.jobs.len() - skipped;
             let from = match cursor {
-                Some(c) => Bound::Excluded(ByStart(Arc::new(JobSummary::probe(
-                    c.start_time,
-                    &c.job_id,
-                )))),
+                Some(c) => Bound::Excluded(ByPosition(Arc::new(JobSummary::probe(c)))),
                 None => Bound::Unbounded,
             };
             let jobs = index
                 .order
                 .range((from, Bound::Unbounded))
-                .filter(|ByStart(s)| skip.is_empty() || !skip.contains(s.job_id()))
+                .filter(|ByPosition(s)| skip.is_empty() || !skip.contains(s.job_id()))
                 .skip(q.offset)
                 .take(q.limit.unwrap_or(usize::MAX))
-                .map(|ByStart(s)| s);
+                .map(|ByPosition(s)| s);
             return Page {
                 rows: rows_of(jobs),
                 total,
@@ -351,7 +361,7 @@ impl LogStore {
         let jobs = index
             .order
             .iter()
-            .map(|ByStart(s)| &**s as &dyn JobFacts)
+            .map(|ByPosition(s)| &**s as &dyn JobFacts)
             .chain(states.iter().map(|f| f as &dyn JobFacts))
             .filter(|j| skip.is_empty() || !skip.contains(j.job_id()));
         let (picked, total) = q.pick(jobs, cursor);
@@ -484,6 +494,7 @@ mod tests {
                             ..Default::default()
                         },
                         dropped_records: 0,
+                        query_hash: None,
                         payloads: Default::default(),
                     },
                 )

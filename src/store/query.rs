@@ -7,7 +7,11 @@
 //!
 //! **Invariant:** the order is total: the sort key, then the job id. A
 //! cursor (`after=<job_id>`) therefore names one position, and pages taken
-//! with it never shift however many jobs arrive meanwhile.
+//! with it never shift however many jobs arrive meanwhile. The default
+//! key, the queue time, is fixed from the moment a job exists, so a cursor
+//! walk in the default order neither skips nor repeats a job while jobs
+//! start and end; under `sort=start_time`, `end_time` or `duration` a job
+//! that starts or ends moves, as those keys say it should.
 
 use crate::format::JobState;
 use bytes::Bytes;
@@ -17,8 +21,13 @@ use std::sync::Arc;
 /// What a list is sorted by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Sort {
-    /// Start time; jobs not started yet count as the newest.
+    /// When the job was queued (its start time where the queue time is
+    /// unknown): the default, since it is known from the moment a job
+    /// exists and never changes, so pages of a live list do not shift as
+    /// jobs start and end.
     #[default]
+    QueuedTime,
+    /// Start time; jobs not started yet count as the newest.
     StartTime,
     /// End time; jobs not ended yet count as the newest.
     EndTime,
@@ -47,10 +56,14 @@ pub struct Facts<S = Arc<str>> {
     pub job_name: S,
     /// Its state.
     pub state: JobState,
+    /// When it was queued (epoch millis; 0 when unknown).
+    pub queued_time: u64,
     /// Start time (epoch millis; 0 when not started).
     pub start_time: u64,
     /// End time (epoch millis; 0 when not ended).
     pub end_time: u64,
+    /// The query hash of its logical plan (0 when unknown).
+    pub query_hash: u64,
 }
 
 /// [`Facts`] with borrowed strings.
@@ -63,8 +76,10 @@ impl Facts {
             job_id: Arc::from(job.job_id()),
             job_name: Arc::from(job.job_name()),
             state: job.state(),
+            queued_time: job.queued_time(),
             start_time: job.start_time(),
             end_time: job.end_time(),
+            query_hash: job.query_hash(),
         }
     }
 }
@@ -79,10 +94,14 @@ pub trait JobFacts: std::fmt::Debug {
     fn job_name(&self) -> &str;
     /// Its state.
     fn state(&self) -> JobState;
+    /// When it was queued (epoch millis; 0 when unknown).
+    fn queued_time(&self) -> u64;
     /// Start time (epoch millis; 0 when not started).
     fn start_time(&self) -> u64;
     /// End time (epoch millis; 0 when not ended).
     fn end_time(&self) -> u64;
+    /// The query hash of its logical plan (0 when unknown).
+    fn query_hash(&self) -> u64;
 
     /// End minus start, when both are known.
     fn duration(&self) -> Option<u64> {
@@ -90,15 +109,19 @@ pub trait JobFacts: std::fmt::Debug {
         (start > 0 && end > 0).then(|| end.saturating_sub(start))
     }
 
-    /// The default position key: newest start first (see [`Sort::StartTime`]).
-    fn start_key(&self) -> u64 {
-        numeric(self, Sort::StartTime)
+    /// The default position key (see [`Sort::QueuedTime`]).
+    fn position_key(&self) -> u64 {
+        numeric(self, Sort::QueuedTime)
     }
 }
 
 fn numeric(f: &(impl JobFacts + ?Sized), sort: Sort) -> u64 {
     let open = |t: u64| if t == 0 { u64::MAX } else { t };
     match sort {
+        Sort::QueuedTime => match f.queued_time() {
+            0 => open(f.start_time()),
+            queued => queued,
+        },
         Sort::StartTime => open(f.start_time()),
         Sort::EndTime => open(f.end_time()),
         Sort::Duration => f.duration().unwrap_or(u64::MAX),
@@ -116,11 +139,17 @@ impl<S: AsRef<str> + std::fmt::Debug> JobFacts for Facts<S> {
     fn state(&self) -> JobState {
         self.state
     }
+    fn queued_time(&self) -> u64 {
+        self.queued_time
+    }
     fn start_time(&self) -> u64 {
         self.start_time
     }
     fn end_time(&self) -> u64 {
         self.end_time
+    }
+    fn query_hash(&self) -> u64 {
+        self.query_hash
     }
 }
 
@@ -134,11 +163,17 @@ impl<T: JobFacts + ?Sized> JobFacts for &T {
     fn state(&self) -> JobState {
         (**self).state()
     }
+    fn queued_time(&self) -> u64 {
+        (**self).queued_time()
+    }
     fn start_time(&self) -> u64 {
         (**self).start_time()
     }
     fn end_time(&self) -> u64 {
         (**self).end_time()
+    }
+    fn query_hash(&self) -> u64 {
+        (**self).query_hash()
     }
 }
 
@@ -152,11 +187,17 @@ impl JobFacts for Row {
     fn state(&self) -> JobState {
         self.facts.state()
     }
+    fn queued_time(&self) -> u64 {
+        self.facts.queued_time()
+    }
     fn start_time(&self) -> u64 {
         self.facts.start_time()
     }
     fn end_time(&self) -> u64 {
         self.facts.end_time()
+    }
+    fn query_hash(&self) -> u64 {
+        self.facts.query_hash()
     }
 }
 
@@ -213,6 +254,8 @@ pub struct ListQuery {
     pub ended_before: Option<u64>,
     /// At least this long (end minus start).
     pub min_duration_ms: Option<u64>,
+    /// Only runs of this query (see `format::query_hash`).
+    pub query_hash: Option<u64>,
     /// Sort key.
     pub sort: Sort,
     /// Sort direction; `None` is the default for the key.
@@ -316,8 +359,15 @@ impl ListQuery {
                         "a non-negative integer (milliseconds)",
                     )?);
                 }
+                "query_hash" => {
+                    q.query_hash = Some(
+                        crate::format::query_hash::parse_hash(value)
+                            .ok_or_else(|| bad("query_hash", "16 hex digits", value))?,
+                    );
+                }
                 "sort" => {
                     q.sort = match value {
+                        "queued_time" => Sort::QueuedTime,
                         "start_time" => Sort::StartTime,
                         "end_time" => Sort::EndTime,
                         "duration" => Sort::Duration,
@@ -325,7 +375,7 @@ impl ListQuery {
                         _ => {
                             return Err(bad(
                                 "sort",
-                                "one of start_time, end_time, duration, name",
+                                "one of queued_time, start_time, end_time, duration, name",
                                 value,
                             ));
                         }
@@ -369,11 +419,12 @@ impl ListQuery {
             && self.ended_after.is_none()
             && self.ended_before.is_none()
             && self.min_duration_ms.is_none()
+            && self.query_hash.is_none()
     }
 
-    /// Whether the order is the default one (newest start first).
+    /// Whether the order is the default one (newest queued first).
     pub(crate) fn default_order(&self) -> bool {
-        self.sort == Sort::StartTime && self.order() == Order::Desc
+        self.sort == Sort::QueuedTime && self.order() == Order::Desc
     }
 
     /// Whether jobs known only from `.running` logs are asked for.
@@ -407,6 +458,11 @@ impl ListQuery {
         }
         if let Some(min) = self.min_duration_ms
             && facts.duration().is_none_or(|d| d < min)
+        {
+            return false;
+        }
+        if let Some(hash) = self.query_hash
+            && facts.query_hash() != hash
         {
             return false;
         }
@@ -516,13 +572,17 @@ mod tests {
     }
 
     fn row(id: &str, name: &str, state: JobState, start: u64, end: u64) -> Row {
+        // Queued 10 ms before it started; a job not started yet, at 1,000.
+        let queued = if start == 0 { 1_000 } else { start - 10 };
         Row::new(
             Facts {
                 job_id: id.into(),
                 job_name: name.into(),
                 state,
+                queued_time: queued,
                 start_time: start,
                 end_time: end,
+                query_hash: 0,
             },
             Bytes::from(id.to_string()),
         )
@@ -573,6 +633,67 @@ mod tests {
         assert_eq!(select("sort=end_time&order=asc"), ["b", "c", "a", "d", "e"]);
         assert_eq!(select("sort=name"), ["d", "b", "a", "c", "e"]);
         assert_eq!(select("sort=name&order=desc&limit=1"), ["e"]);
+        assert_eq!(
+            select("sort=queued_time&order=asc"),
+            ["a", "b", "c", "d", "e"]
+        );
+    }
+
+    /// A queued job that starts keeps its place in the default order, and
+    /// a cursor taken before it started still names the same position:
+    /// under a start-time order the same walk skips a job.
+    #[test]
+    fn the_default_order_does_not_move_when_jobs_start() {
+        let job = |id: &str, queued: u64, start: u64| {
+            let state = if start == 0 {
+                JobState::Queued
+            } else {
+                JobState::Running
+            };
+            let mut r = row(id, "", state, start, 0);
+            r.facts = Arc::new(Facts {
+                queued_time: queued,
+                ..Facts::of(&*r.facts)
+            });
+            r
+        };
+        let walk = |query: &str| {
+            let q = ListQuery::parse(&pairs(query)).unwrap();
+            // Two jobs queued (at 20 and 30), one done (queued at 10).
+            let before = vec![job("q1", 20, 0), job("q2", 30, 0), job("a", 10, 11)];
+            let first = q.select(before, None);
+            let cursor = Facts::of(&*first.rows[0].facts);
+            // The first page's job starts first, then the other one.
+            let (early, late) = if cursor.job_id.as_ref() == "q1" {
+                (("q1", 20), ("q2", 30))
+            } else {
+                (("q2", 30), ("q1", 20))
+            };
+            let after = vec![
+                job(early.0, early.1, 40),
+                job(late.0, late.1, 50),
+                job("a", 10, 11),
+            ];
+            let cursor = after
+                .iter()
+                .find(|r| r.facts.job_id() == cursor.job_id.as_ref())
+                .map(|r| Facts::of(&*r.facts))
+                .unwrap();
+            let unlimited = ListQuery {
+                limit: None,
+                ..q.clone()
+            };
+            let rest = unlimited.select(after, Some(&cursor));
+            let mut seen: Vec<String> = ids(&first).iter().map(|s| s.to_string()).collect();
+            seen.extend(ids(&rest).iter().map(|s| s.to_string()));
+            seen
+        };
+        assert_eq!(walk("limit=1"), ["q2", "q1", "a"]);
+        assert_eq!(
+            walk("limit=1&sort=start_time"),
+            ["q1", "a"],
+            "the moving key skips q2"
+        );
     }
 
     #[test]

@@ -82,13 +82,8 @@ pub(crate) fn read_job_start(log: impl Into<LogRef>) -> Result<JobStart, StoreEr
 pub(crate) fn read_summary(log: impl Into<LogRef>) -> Result<JobEndSummary, StoreError> {
     let path: &LogRef = &log.into();
     if path.is_zstd() {
-        if let Some((footer, _)) = zst_footer(path)? {
-            return Ok(JobEndSummary {
-                status: footer.status,
-                queued_at: footer.queued_at,
-                index: footer.index,
-                dropped_records: footer.dropped_records,
-            });
+        if let Some((footer, file_len)) = zst_footer(path)? {
+            return Ok(footer_summary(path, footer, file_len));
         }
         let line = forward_scan(open_decoded(path)?)?;
         let env = envelope(&line)?;
@@ -97,16 +92,46 @@ pub(crate) fn read_summary(log: impl Into<LogRef>) -> Result<JobEndSummary, Stor
     }
     let tail = TailLine::read(path)?;
     if let Some(footer) = tail.footer()? {
-        return Ok(JobEndSummary {
-            status: footer.status,
-            queued_at: footer.queued_at,
-            index: footer.index,
-            dropped_records: footer.dropped_records,
-        });
+        return Ok(footer_summary(path, footer, tail.file_len));
     }
     let line = tail.job_end_line(path)?;
     let env = envelope(&line)?;
     serde_json::from_str(env.data.get()).map_err(|e| StoreError::Malformed(e.to_string()))
+}
+
+/// A summary from a footer. A footer written before it stated the query
+/// hash has it computed from the `job` payload it locates (one more read);
+/// a hash that cannot be had is left unknown rather than failing the log.
+fn footer_summary(path: &LogRef, footer: Footer, file_len: u64) -> JobEndSummary {
+    let stated_hash = match &footer.query_hash {
+        Some(text) => crate::format::query_hash::parse_hash(text),
+        None => footer
+            .payloads
+            .get(crate::format::record::payload::JOB)
+            .and_then(|&[offset, len]| {
+                let bytes = if path.is_zstd() {
+                    read_at(path, offset, len, file_len).and_then(|f| decompress_all(&f))
+                } else {
+                    read_located(
+                        path,
+                        crate::format::record::payload::JOB,
+                        offset,
+                        len,
+                        file_len,
+                    )
+                };
+                let plans: PlansOfJob = serde_json::from_slice(&bytes.ok()?).ok()?;
+                plans.query_hash()
+            }),
+    };
+    JobEndSummary {
+        status: footer.status,
+        queued_at: footer.queued_at,
+        index: footer.index,
+        dropped_records: footer.dropped_records,
+        plans: PlansOfJob::default(),
+        stated_hash,
+    }
 }
 
 /// The bytes of the log's `JobEnd` line.

@@ -508,6 +508,7 @@ mod tests {
                         start_time: 1,
                         end_time: 2,
                         dropped_records: Some(0),
+                        query_hash: 0,
                     };
                     let timeline = |s: &LogStore| {
                         outcome(

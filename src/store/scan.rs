@@ -141,7 +141,7 @@ impl LogStore {
                     // Saved in this order, so the sort is one pass.
                     let order = scope.spawn(|| {
                         jobs.iter()
-                            .map(|j| ByStart(j.clone()))
+                            .map(|j| ByPosition(j.clone()))
                             .collect::<BTreeSet<_>>()
                     });
                     let mut ids = HashSet::with_capacity(n);

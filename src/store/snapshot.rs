@@ -8,10 +8,11 @@
 //! corrupt or foreign file is detected (magic, length, checksum) and
 //! ignored, and the index is rebuilt from the directory; nothing is lost.
 //!
-//! Format (little-endian): the magic `BJHIDX01`, then one record per job,
+//! Format (little-endian): the magic `BJHIDX03`, then one record per job,
 //! then the record count (u64) and a checksum (u64) of everything before it.
 //! A record: file name, job id, job name (each a u32 length and UTF-8
-//! bytes), state (u8), start and end (u64 millis), long status and short
+//! bytes), state (u8), queue, start and end times (u64 millis), query hash
+//! (u64, 0 unknown), long and short
 //! status (strings), stages, completed stages (u32), percent (u8), dropped
 //! records (u64), file length (u64), modification time (i64 seconds, u32
 //! nanoseconds; `i64::MIN` when unknown).
@@ -28,7 +29,7 @@ use std::time::{Duration, SystemTime};
 
 /// The index file's name inside the log directory, by default.
 pub const DEFAULT_FILE_NAME: &str = ".ballista-job-history.index";
-const MAGIC: &[u8; 8] = b"BJHIDX01";
+const MAGIC: &[u8; 8] = b"BJHIDX03";
 
 /// Why a persisted index was not used.
 #[derive(Debug, thiserror::Error)]
@@ -97,8 +98,10 @@ pub fn encode<'a>(jobs: impl Iterator<Item = &'a JobSummary>) -> Vec<u8> {
         put_str(&mut out, s.job_id());
         put_str(&mut out, s.job_name());
         out.push(state_code(s.state()));
+        out.extend_from_slice(&s.queued_time().to_le_bytes());
         out.extend_from_slice(&s.start_time().to_le_bytes());
         out.extend_from_slice(&s.end_time().to_le_bytes());
+        out.extend_from_slice(&s.query_hash().to_le_bytes());
         put_str(&mut out, s.job_status());
         put_str(&mut out, s.status());
         out.extend_from_slice(&s.num_stages.to_le_bytes());
@@ -183,8 +186,10 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<JobSummary>, IndexError> {
         let job_id = c.str()?;
         let job_name = c.str()?;
         let state = state_of(c.u8()?).ok_or(IndexError::Damaged("unknown state"))?;
+        let queued_time = c.u64()?;
         let start_time = c.u64()?;
         let end_time = c.u64()?;
+        let query_hash = c.u64()?;
         let job_status = c.str()?;
         let status = c.str()?;
         let num_stages = c.u32()?;
@@ -204,8 +209,10 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<JobSummary>, IndexError> {
                 job_id,
                 job_name,
                 state,
+                queued_time,
                 start_time,
                 end_time,
+                query_hash,
             },
             job_status,
             status,

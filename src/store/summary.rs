@@ -17,7 +17,9 @@ pub struct JobSummary {
     pub(super) text: Box<str>,
     /// Where the id, name, long status and short status end in `text`.
     pub(super) ends: [u32; 4],
+    pub(super) queued_time: u64,
     pub(super) start_time: u64,
+    pub(super) query_hash: u64,
     pub(super) end_time: u64,
     /// Progress records dropped under backpressure.
     pub dropped_records: u64,
@@ -60,7 +62,7 @@ impl FileKind {
 /// The parts of a [`JobSummary`], borrowed.
 #[derive(Debug, Clone, Copy)]
 pub struct SummaryParts<'a> {
-    /// Id, name, state, start and end.
+    /// Id, name, state, queue, start and end times.
     pub facts: FactsRef<'a>,
     /// Long status text.
     pub job_status: &'a str,
@@ -82,6 +84,7 @@ pub struct SummaryParts<'a> {
 
 impl JobSummary {
     pub(super) fn new(summary: JobEndSummary, id: &str, file_name: &str, stamp: Stamp) -> Self {
+        let query_hash = summary.query_hash();
         let i = summary.index;
         let state = match summary.status {
             JobEndStatus::Succeeded => JobState::Completed,
@@ -93,8 +96,10 @@ impl JobSummary {
                 job_id: id,
                 job_name: &i.job_name,
                 state,
+                queued_time: summary.queued_at,
                 start_time: i.start_time,
                 end_time: i.end_time,
+                query_hash,
             },
             job_status: &i.job_status,
             status: &i.status,
@@ -134,8 +139,10 @@ impl JobSummary {
         Self {
             text: text.into_boxed_str(),
             ends,
+            queued_time: f.queued_time,
             start_time: f.start_time,
             end_time: f.end_time,
+            query_hash: f.query_hash,
             dropped_records: p.dropped_records,
             len: p.len,
             modified: p.modified.map_or(i64::MIN, nanos_since_epoch),
@@ -148,14 +155,16 @@ impl JobSummary {
     }
 
     /// A summary that only sorts like a job with these facts (a cursor).
-    pub(super) fn probe(start_time: u64, job_id: &str) -> Self {
+    pub(super) fn probe(facts: &Facts) -> Self {
         Self::restore(SummaryParts {
             facts: FactsRef {
-                job_id,
+                job_id: &facts.job_id,
                 job_name: "",
                 state: JobState::Completed,
-                start_time,
+                queued_time: facts.queued_time,
+                start_time: facts.start_time,
                 end_time: 0,
+                query_hash: 0,
             },
             job_status: "",
             status: "",
@@ -267,11 +276,17 @@ impl JobFacts for JobSummary {
     fn state(&self) -> JobState {
         self.state
     }
+    fn queued_time(&self) -> u64 {
+        self.queued_time
+    }
     fn start_time(&self) -> u64 {
         self.start_time
     }
     fn end_time(&self) -> u64 {
         self.end_time
+    }
+    fn query_hash(&self) -> u64 {
+        self.query_hash
     }
 }
 
@@ -336,31 +351,31 @@ impl std::borrow::Borrow<str> for ById {
     }
 }
 
-/// The same summary in the default list order: newest start first, then id.
+/// The same summary in the default list order: newest queued first, then id.
 #[derive(Debug, Clone)]
-pub(super) struct ByStart(pub(super) Arc<JobSummary>);
+pub(super) struct ByPosition(pub(super) Arc<JobSummary>);
 
-impl ByStart {
+impl ByPosition {
     pub(super) fn key(&self) -> (Reverse<u64>, &str) {
-        (Reverse(self.0.start_key()), self.0.job_id())
+        (Reverse(self.0.position_key()), self.0.job_id())
     }
 }
 
-impl PartialEq for ByStart {
+impl PartialEq for ByPosition {
     fn eq(&self, other: &Self) -> bool {
         self.key() == other.key()
     }
 }
 
-impl Eq for ByStart {}
+impl Eq for ByPosition {}
 
-impl PartialOrd for ByStart {
+impl PartialOrd for ByPosition {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl Ord for ByStart {
+impl Ord for ByPosition {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         self.key().cmp(&other.key())
     }
@@ -372,9 +387,9 @@ impl Ord for ByStart {
 pub(super) struct Catalog {
     /// Completed jobs by id.
     pub(super) jobs: HashSet<ById>,
-    /// The same jobs in the default order (newest start first, then id),
+    /// The same jobs in the default order (newest queued first, then id),
     /// so the default list pages in O(page).
-    pub(super) order: BTreeSet<ByStart>,
+    pub(super) order: BTreeSet<ByPosition>,
     /// Completed logs not named `<id>.eventlog[.zst]`, by file name, so a
     /// rescan finds their jobs.
     pub(super) odd_names: HashMap<Box<str>, Box<str>>,
@@ -393,13 +408,13 @@ impl Catalog {
             self.odd_names
                 .insert(summary.file_name().into(), summary.job_id().into());
         }
-        self.order.insert(ByStart(summary.clone()));
+        self.order.insert(ByPosition(summary.clone()));
         self.jobs.insert(ById(summary));
     }
 
     pub(super) fn remove(&mut self, id: &str) -> Option<Arc<JobSummary>> {
         let ById(old) = self.jobs.take(id)?;
-        self.order.remove(&ByStart(old.clone()));
+        self.order.remove(&ByPosition(old.clone()));
         if old.file == FileKind::Named {
             self.odd_names.remove(&*old.file_name());
         }

@@ -17,6 +17,8 @@ pub(crate) struct Unfinished {
     pub queued_at: u64,
     /// When it was submitted (planning done).
     pub submitted_at: u64,
+    /// The query hash of its logical plan (0 when unknown).
+    pub query_hash: u64,
     /// Task attempts recorded so far.
     pub tasks: u64,
     /// Of which failed.
@@ -48,12 +50,14 @@ impl Unfinished {
             job_id: self.job_id.clone(),
             job_name: self.job_name.clone(),
             state,
+            queued_time: self.queued_at,
             start_time: if self.submitted_at > 0 {
                 self.submitted_at
             } else {
                 self.queued_at
             },
             end_time: 0,
+            query_hash: self.query_hash,
         }
     }
 
@@ -166,6 +170,11 @@ pub(super) fn scan_running(
                     state.job_name = Arc::from(start.job_name);
                     state.queued_at = start.queued_at;
                     state.submitted_at = start.submitted_at;
+                    state.query_hash = start
+                        .logical_plan
+                        .as_deref()
+                        .and_then(crate::format::query_hash::query_hash)
+                        .unwrap_or(0);
                 }
             }
             kind::TASK_END => {

@@ -668,6 +668,7 @@ fn a_timeline_picture_of_10000_tasks_has_every_bar() {
         start_time: 1_000,
         end_time: 0,
         dropped_records: None,
+        query_hash: 0,
     };
     let svg = ballista_job_history::serving::timeline::render_svg(&path, &header).unwrap();
     assert_eq!(count_task_bars(svg.as_bytes()), 10_000);

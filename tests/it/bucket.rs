@@ -316,6 +316,10 @@ async fn wait_listed(server: &Proc, ids: &[&String]) -> Vec<String> {
 /// Every job is in the bucket once, whole, and served from it byte for
 /// byte as the live scheduler serves it; no secret reaches any log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(
+    no_moto,
+    ignore = "moto is not installed (python3 -m pip install 'moto[server]')"
+)]
 async fn two_clusters_record_into_one_bucket_and_two_servers_serve_it() {
     let Some(moto) = Moto::start().await else {
         return;
@@ -438,6 +442,10 @@ async fn two_clusters_record_into_one_bucket_and_two_servers_serve_it() {
 /// server keeps answering throughout, the job arrives once, and the spool
 /// is emptied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(
+    no_moto,
+    ignore = "moto is not installed (python3 -m pip install 'moto[server]')"
+)]
 async fn a_kill_mid_upload_and_an_outage_lose_nothing_and_duplicate_nothing() {
     let Some(moto) = Moto::start().await else {
         return;
@@ -669,6 +677,10 @@ impl Drop for Azurite {
 /// Azure Blob Storage (the emulator) is served by a history-only server
 /// from it, as the live scheduler serves it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(
+    no_azurite,
+    ignore = "azurite (npm install -g azurite) or azure-storage-blob (PyPI) is not installed"
+)]
 async fn a_job_recorded_into_azure_blob_storage_is_served_from_it() {
     let Some(azurite) = Azurite::start("history").await else {
         return;

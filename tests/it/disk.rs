@@ -172,7 +172,7 @@ async fn a_history_server_applies_retention_and_counts_it() {
     for i in 0..8u64 {
         let id = format!("old{i}");
         let line = serde_json::json!({"ev": "JobEnd", "version": 1, "data": {
-            "status": "Succeeded", "queued_at": 1, "started_at": 2, "completed_at": now - 100 + i,
+            "status": "Succeeded", "queued_at": now - 201 + i, "started_at": now - 200 + i, "completed_at": now - 100 + i,
             "index": {"job_id": id, "job_name": "", "status": "Completed", "job_status": "Completed.",
                       "start_time": now - 200 + i, "end_time": now - 100 + i, "num_stages": 1,
                       "completed_stages": 1, "percent_complete": 100},

@@ -49,6 +49,7 @@ fn parse(line: &str) -> Option<Call> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(no_strace, ignore = "strace is not installed (apt-get install strace)")]
 async fn a_completed_name_is_never_visible_before_its_data_is_durable() {
     if !std::process::Command::new("strace")
         .arg("-V")

@@ -60,6 +60,7 @@ fn fill(dir: &Path) -> PathBuf {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(no_root, ignore = "mounting a small tmpfs needs root")]
 async fn a_full_readonly_removed_or_replaced_directory_never_stops_scheduling() {
     let tmp = tempfile::tempdir().unwrap();
     let fs = match TinyFs::mount(&tmp.path().join("tiny")) {

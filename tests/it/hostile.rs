@@ -196,7 +196,8 @@ async fn a_hundred_thousand_tiny_logs_are_indexed_in_bounded_memory() {
         std::fs::write(
             dir.join(format!("{id}.eventlog")),
             format!(
-                r#"{{"ev":"JobEnd","version":1,"data":{{"status":"Succeeded","queued_at":1,"started_at":2,"completed_at":3,"index":{{"job_id":"{id}","job_name":"tiny","status":"Completed","job_status":"Completed.","start_time":{},"end_time":{},"num_stages":1,"completed_stages":1,"percent_complete":100}},"job":{{}},"stages":{{}},"config":{{}},"dot":""}}}}"#,
+                r#"{{"ev":"JobEnd","version":1,"data":{{"status":"Succeeded","queued_at":{},"started_at":2,"completed_at":3,"index":{{"job_id":"{id}","job_name":"tiny","status":"Completed","job_status":"Completed.","start_time":{},"end_time":{},"num_stages":1,"completed_stages":1,"percent_complete":100}},"job":{{}},"stages":{{}},"config":{{}},"dot":""}}}}"#,
+                999 + i,
                 1_000 + i,
                 2_000 + i
             ) + "\n",

@@ -7,6 +7,7 @@ mod crash;
 mod disk;
 mod dropin;
 mod durability;
+mod explain;
 mod faults;
 mod flags;
 mod harness;

@@ -26,16 +26,27 @@ fn may_import(from: &str, to: &str) -> bool {
         "metrics" => &["metrics"],
         "recording" => &["format", "metrics", "recording"],
         "store" => &["format", "metrics", "store"],
-        "serving" => &["format", "metrics", "recording", "store", "serving"],
+        "analysis" => &["format", "metrics", "store", "analysis"],
+        "serving" => &[
+            "format",
+            "metrics",
+            "recording",
+            "store",
+            "analysis",
+            "serving",
+        ],
         "server" => &[
             "format",
             "metrics",
             "recording",
             "store",
+            "analysis",
             "serving",
             "server",
         ],
-        "fuzzing" => &["format", "metrics", "store", "serving", "fuzzing"],
+        "fuzzing" => &[
+            "format", "metrics", "store", "analysis", "serving", "fuzzing",
+        ],
         "lib" => return true,
         other => panic!("src/{other}: a top-level module the layer rule does not know; add it"),
     };
@@ -283,7 +294,7 @@ fn every_file_has_a_module_doc_and_every_layer_its_rule() {
             bad.push(format!("src/{module}: starts without a `//!` module doc"));
         }
     }
-    for layer in ["format", "recording", "store", "serving"] {
+    for layer in ["format", "recording", "store", "analysis", "serving"] {
         let doc: String = tree.files[layer]
             .lines()
             .take_while(|l| l.starts_with("//!"))

@@ -1,0 +1,188 @@
+//! The routes that explain jobs: `GET /api/job/{id}/diagnosis`,
+//! `GET /api/queries` and `GET /api/compare?a=&b=`. They read through the
+//! same [`JobSource`] as every job route and compute with `analysis`.
+
+use crate::analysis::compare::{RunView, compare};
+use crate::analysis::diagnosis::{Diagnosis, Thresholds, diagnose, operator_memory};
+use crate::analysis::queries::recurring;
+use crate::analysis::records::JobRecords;
+use crate::serving::error::ApiError;
+use crate::serving::source::{JobSource, Resource, read_log};
+use crate::store::query::JobFacts;
+use axum::extract::{Path, Query, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use ballista_api_types::dto::PlanFormat;
+use http::StatusCode;
+use serde::Serialize;
+use std::sync::Arc;
+
+type Source = Arc<dyn JobSource>;
+type Pairs = Query<Vec<(String, String)>>;
+
+/// The most rows `GET /api/queries` answers at once.
+pub const MAX_QUERIES: usize = 10_000;
+
+/// The explaining routes over `source`.
+pub(crate) fn routes(source: Source) -> Router {
+    Router::new()
+        .route("/api/job/{job_id}/diagnosis", get(get_diagnosis))
+        .route("/api/queries", get(get_queries))
+        .route("/api/compare", get(get_compare))
+        .with_state(source)
+}
+
+fn unknown(route: &str, key: &str, accepts: &str) -> ApiError {
+    ApiError::BadRequest(format!(
+        "unknown parameter `{key}`: {route} accepts {accepts}"
+    ))
+}
+
+/// The diagnosis of a job this source has a log of; `Ok(None)` when it
+/// has none.
+pub(crate) async fn diagnosis_of(
+    source: &dyn JobSource,
+    job_id: &str,
+) -> Result<Option<Diagnosis>, ApiError> {
+    let Some((header, log)) = source.log_of(job_id) else {
+        return Ok(None);
+    };
+    let records = read_log(job_id, move || JobRecords::read(&log)).await?;
+    // Memory and spill metrics, where the stored metrics plans carry them
+    // (a job still running has none stored; its findings say so).
+    let operators = match source
+        .get(job_id, Resource::Stages(PlanFormat::Metrics))
+        .await
+    {
+        Ok(Some(answer)) if answer.status == StatusCode::OK => operator_memory(&answer.body),
+        _ => Vec::new(),
+    };
+    Ok(Some(diagnose(
+        &header,
+        &records,
+        &operators,
+        &Thresholds::default(),
+    )))
+}
+
+async fn get_diagnosis(
+    State(source): State<Source>,
+    Path(job_id): Path<String>,
+    Query(pairs): Pairs,
+) -> Result<Json<Diagnosis>, ApiError> {
+    if let Some((key, _)) = pairs.first() {
+        return Err(unknown("the diagnosis", key, "no parameters"));
+    }
+    match diagnosis_of(&*source, &job_id).await? {
+        Some(d) => Ok(Json(d)),
+        None => Err(ApiError::Missing(format!(
+            "no event log of job {job_id} here: a diagnosis reads the job's log"
+        ))),
+    }
+}
+
+#[derive(Serialize)]
+struct Queries {
+    /// Distinct queries (all pages).
+    total: usize,
+    queries: Vec<crate::analysis::queries::QueryRow>,
+}
+
+async fn get_queries(
+    State(source): State<Source>,
+    Query(pairs): Pairs,
+) -> Result<Json<Queries>, ApiError> {
+    let mut limit = 100;
+    for (key, value) in &pairs {
+        match key.as_str() {
+            "limit" => {
+                limit = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=MAX_QUERIES).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::BadRequest(format!(
+                            "invalid value {value:?} for parameter `limit`: expected an integer \
+                             from 1 to {MAX_QUERIES}"
+                        ))
+                    })?;
+            }
+            other => return Err(unknown("/api/queries", other, "limit")),
+        }
+    }
+    let Some(store) = source.store().cloned() else {
+        return Err(ApiError::Missing("no log directory here".into()));
+    };
+    let mut rows = tokio::task::spawn_blocking(move || {
+        store.with_completed(|jobs| recurring(jobs.map(|j| j as &dyn JobFacts)))
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("grouping the queries failed: {e}")))?;
+    let total = rows.len();
+    rows.truncate(limit);
+    Ok(Json(Queries {
+        total,
+        queries: rows,
+    }))
+}
+
+/// What the comparison reads of one run.
+async fn run_view(source: &dyn JobSource, job_id: &str, param: &str) -> Result<RunView, ApiError> {
+    let facts = source
+        .facts(job_id)
+        .await?
+        .ok_or_else(|| ApiError::Missing(format!("parameter `{param}`: no job {job_id:?} here")))?;
+    let body = |resource| async move {
+        match source.get(job_id, resource).await {
+            Ok(Some(answer)) if answer.status == StatusCode::OK => answer.body.to_vec(),
+            _ => Vec::new(),
+        }
+    };
+    let job = body(Resource::Job(PlanFormat::Default)).await;
+    #[derive(serde::Deserialize)]
+    struct Plans {
+        #[serde(default)]
+        physical_plan: Option<String>,
+    }
+    let physical_plan = serde_json::from_slice::<Plans>(&job)
+        .ok()
+        .and_then(|p| p.physical_plan)
+        .unwrap_or_default();
+    Ok(RunView {
+        job_id: job_id.to_string(),
+        status: facts.state.status_word().to_string(),
+        duration_ms: facts.duration(),
+        query_hash: facts.query_hash,
+        stages: body(Resource::Stages(PlanFormat::Default)).await,
+        config: body(Resource::Config).await,
+        physical_plan,
+        diagnosis: diagnosis_of(source, job_id).await?,
+    })
+}
+
+async fn get_compare(
+    State(source): State<Source>,
+    Query(pairs): Pairs,
+) -> Result<Json<crate::analysis::compare::Comparison>, ApiError> {
+    let (mut a, mut b) = (None, None);
+    for (key, value) in &pairs {
+        match key.as_str() {
+            "a" => a = Some(value.clone()),
+            "b" => b = Some(value.clone()),
+            other => return Err(unknown("/api/compare", other, "a and b (job ids)")),
+        }
+    }
+    let missing = |p: &str| {
+        ApiError::BadRequest(format!(
+            "missing parameter `{p}`: /api/compare?a=<job id>&b=<job id> compares run b \
+             with run a"
+        ))
+    };
+    let (a, b) = (
+        a.ok_or_else(|| missing("a"))?,
+        b.ok_or_else(|| missing("b"))?,
+    );
+    let a = run_view(&*source, &a, "a").await?;
+    let b = run_view(&*source, &b, "b").await?;
+    Ok(Json(compare(&a, &b)))
+}

@@ -1,0 +1,224 @@
+//! The routes that explain jobs, over HTTP against the real binary: the
+//! diagnosis of upstream's logs, of a generated log with a planted
+//! straggler, and of real jobs; recurring queries by query hash; and the
+//! comparison of two runs.
+
+use crate::harness::*;
+use serde_json::{Value, json};
+use std::path::Path;
+
+fn line(ev: &str, data: Value) -> String {
+    json!({"ev": ev, "version": 1, "data": data}).to_string() + "\n"
+}
+
+/// A completed log of 2 executors x 8 tasks of 2 s each in one stage, the
+/// last task of `exec-0` running `slow_ms` instead, on the same rows.
+fn write_straggler_log(dir: &Path, id: &str, slow_ms: u64) {
+    let base = 1_800_000_000_000u64;
+    let mut text = line(
+        "JobStart",
+        json!({"job_id": id, "job_name": "planted", "queued_at": base - 10,
+               "submitted_at": base - 5, "logical_plan": "TableScan: t",
+               "physical_plan": "DataSourceExec"}),
+    );
+    let mut lanes = [base, base];
+    for task in 0..16u32 {
+        let lane = (task % 2) as usize;
+        let ms = if task == 14 {
+            slow_ms
+        } else {
+            2_000 + u64::from(task)
+        };
+        let begin = lanes[lane];
+        lanes[lane] += ms;
+        text += &line(
+            "TaskEnd",
+            json!({"stage_id": 1, "task_id": task, "executor_id": format!("exec-{lane}"),
+                   "status": "Successful", "launch_time": begin, "start_exec_time": begin,
+                   "end_exec_time": begin + ms,
+                   "metrics": {"input_rows": 50_000, "output_rows": 10,
+                               "elapsed_compute_nanos": ms * 1_000_000}}),
+        );
+    }
+    let end = lanes[0].max(lanes[1]);
+    text += &line(
+        "JobEnd",
+        json!({"status": "Succeeded", "queued_at": base - 10, "started_at": base - 5,
+               "completed_at": end,
+               "index": {"job_id": id, "job_name": "planted", "status": "Completed",
+                         "job_status": "Completed", "start_time": base - 5, "end_time": end,
+                         "num_stages": 1, "completed_stages": 1, "percent_complete": 100},
+               "job": {"job_id": id, "logical_plan": "TableScan: t"},
+               "stages": {"stages": []}, "config": {}, "dot": "digraph G {}"}),
+    );
+    std::fs::write(dir.join(format!("{id}.eventlog")), text).unwrap();
+}
+
+fn kinds(diagnosis: &Value) -> Vec<String> {
+    diagnosis["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Upstream's logs are diagnosed without a false alarm (the failed job's
+/// failed attempt aside), and a planted straggler is found, with the
+/// evidence its log was written with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn upstream_logs_are_healthy_and_a_planted_straggler_is_found() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/upstream");
+    let mut ids = Vec::new();
+    for entry in std::fs::read_dir(&fixtures).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        if let Some(id) = name.strip_suffix(".eventlog") {
+            std::fs::copy(&path, dir.join(&name)).unwrap();
+            ids.push(id.to_string());
+        }
+    }
+    write_straggler_log(dir, "planted", 9_000);
+    let mut server = Proc::history(dir, &[]);
+    server.wait_healthy().await;
+    eventually("every log is indexed", || async {
+        job_ids(&server).await.len() == ids.len() + 1
+    })
+    .await;
+
+    for id in &ids {
+        let d = get_json(&server.url(&format!("/api/job/{id}/diagnosis"))).await;
+        let text = std::fs::read_to_string(dir.join(format!("{id}.eventlog"))).unwrap();
+        // Counted apart: the log's failed task records.
+        let failed = text
+            .lines()
+            .filter(|l| l.starts_with(r#"{"ev":"TaskEnd""#) && l.contains(r#""Failed""#))
+            .count();
+        let expected: Vec<&str> = if failed > 0 {
+            vec!["failed_tasks"]
+        } else {
+            vec![]
+        };
+        assert_eq!(kinds(&d), expected, "{id}: {d:#}");
+        assert_eq!(d["failed_attempts"], failed, "{id}");
+        assert_eq!(d["partial"], false, "{id}");
+    }
+
+    let d = get_json(&server.url("/api/job/planted/diagnosis")).await;
+    assert_eq!(kinds(&d), ["straggler"], "{d:#}");
+    let f = &d["findings"][0];
+    assert_eq!(f["stage_id"], 1);
+    assert_eq!(f["tasks"], json!([14]));
+    assert_eq!(f["executor"], "exec-0");
+    assert_eq!(f["evidence"]["duration_ms"], 9_000);
+    // The nearest-rank p75 of the 16 durations: 2,000 + task id for the
+    // others, 9,000 for task 14; the 12th smallest is task 11's.
+    assert_eq!(f["evidence"]["p75_ms"], 2_011);
+    assert_eq!(d["query_hash"].as_str().unwrap().len(), 16);
+
+    // Bad input: unknown jobs, odd ids, unknown parameters.
+    for (path, status) in [
+        ("/api/job/nope/diagnosis", 404),
+        ("/api/job/%3Cscript%3E/diagnosis", 404),
+        ("/api/job/planted/diagnosis?x=1", 400),
+        ("/api/compare?a=planted", 400),
+        ("/api/compare?a=planted&b=nope", 404),
+        ("/api/queries?limit=0", 400),
+        ("/api/queries?sort=x", 400),
+        ("/api/jobs?query_hash=xyz", 400),
+    ] {
+        let (got, _, body) = get(&server.url(path)).await;
+        assert_eq!(got, status, "{path}: {}", String::from_utf8_lossy(&body));
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["http_code"], status, "{path}");
+    }
+}
+
+/// Two runs of the same SQL through a real cluster share a query hash,
+/// another query gets another; the list filters by it, the queries route
+/// groups by it, and the comparison of the two runs says they are the same
+/// query while a comparison with the other says it is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recurring_queries_and_comparisons_of_real_runs() {
+    let cluster = Cluster::start(&[]).await;
+    let sched = &cluster.sched;
+    let same = "SELECT k, count(*) FROM t WHERE v > 10 GROUP BY k";
+    let other = "SELECT max(v) FROM t";
+    let (first, r1) = run_job(sched, &cluster.ctx, same).await;
+    let (second, r2) = run_job(sched, &cluster.ctx, same).await;
+    let (third, r3) = run_job(sched, &cluster.ctx, other).await;
+    assert_eq!((r1, r2, r3), (Ok(100), Ok(100), Ok(1)));
+    for id in [&first, &second, &third] {
+        completed_log(&cluster.logs, id).await;
+    }
+
+    let hash_of = |d: &Value| d["query_hash"].as_str().unwrap().to_string();
+    let d1 = get_json(&sched.url(&format!("/api/job/{first}/diagnosis"))).await;
+    let d2 = get_json(&sched.url(&format!("/api/job/{second}/diagnosis"))).await;
+    let d3 = get_json(&sched.url(&format!("/api/job/{third}/diagnosis"))).await;
+    assert_eq!(hash_of(&d1), hash_of(&d2));
+    assert_ne!(hash_of(&d1), hash_of(&d3));
+    // A healthy small job: no skew, no straggler, nothing failed.
+    assert!(
+        !kinds(&d1)
+            .iter()
+            .any(|k| ["skew", "straggler", "failed_tasks", "retry_storm"].contains(&k.as_str())),
+        "{d1:#}"
+    );
+    // Counted apart: the log's task records.
+    let lines = completed_log(&cluster.logs, &first).await;
+    let tasks = lines
+        .iter()
+        .filter(|l| l.starts_with(r#"{"ev":"TaskEnd""#))
+        .count();
+    assert_eq!(d1["task_attempts"], tasks);
+
+    // The list, filtered by hash: the two runs, whether the scheduler
+    // still holds them or not.
+    let listed = get_json(&sched.url(&format!("/api/jobs?query_hash={}", hash_of(&d1)))).await;
+    let mut listed: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["job_id"].as_str().unwrap())
+        .collect();
+    listed.sort_unstable();
+    let mut expected = [first.as_str(), second.as_str()];
+    expected.sort_unstable();
+    assert_eq!(listed, expected);
+
+    let queries = get_json(&sched.url("/api/queries")).await;
+    assert_eq!(queries["total"], 2);
+    let row = |hash: &str| {
+        queries["queries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["query_hash"] == hash)
+            .cloned()
+            .unwrap()
+    };
+    let repeated = row(&hash_of(&d1));
+    assert_eq!(repeated["runs"], 2);
+    assert_eq!(repeated["last_job_id"], second.as_str());
+    assert_eq!(repeated["last_status"], "Completed");
+    assert_eq!(row(&hash_of(&d3))["runs"], 1);
+
+    let c = get_json(&sched.url(&format!("/api/compare?a={first}&b={second}"))).await;
+    assert_eq!(c["same_query"], true, "{c:#}");
+    assert!(c["note"].is_null());
+    assert_eq!(c["a"]["job_id"], first.as_str());
+    assert_eq!(c["plan_diff"], "", "the same plan");
+    assert!(c["unmatched_stages"]["a"].as_array().unwrap().is_empty());
+    assert_eq!(
+        c["stages"].as_array().unwrap().len(),
+        c["a"]["stages"].as_u64().unwrap() as usize,
+        "every stage pairs with its twin"
+    );
+    let c = get_json(&sched.url(&format!("/api/compare?a={first}&b={third}"))).await;
+    assert_eq!(c["same_query"], false);
+    assert!(c["note"].as_str().unwrap().contains("different queries"));
+    assert!(c["plan_diff"].as_str().unwrap().starts_with("--- "));
+}
