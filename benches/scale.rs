@@ -56,6 +56,7 @@ fn summaries(n: usize) -> Vec<JobSummary> {
                 file_name: &file_name,
                 len: 40_000,
                 modified: Some(SystemTime::now()),
+                ranges: None,
             })
         })
         .collect()
@@ -93,6 +94,7 @@ fn process_restart(n: usize) {
                 file_name: &j.file_name(),
                 len: 0,
                 modified: Some(stamp),
+                ranges: None,
             })
         })
         .collect();

@@ -298,5 +298,157 @@ fn upstream_logs(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, index, read_one, list, compressed, upstream_logs);
+/// Removes each log's footer line: the directory then holds logs as
+/// upstream's scheduler writes them (no footer, the `JobEnd` line last).
+fn strip_footers(dir: &std::path::Path) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        let body_end = text.trim_end().rfind('\n').unwrap() + 1;
+        assert!(text[body_end..].starts_with(r#"{"ev":"Footer""#));
+        text.truncate(body_end);
+        std::fs::write(&path, text).unwrap();
+    }
+}
+
+/// Big logs in upstream's format: a mixed directory of 2,000 jobs and ten
+/// jobs of 50,000 tasks indexed, and the payloads of a 50,000-task job.
+fn upstream_big(c: &mut Criterion) {
+    let mixed = tempfile::tempdir().unwrap();
+    corpus::write_corpus(mixed.path(), 2_000, 7, |rng| {
+        corpus::mixed_task_count(rng, false)
+    });
+    strip_footers(mixed.path());
+    let big = tempfile::tempdir().unwrap();
+    corpus::write_corpus(big.path(), 10, 3, |_| 50_000);
+    strip_footers(big.path());
+    for (name, dir, jobs) in [
+        (
+            "index 2,000 mixed upstream-written logs",
+            mixed.path(),
+            2_000,
+        ),
+        (
+            "index 10 upstream-written logs of 50,000 tasks",
+            big.path(),
+            10,
+        ),
+    ] {
+        let mut group = c.benchmark_group(name);
+        group.sample_size(10);
+        group.bench_function("ours: LogStore::rescan", |b| {
+            b.iter(|| {
+                let store = LogStore::new(dir, Arc::new(HistoryMetrics::unregistered()));
+                assert_eq!(store.rescan().read, jobs);
+            })
+        });
+        group.bench_function("upstream: HistoryStore::load", |b| {
+            b.iter(|| {
+                let store = HistoryStore::load(dir).unwrap();
+                assert_eq!(store.len(), jobs);
+            })
+        });
+        group.finish();
+    }
+    let (ours, upstream) = routers(big.path());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for route in ["/config", "/dot", ""] {
+        let path = format!("/api/job/job0000000{route}");
+        let (mine, theirs) = runtime
+            .block_on(async { (body_of(&ours, &path).await, body_of(&upstream, &path).await) });
+        assert_eq!(meaning(&mine), meaning(&theirs), "{path}");
+        let mut group = c.benchmark_group(format!(
+            "GET /api/job/{{id}}{route} of a 50,000-task upstream-written log"
+        ));
+        group.sample_size(10);
+        for (name, router) in [("ours", &ours), ("upstream", &upstream)] {
+            group.bench_function(name, |b| {
+                b.to_async(&runtime)
+                    .iter(|| async { body_of(router, &path).await })
+            });
+        }
+        group.finish();
+    }
+}
+
+/// 200,000 small logs written by upstream's scheduler (the smallest
+/// fixture, 23 KB, copied under new ids): the floor is one open and one
+/// read per file.
+fn upstream_many(c: &mut Criterion) {
+    const N: usize = 200_000;
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/upstream/038HEXYEMR000.eventlog");
+    let text = std::fs::read_to_string(fixture).unwrap();
+    for i in 0..N {
+        let id = format!("038H{i:09}");
+        std::fs::write(
+            dir.path().join(format!("{id}.eventlog")),
+            text.replace("038HEXYEMR000", &id),
+        )
+        .unwrap();
+    }
+    let mut group = c.benchmark_group("index 200,000 small upstream-written logs");
+    group.sample_size(10);
+    group.bench_function("ours: LogStore::rescan", |b| {
+        b.iter(|| {
+            let store = LogStore::new(dir.path(), Arc::new(HistoryMetrics::unregistered()));
+            assert_eq!(store.rescan().read, N);
+        })
+    });
+    group.bench_function("upstream: HistoryStore::load", |b| {
+        b.iter(|| {
+            let store = HistoryStore::load(dir.path()).unwrap();
+            assert_eq!(store.len(), N);
+        })
+    });
+    // The floor: list the directory, then open and read each file whole,
+    // on as many threads as the rescan uses, parsing nothing.
+    group.bench_function("floor: list, open and read each file (4 threads)", |b| {
+        b.iter(|| {
+            let paths: Vec<std::path::PathBuf> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| {
+                    let e = e.unwrap();
+                    assert!(e.metadata().unwrap().len() > 0);
+                    e.path()
+                })
+                .collect();
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            let bytes = std::sync::atomic::AtomicUsize::new(0);
+            std::thread::scope(|scope| {
+                for _ in 0..4 {
+                    scope.spawn(|| {
+                        let mut buf = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(path) = paths.get(i) else { return };
+                            buf.clear();
+                            let mut file = std::fs::File::open(path).unwrap();
+                            std::io::Read::read_to_end(&mut file, &mut buf).unwrap();
+                            bytes.fetch_add(buf.len(), std::sync::atomic::Ordering::Relaxed);
+                        }
+                    });
+                }
+            });
+            assert_eq!(paths.len(), N);
+            assert!(bytes.into_inner() > N);
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    index,
+    read_one,
+    list,
+    compressed,
+    upstream_logs,
+    upstream_big,
+    upstream_many
+);
 criterion_main!(benches);

@@ -28,6 +28,7 @@ pub mod remote;
 pub mod retention;
 pub mod snapshot;
 
+mod locate;
 mod location;
 mod read;
 mod scan;
@@ -49,7 +50,6 @@ use parking_lot::RwLock;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::File;
-use std::fs::ReadDir;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
@@ -779,6 +779,64 @@ mod tests {
             assert_eq!(s.read_payloads("p", &[CONFIG]).unwrap(), None);
             assert_eq!(s.read_payloads("p", &[DOT]).unwrap(), None);
         }
+    }
+
+    /// A log without a footer (as upstream's scheduler writes them) has its
+    /// payload ranges learnt at index time, kept in the persistent index,
+    /// and read one payload at a time; a log changed since is never served
+    /// from them.
+    #[test]
+    fn a_footerless_log_is_read_by_remembered_ranges_and_a_changed_one_is_not() {
+        use crate::format::record::payload::{CONFIG, DOT, JOB, STAGES};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("u.eventlog");
+        let start = "{\"ev\":\"JobStart\",\"version\":1,\"data\":{\"job_id\":\"u\"}}\n";
+        let end = job_end_line("u", 1);
+        std::fs::write(&path, format!("{start}{end}\n")).unwrap();
+        let s = store(dir.path());
+        s.rescan();
+        let ranges = s
+            .summary("u")
+            .unwrap()
+            .ranges()
+            .expect("learnt at index time");
+        // Counted apart: each payload as the line's own JSON holds it.
+        let line: serde_json::Value = serde_json::from_str(&end).unwrap();
+        let want = |name: &str| serde_json::to_vec(&line["data"][name]).unwrap();
+        let parts = s
+            .read_payloads("u", &[JOB, STAGES, CONFIG, DOT])
+            .unwrap()
+            .expect("read by the remembered ranges");
+        for (part, name) in parts.iter().zip([JOB, STAGES, CONFIG, DOT]) {
+            assert_eq!(part, &want(name), "{name}");
+        }
+        // The persistent index keeps them.
+        let summary = s.summary("u").unwrap();
+        let bytes = crate::store::snapshot::encode(std::iter::once(&*summary));
+        let restored = crate::store::snapshot::decode(&bytes).unwrap();
+        assert_eq!(restored[0].ranges(), Some(ranges));
+
+        // Rewritten in place, same length and modification time, with the
+        // payloads moved by two bytes: the ranges no longer sit after their
+        // keys, so nothing is served from them.
+        let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+        let moved = format!(
+            "{start}{}\n",
+            end.replace("\"job_name\":\"n\"", "\"job_name\":\"nnn\"")
+                .replace("{\"k\":\"v\"}", "{\"\":\"\"}")
+        );
+        assert_eq!(moved.len(), start.len() + end.len() + 1);
+        std::fs::write(&path, &moved).unwrap();
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        file.set_modified(modified).unwrap();
+        assert_eq!(s.read_payloads("u", &[CONFIG]).unwrap(), None);
+        // Grown: the stamp differs, so the ranges are not even tried.
+        std::fs::write(&path, format!(" {start}{end}\n")).unwrap();
+        assert_eq!(s.read_payloads("u", &[CONFIG]).unwrap(), None);
+        // The next rescan learns the ranges anew.
+        s.rescan();
+        let parts = s.read_payloads("u", &[CONFIG]).unwrap().unwrap();
+        assert_eq!(parts[0], want(CONFIG));
     }
 
     #[test]

@@ -80,23 +80,162 @@ pub(crate) fn read_job_start(log: impl Into<LogRef>) -> Result<JobStart, StoreEr
 
 /// The summary of a completed log, from its footer when it has one.
 pub(crate) fn read_summary(log: impl Into<LogRef>) -> Result<JobEndSummary, StoreError> {
+    read_summary_located(log).map(|(summary, _)| summary)
+}
+
+/// [`read_summary`], with the payloads' byte ranges of a plain log without
+/// a footer whose last line is its `JobEnd` (learnt from the line in hand,
+/// so later reads take one seek per payload, as with a footer).
+pub(crate) fn read_summary_located(
+    log: impl Into<LogRef>,
+) -> Result<(JobEndSummary, Option<PayloadRanges>), StoreError> {
     let path: &LogRef = &log.into();
     if path.is_zstd() {
         if let Some((footer, file_len)) = zst_footer(path)? {
-            return Ok(footer_summary(path, footer, file_len));
+            return Ok((footer_summary(path, footer, file_len), None));
         }
         let line = forward_scan(open_decoded(path)?)?;
         let env = envelope(&line)?;
         return serde_json::from_str(env.data.get())
+            .map(|s| (s, None))
             .map_err(|e| StoreError::Malformed(e.to_string()));
     }
     let tail = TailLine::read(path)?;
     if let Some(footer) = tail.footer()? {
-        return Ok(footer_summary(path, footer, tail.file_len));
+        return Ok((footer_summary(path, footer, tail.file_len), None));
+    }
+    if tail.line.starts_with(br#"{"ev":"JobEnd","#) || is_job_end_line(&tail.line) {
+        return summary_and_ranges(&tail.line, tail.start);
     }
     let line = tail.job_end_line(path)?;
     let env = envelope(&line)?;
-    serde_json::from_str(env.data.get()).map_err(|e| StoreError::Malformed(e.to_string()))
+    serde_json::from_str(env.data.get())
+        .map(|s| (s, None))
+        .map_err(|e| StoreError::Malformed(e.to_string()))
+}
+
+/// The summary of a `JobEnd` line starting at byte `start` of its file,
+/// and where each payload's JSON value sits in the file. The payloads are
+/// skipped as raw JSON (checked, never built); only the `job` payload's
+/// logical plan is read, for the query hash.
+pub(super) fn summary_and_ranges(
+    line: &[u8],
+    start: u64,
+) -> Result<(JobEndSummary, Option<PayloadRanges>), StoreError> {
+    use serde_json::value::RawValue;
+    #[derive(serde::Deserialize)]
+    struct End<'a> {
+        status: crate::format::record::JobEndStatus,
+        #[serde(default)]
+        queued_at: u64,
+        index: crate::format::record::JobIndex,
+        #[serde(default)]
+        dropped_records: u64,
+        #[serde(borrow, default)]
+        job: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        stages: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        config: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        dot: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        responses: Option<&'a RawValue>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Whole<'a> {
+        #[serde(borrow)]
+        ev: &'a str,
+        version: u32,
+        #[serde(borrow)]
+        data: End<'a>,
+    }
+    // The usual case: the fields located by a scan, the summary's parsed
+    // from their slices, the payloads never built.
+    if let Some(found) = super::locate::job_end_fields(line)
+        && found.version <= SCHEMA_VERSION
+    {
+        let number = |key: &str| {
+            found
+                .get(line, key)
+                .map_or(Some(0), |v| serde_json::from_slice::<u64>(v).ok())
+        };
+        let status = found
+            .get(line, "status")
+            .and_then(|v| serde_json::from_slice(v).ok());
+        let index = found
+            .get(line, "index")
+            .and_then(|v| serde_json::from_slice(v).ok());
+        if let (Some(status), Some(index), Some(queued_at), Some(dropped_records)) = (
+            status,
+            index,
+            number("queued_at"),
+            number("dropped_records"),
+        ) {
+            // The logical plan alone, found the same way inside `job`.
+            let plans = PlansOfJob {
+                logical_plan: found
+                    .get(line, crate::format::record::payload::JOB)
+                    .and_then(|job| super::locate::object_field(job, "logical_plan"))
+                    .and_then(|plan| serde_json::from_slice(plan).ok()),
+            };
+            let mut ranges = PayloadRanges::default();
+            for name in PayloadRanges::NAMES {
+                if let Some([at, len]) = found.range(name) {
+                    ranges.set(name, [start + at, len]);
+                }
+            }
+            let summary = JobEndSummary {
+                status,
+                queued_at,
+                index,
+                dropped_records,
+                plans,
+                stated_hash: None,
+            };
+            return Ok((summary, Some(ranges)));
+        }
+    }
+    // Else one pass over the line; when it does not fit (another record,
+    // a newer schema, damage) the envelope alone says why.
+    let end = match serde_json::from_slice::<Whole>(line) {
+        Ok(w) if w.ev == kind::JOB_END && w.version <= SCHEMA_VERSION => w.data,
+        Ok(_) | Err(_) => {
+            let env = envelope(line)?;
+            serde_json::from_str::<End>(env.data.get())
+                .map_err(|e| StoreError::Malformed(e.to_string()))?
+        }
+    };
+    let plans: PlansOfJob = end
+        .job
+        .and_then(|j| serde_json::from_str(j.get()).ok())
+        .unwrap_or_default();
+    // Where a borrowed value sits: its distance from the line's first byte.
+    let base = line.as_ptr() as usize;
+    let mut ranges = PayloadRanges::default();
+    for (name, value) in
+        PayloadRanges::NAMES
+            .iter()
+            .zip([end.job, end.stages, end.config, end.dot, end.responses])
+    {
+        if let Some(value) = value {
+            let at = (value.get().as_ptr() as usize).wrapping_sub(base);
+            if at + value.get().len() <= line.len()
+                && line[at..].starts_with(value.get().as_bytes())
+            {
+                ranges.set(name, [start + at as u64, value.get().len() as u64]);
+            }
+        }
+    }
+    let summary = JobEndSummary {
+        status: end.status,
+        queued_at: end.queued_at,
+        index: end.index,
+        dropped_records: end.dropped_records,
+        plans,
+        stated_hash: None,
+    };
+    Ok((summary, Some(ranges)))
 }
 
 /// A summary from a footer. A footer written before it stated the query
@@ -300,6 +439,12 @@ pub(super) const MAX_FOOTER_FRAME: u64 = 4 * 1024 * 1024;
 /// is well under 4 KiB, so indexing a log costs one small read whatever
 /// its size.
 pub(super) const TAIL_CHUNK: u64 = 4 * 1024;
+/// A file this small is read whole, in one read: a small log without a
+/// footer costs one open and one read.
+pub(super) const SMALL_FILE: u64 = 32 * 1024;
+/// A file this small whose last line does not fit the first chunk is
+/// read whole at the second read.
+pub(super) const WHOLE_FILE: u64 = 1024 * 1024;
 /// The longest line read whole, by every reader of a log (a `JobEnd` line
 /// of a very large job is the longest a log holds); longer lines are
 /// skipped without being kept.
@@ -308,6 +453,8 @@ pub(crate) const MAX_LINE: u64 = 512 * 1024 * 1024;
 /// The last line of a file, read backwards from the end.
 pub(super) struct TailLine {
     pub(super) file_len: u64,
+    /// Where the line starts in the file.
+    pub(super) start: u64,
     /// The last non-blank line, without its newline.
     pub(super) line: Vec<u8>,
 }
@@ -315,14 +462,27 @@ pub(super) struct TailLine {
 impl TailLine {
     pub(super) fn read(path: &LogRef) -> Result<Self, StoreError> {
         let (mut file, file_len) = path.open()?;
-        // Backwards in chunks that grow from 4 KiB to 1 MiB, remembering
+        // Backwards in chunks that grow from 4 KiB to 16 MiB, remembering
         // only where the line ends; then the line is read once. Memory is
         // one chunk plus the line, whatever the file holds.
         let mut chunk = Vec::new();
         let mut step = TAIL_CHUNK;
         let mut end: Option<u64> = None;
         let mut pos = file_len;
-        while pos > 0 {
+        // A small file is read whole at once; a larger one whose last line
+        // is longer than the first chunk (a log without a footer) is read
+        // whole at the second read, up to `WHOLE_FILE`.
+        let mut whole = file_len <= SMALL_FILE;
+        if whole {
+            chunk.resize(file_len as usize, 0);
+            file.read_exact(&mut chunk)?;
+            pos = 0;
+        }
+        while pos > 0 && !whole {
+            if pos < file_len && file_len <= WHOLE_FILE {
+                whole = true;
+                break;
+            }
             let from = pos.saturating_sub(step);
             chunk.resize((pos - from) as usize, 0);
             file.seek(SeekFrom::Start(from))?;
@@ -337,12 +497,17 @@ impl TailLine {
                 ends_here = true;
             }
             if let Some(end) = end {
-                if let Some(nl) = search.iter().rposition(|&b| b == b'\n') {
+                if let Some(nl) = memchr::memrchr(b'\n', search) {
                     if ends_here {
                         // The whole line is in this chunk (the usual case:
                         // a footer in the last 4 KiB).
                         let line = chunk[nl + 1..(end - from) as usize].to_vec();
-                        return Ok(Self { file_len, line });
+                        let start = from + nl as u64 + 1;
+                        return Ok(Self {
+                            file_len,
+                            start,
+                            line,
+                        });
                     }
                     return Self::line_at(&mut *file, file_len, from + nl as u64 + 1, end);
                 }
@@ -353,7 +518,27 @@ impl TailLine {
                 }
             }
             pos = from;
-            step = (step * 2).min(1024 * 1024);
+            step = (step * 2).min(16 * 1024 * 1024);
+        }
+        if whole {
+            // The rest of the file, before the chunk already read.
+            let mut all = vec![0; pos as usize];
+            if pos > 0 {
+                file.seek(SeekFrom::Start(0))?;
+                file.read_exact(&mut all)?;
+            }
+            all.extend_from_slice(&chunk);
+            let Some(last) = all.iter().rposition(|b| !b.is_ascii_whitespace()) else {
+                return Err(StoreError::NoTerminalRecord);
+            };
+            let start = memchr::memrchr(b'\n', &all[..last]).map_or(0, |nl| nl + 1);
+            all.truncate(last + 1);
+            all.drain(..start);
+            return Ok(Self {
+                file_len,
+                start: start as u64,
+                line: all,
+            });
         }
         match end {
             Some(end) => Self::line_at(&mut *file, file_len, 0, end),
@@ -375,7 +560,11 @@ impl TailLine {
         let mut line = vec![0; (end - start) as usize];
         file.seek(SeekFrom::Start(start))?;
         file.read_exact(&mut line)?;
-        Ok(Self { file_len, line })
+        Ok(Self {
+            file_len,
+            start,
+            line,
+        })
     }
 
     /// The footer, when the last line is one.
@@ -396,6 +585,13 @@ impl TailLine {
 
 /// The footer record in `line`, if it is one.
 pub(super) fn parse_footer(line: &[u8]) -> Result<Option<Footer>, StoreError> {
+    // Every writer puts `ev` first: another record kind is told from its
+    // first bytes, without reading the line (a `JobEnd` line may be long).
+    if let Some(rest) = line.strip_prefix(br#"{"ev":""#)
+        && !rest.starts_with(br#"Footer""#)
+    {
+        return Ok(None);
+    }
     #[derive(serde::Deserialize)]
     struct Kind<'a> {
         #[serde(borrow)]
@@ -548,8 +744,12 @@ impl LogStore {
             return Ok(None);
         };
         let zstd = path.is_zstd();
-        let Some(ranges) = self.ranges_of(&path)? else {
-            return Ok(None);
+        let ranges = match self.remembered_ranges(job_id, &path) {
+            Some(ranges) => ranges,
+            None => match self.ranges_of(&path)? {
+                Some(ranges) => ranges,
+                None => return Ok(None),
+            },
         };
         let file_len = ranges.file_len;
         let mut out = Vec::with_capacity(names.len());
@@ -578,6 +778,29 @@ impl LogStore {
             }
         }
         Ok(Some(out))
+    }
+
+    /// The payload ranges learnt when a log without a footer was indexed,
+    /// if the log is still what was indexed: the same length (and, for a
+    /// file, the same modification time). Each range is then checked
+    /// against its key as it is read, so a log rewritten in place is never
+    /// served from stale ranges.
+    fn remembered_ranges(&self, job_id: &str, path: &LogRef) -> Option<Arc<Ranges>> {
+        let (ranges, stamp) = {
+            let catalog = self.catalog.read();
+            let summary = catalog.get(job_id)?;
+            (summary.ranges()?, summary.stamp())
+        };
+        let unchanged = match path {
+            LogRef::File(file) => std::fs::metadata(file).is_ok_and(|m| Stamp::of(&m) == stamp),
+            LogRef::Object { len, .. } => *len == stamp.len,
+        };
+        unchanged.then(|| {
+            Arc::new(Ranges {
+                payloads: ranges.to_map(),
+                file_len: stamp.len,
+            })
+        })
     }
 
     /// The payload ranges of a completed log's footer: remembered for

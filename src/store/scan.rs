@@ -9,7 +9,7 @@ use super::*;
 
 /// The log-named entries of a directory or a store prefix, with stamps.
 pub(super) enum Entries {
-    Local(ReadDir),
+    Local(std::vec::IntoIter<(String, Stamp)>),
     Remote(std::vec::IntoIter<crate::store::remote::Listed>),
 }
 
@@ -18,23 +18,7 @@ impl Iterator for Entries {
 
     fn next(&mut self) -> Option<Self::Item> {
         match self {
-            Self::Local(entries) => loop {
-                let entry = entries.next()?;
-                let Ok(entry) = entry else { continue };
-                let Ok(name) = entry.file_name().into_string() else {
-                    continue;
-                };
-                if LogName::parse(&name).is_none() {
-                    continue;
-                }
-                // Follows symlinks: a link to a log is a log.
-                let Ok(meta) = std::fs::metadata(entry.path()) else {
-                    continue;
-                };
-                if meta.is_file() {
-                    return Some((name, Stamp::of(&meta)));
-                }
-            },
+            Self::Local(entries) => entries.next(),
             Self::Remote(listed) => listed.next().map(|l| (l.name, l.stamp)),
         }
     }
@@ -72,8 +56,49 @@ pub(super) enum Found {
     Unfinished(Unfinished),
 }
 
+/// The ordered set, the id set and the odd names of `jobs`, built side by
+/// side (a catalog filled at once: from the persistent index, or by the
+/// first rescan of a directory).
+type CatalogSets = (
+    BTreeSet<ByPosition>,
+    HashSet<ById>,
+    HashMap<Box<str>, Box<str>>,
+);
+
+fn catalog_sets(jobs: &[Arc<JobSummary>]) -> CatalogSets {
+    std::thread::scope(|scope| {
+        let order = scope.spawn(|| {
+            jobs.iter()
+                .map(|j| ByPosition(j.clone()))
+                .collect::<BTreeSet<_>>()
+        });
+        let mut ids = HashSet::with_capacity(jobs.len());
+        let mut odd_names = HashMap::new();
+        for job in jobs {
+            if job.file == FileKind::Named {
+                odd_names.insert(job.file_name().into(), job.job_id().into());
+            }
+            ids.insert(ById(job.clone()));
+        }
+        let order = order
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (order, ids, odd_names)
+    })
+}
+
 /// Threads reading new logs of an object store at once.
 pub(super) const REMOTE_READERS: usize = 16;
+
+/// New local logs from which a rescan reads in parallel.
+const PARALLEL_FROM: usize = 32;
+
+/// Threads reading new local logs at once: two per core (so one reads
+/// while the other parses), at least 4, at most 32.
+fn local_readers() -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    (cores * 2).clamp(4, 32)
+}
 
 /// `f` over `items` on up to `threads` threads, results in order.
 pub(super) fn parallel_map<T: Sync, R: Send>(
@@ -116,7 +141,25 @@ impl LogStore {
                 .list()
                 .map(|listed| Entries::Remote(listed.into_iter()))
                 .map_err(crate::store::remote::io_error),
-            None => std::fs::read_dir(&self.dir).map(Entries::Local),
+            None => {
+                let names: Vec<String> = std::fs::read_dir(&self.dir)?
+                    .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .filter(|name| LogName::parse(name).is_some())
+                    .collect();
+                // Follows symlinks: a link to a log is a log.
+                let stamp = |name: &String| {
+                    let meta = std::fs::metadata(self.dir.join(name)).ok()?;
+                    meta.is_file().then(|| (name.clone(), Stamp::of(&meta)))
+                };
+                // A large directory is stamped on several threads.
+                let stamped: Vec<Option<(String, Stamp)>> = if names.len() >= PARALLEL_FROM {
+                    parallel_map(&names, local_readers(), stamp)
+                } else {
+                    names.iter().map(stamp).collect()
+                };
+                let stamped: Vec<(String, Stamp)> = stamped.into_iter().flatten().collect();
+                Ok(Entries::Local(stamped.into_iter()))
+            }
         }
     }
 
@@ -136,27 +179,7 @@ impl LogStore {
                     return 0;
                 }
                 let jobs: Vec<Arc<JobSummary>> = jobs.into_iter().map(Arc::new).collect();
-                // The ordered set and the id set are built side by side.
-                let (order, (ids, odd_names)) = std::thread::scope(|scope| {
-                    // Saved in this order, so the sort is one pass.
-                    let order = scope.spawn(|| {
-                        jobs.iter()
-                            .map(|j| ByPosition(j.clone()))
-                            .collect::<BTreeSet<_>>()
-                    });
-                    let mut ids = HashSet::with_capacity(n);
-                    let mut odd_names = HashMap::new();
-                    for job in &jobs {
-                        if job.file == FileKind::Named {
-                            odd_names.insert(job.file_name().into(), job.job_id().into());
-                        }
-                        ids.insert(ById(job.clone()));
-                    }
-                    let order = order
-                        .join()
-                        .unwrap_or_else(|p| std::panic::resume_unwind(p));
-                    (order, (ids, odd_names))
-                });
+                let (order, ids, odd_names) = catalog_sets(&jobs);
                 if order.len() != n || ids.len() != n {
                     log::warn!(
                         "history: the persistent index {} lists a job twice; rebuilding it \
@@ -347,9 +370,12 @@ impl LogStore {
             self.read_log(name, *stamp, pass.known_unfinished.get(&**name))
         };
         // An object store answers each read in milliseconds, not
-        // microseconds: new objects are read many at a time.
+        // microseconds: new objects are read many at a time. Files too,
+        // when there are many: every core parses, and the reads overlap.
         if self.remote.is_some() {
             parallel_map(&pass.to_read, REMOTE_READERS, read_one)
+        } else if pass.to_read.len() >= PARALLEL_FROM {
+            parallel_map(&pass.to_read, local_readers(), read_one)
         } else {
             pass.to_read.iter().map(read_one).collect()
         }
@@ -372,13 +398,13 @@ impl LogStore {
         if running {
             scan_running(&path, stem, name, stamp, zstd, known).map(Found::Unfinished)
         } else {
-            read_summary(&path).map(|summary| {
+            read_summary_located(&path).map(|(summary, ranges)| {
                 let id = if summary.index.job_id.is_empty() {
                     stem.to_string()
                 } else {
                     summary.index.job_id.clone()
                 };
-                Found::Completed(JobSummary::new(summary, &id, name, stamp))
+                Found::Completed(JobSummary::new(summary, ranges, &id, name, stamp))
             })
         }
     }
@@ -499,6 +525,36 @@ impl LogStore {
         }
         for job in gone {
             index.remove(job.job_id());
+        }
+        // A first pass over a large directory fills the empty catalog at
+        // once (each job once; with a job logged twice, one by one).
+        if index.jobs.is_empty() && fresh.len() >= PARALLEL_FROM {
+            let (completed, rest): (Vec<Found>, Vec<Found>) = fresh
+                .into_iter()
+                .partition(|f| matches!(f, Found::Completed(_)));
+            let jobs: Vec<Arc<JobSummary>> = completed
+                .into_iter()
+                .filter_map(|f| match f {
+                    Found::Completed(s) => Some(Arc::new(s)),
+                    Found::Unfinished(_) => None,
+                })
+                .collect();
+            let (order, ids, odd_names) = catalog_sets(&jobs);
+            if ids.len() == jobs.len() && order.len() == jobs.len() {
+                if !jobs.is_empty() {
+                    self.dirty.store(true, Ordering::Release);
+                }
+                index.jobs = ids;
+                index.order = order;
+                index.odd_names = odd_names;
+                fresh = rest;
+            } else {
+                fresh = jobs
+                    .into_iter()
+                    .map(|j| Found::Completed(Arc::unwrap_or_clone(j)))
+                    .chain(rest)
+                    .collect();
+            }
         }
         for found in fresh {
             match found {

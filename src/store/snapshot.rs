@@ -8,14 +8,17 @@
 //! corrupt or foreign file is detected (magic, length, checksum) and
 //! ignored, and the index is rebuilt from the directory; nothing is lost.
 //!
-//! Format (little-endian): the magic `BJHIDX03`, then one record per job,
+//! Format (little-endian): the magic `BJHIDX04`, then one record per job,
 //! then the record count (u64) and a checksum (u64) of everything before it.
 //! A record: file name, job id, job name (each a u32 length and UTF-8
 //! bytes), state (u8), queue, start and end times (u64 millis), query hash
 //! (u64, 0 unknown), long and short
 //! status (strings), stages, completed stages (u32), percent (u8), dropped
 //! records (u64), file length (u64), modification time (i64 seconds, u32
-//! nanoseconds; `i64::MIN` when unknown).
+//! nanoseconds; `i64::MIN` when unknown), then the payload ranges of a log
+//! without a footer: a u8 (0 none, 1 present) and, when present, five
+//! `[offset, length]` pairs (u64) for `job`, `stages`, `config`, `dot` and
+//! `responses` (length 0: absent).
 //!
 //! Written to a temporary file and renamed over the old one, so a reader
 //! never sees a torn index; several processes may share one (the last
@@ -23,13 +26,13 @@
 
 use crate::format::JobState;
 use crate::store::query::{FactsRef, JobFacts};
-use crate::store::summary::{JobSummary, SummaryParts};
+use crate::store::summary::{JobSummary, PayloadRanges, SummaryParts};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 /// The index file's name inside the log directory, by default.
 pub const DEFAULT_FILE_NAME: &str = ".ballista-job-history.index";
-const MAGIC: &[u8; 8] = b"BJHIDX03";
+const MAGIC: &[u8; 8] = b"BJHIDX04";
 
 /// Why a persisted index was not used.
 #[derive(Debug, thiserror::Error)]
@@ -120,6 +123,16 @@ pub fn encode<'a>(jobs: impl Iterator<Item = &'a JobSummary>) -> Vec<u8> {
         };
         out.extend_from_slice(&secs.to_le_bytes());
         out.extend_from_slice(&nanos.to_le_bytes());
+        match s.ranges() {
+            None => out.push(0),
+            Some(r) => {
+                out.push(1);
+                for [offset, len] in r.0 {
+                    out.extend_from_slice(&offset.to_le_bytes());
+                    out.extend_from_slice(&len.to_le_bytes());
+                }
+            }
+        }
     }
     out.extend_from_slice(&count.to_le_bytes());
     let sum = checksum(&out);
@@ -199,6 +212,17 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<JobSummary>, IndexError> {
         let len = c.u64()?;
         let secs = c.u64()? as i64;
         let nanos = c.u32()?;
+        let ranges = match c.u8()? {
+            0 => None,
+            1 => {
+                let mut r = PayloadRanges::default();
+                for pair in &mut r.0 {
+                    *pair = [c.u64()?, c.u64()?];
+                }
+                Some(r)
+            }
+            _ => return Err(IndexError::Damaged("unknown payload-ranges flag")),
+        };
         let modified = match secs {
             i64::MIN => None,
             s if s >= 0 => Some(SystemTime::UNIX_EPOCH + Duration::new(s as u64, nanos)),
@@ -222,6 +246,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<JobSummary>, IndexError> {
             file_name,
             len,
             modified,
+            ranges,
         }));
     }
     if out.len() as u64 != count {

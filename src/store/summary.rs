@@ -36,6 +36,42 @@ pub struct JobSummary {
     /// Percentage of completed stages.
     pub percent_complete: u8,
     pub(super) file: FileKind,
+    /// Where each payload sits in a log without a footer, learnt when it
+    /// was indexed (a log with a footer states them itself).
+    pub(super) ranges: Option<Box<PayloadRanges>>,
+}
+
+/// The byte range (`[offset, length]`) of each payload inside the `JobEnd`
+/// line of a plain log without a footer, as the footer would state them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PayloadRanges(pub [[u64; 2]; 5]);
+
+impl PayloadRanges {
+    /// The payloads, in the order of the array.
+    pub const NAMES: [&'static str; 5] = [
+        crate::format::record::payload::JOB,
+        crate::format::record::payload::STAGES,
+        crate::format::record::payload::CONFIG,
+        crate::format::record::payload::DOT,
+        crate::format::record::payload::RESPONSES,
+    ];
+
+    /// Sets the range of `name`.
+    pub(super) fn set(&mut self, name: &str, range: [u64; 2]) {
+        if let Some(i) = Self::NAMES.iter().position(|n| *n == name) {
+            self.0[i] = range;
+        }
+    }
+
+    /// The ranges present, by name, as a footer holds them.
+    pub(super) fn to_map(self) -> std::collections::BTreeMap<String, [u64; 2]> {
+        Self::NAMES
+            .iter()
+            .zip(self.0)
+            .filter(|(_, r)| r[1] > 0)
+            .map(|(n, r)| (n.to_string(), r))
+            .collect()
+    }
 }
 
 /// How a completed log's file name is known.
@@ -80,10 +116,18 @@ pub struct SummaryParts<'a> {
     pub len: u64,
     /// The log's modification time when indexed.
     pub modified: Option<SystemTime>,
+    /// Payload ranges learnt from a log without a footer.
+    pub ranges: Option<PayloadRanges>,
 }
 
 impl JobSummary {
-    pub(super) fn new(summary: JobEndSummary, id: &str, file_name: &str, stamp: Stamp) -> Self {
+    pub(super) fn new(
+        summary: JobEndSummary,
+        ranges: Option<PayloadRanges>,
+        id: &str,
+        file_name: &str,
+        stamp: Stamp,
+    ) -> Self {
         let query_hash = summary.query_hash();
         let i = summary.index;
         let state = match summary.status {
@@ -109,6 +153,7 @@ impl JobSummary {
             file_name,
             len: stamp.len,
             modified: stamp.modified,
+            ranges,
         })
     }
 
@@ -151,6 +196,7 @@ impl JobSummary {
             state: f.state,
             percent_complete: p.percent_complete,
             file,
+            ranges: p.ranges.map(Box::new),
         }
     }
 
@@ -174,6 +220,7 @@ impl JobSummary {
             file_name: "",
             len: 0,
             modified: None,
+            ranges: None,
         })
     }
 
@@ -218,6 +265,11 @@ impl JobSummary {
             FileKind::Named => self.piece(4) == name,
             kind => FileKind::of(self.job_id(), name) == kind,
         }
+    }
+
+    /// Payload ranges learnt when a log without a footer was indexed.
+    pub fn ranges(&self) -> Option<PayloadRanges> {
+        self.ranges.as_deref().copied()
     }
 
     pub(crate) fn stamp(&self) -> Stamp {

@@ -742,3 +742,53 @@ async fn a_job_recorded_into_azure_blob_storage_is_served_from_it() {
         assert_eq!(served, live, "{id}{path}");
     }
 }
+
+/// Logs written by upstream's scheduler, put into a bucket as objects: a
+/// history server over the bucket answers every payload as upstream's
+/// own history server does over the same logs on disk (each read through
+/// the payload ranges learnt when the object was indexed, with ranged
+/// `GET`s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(
+    no_moto,
+    ignore = "moto is not installed (python3 -m pip install 'moto[server]')"
+)]
+async fn upstream_written_objects_answer_as_upstream_does() {
+    use object_store::ObjectStoreExt;
+    let Some(moto) = Moto::start().await else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("local");
+    crate::history::copy_fixtures(&local);
+    let mut ids = Vec::new();
+    for entry in std::fs::read_dir(&local).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        let bytes = std::fs::read(&path).unwrap();
+        moto.bucket()
+            .put(
+                &object_store::path::Path::from(format!("upstream/{name}")),
+                bytes.into(),
+            )
+            .await
+            .unwrap();
+        ids.push(name.strip_suffix(".eventlog").unwrap().to_string());
+    }
+    let spool = tmp.path().join("spool");
+    let mut server = history("upstream", &moto.url(""), &spool, &tmp.path().join("h.log"));
+    server.wait_healthy().await;
+    let wanted: Vec<&String> = ids.iter().collect();
+    wait_listed(&server, &wanted).await;
+    for id in &ids {
+        for route in ["", "/stages", "/config", "/dot"] {
+            let path = format!("/api/job/{id}{route}");
+            for _ in 0..2 {
+                let (status, _, ours) = get(&server.url(&path)).await;
+                let (their_status, theirs) = crate::history::upstream_answer(&local, &path).await;
+                assert_eq!(status, their_status, "{path}");
+                assert!(crate::history::same_answer(&ours, &theirs), "{path}");
+            }
+        }
+    }
+}

@@ -277,3 +277,116 @@ async fn a_history_server_starts_before_its_directory_exists() {
     })
     .await;
 }
+
+/// Upstream's own history server over `dir`, asked in process.
+pub(crate) async fn upstream_answer(dir: &Path, path: &str) -> (u16, Vec<u8>) {
+    use tower::ServiceExt;
+    let upstream = ballista_scheduler::history::history_router(std::sync::Arc::new(
+        ballista_scheduler::history::HistoryStore::load(dir).unwrap(),
+    ));
+    let request = http::Request::get(path)
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let response = upstream.oneshot(request).await.unwrap();
+    let status = response.status().as_u16();
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (status, body.to_vec())
+}
+
+/// Equal as upstream answers: the same JSON value (upstream re-serializes
+/// some payloads, so key order is its own), or the same bytes for text.
+pub(crate) fn same_answer(ours: &[u8], theirs: &[u8]) -> bool {
+    match (
+        serde_json::from_slice::<serde_json::Value>(ours),
+        serde_json::from_slice::<serde_json::Value>(theirs),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => ours == theirs,
+    }
+}
+
+/// Logs written by upstream's scheduler (no footer) answer every payload
+/// as upstream's own history server does, read through the ranges learnt
+/// when they were indexed; a log rewritten in place afterwards (same
+/// length and time, payloads moved or changed) is served as it now is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn upstream_written_logs_answer_as_upstream_does_for_every_payload() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    copy_fixtures(dir);
+    let ids: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter_map(|n| n.strip_suffix(".eventlog").map(str::to_string))
+        .collect();
+    // No rescan while the test runs: what was learnt at the first one is
+    // what answers.
+    let mut hist = Proc::history(dir, &["--update-interval-seconds", "3600"]);
+    hist.wait_healthy().await;
+    eventually("the fixtures are indexed", || async {
+        job_ids(&hist).await.len() == ids.len()
+    })
+    .await;
+    let routes = ["", "/stages", "/config", "/dot"];
+    let check = |id: String| {
+        let hist = &hist;
+        async move {
+            for route in routes {
+                let path = format!("/api/job/{id}{route}");
+                let (status, _, ours) = get(&hist.url(&path)).await;
+                let (their_status, theirs) = upstream_answer(dir, &path).await;
+                assert_eq!(status, their_status, "{path}");
+                assert!(
+                    same_answer(&ours, &theirs),
+                    "{path}: ours {} / upstream's {}",
+                    String::from_utf8_lossy(&ours),
+                    String::from_utf8_lossy(&theirs)
+                );
+            }
+        }
+    };
+    for id in &ids {
+        check(id.clone()).await;
+    }
+
+    // Rewritten in place, keeping its length and modification time: a
+    // config value changed in place, then the payloads moved.
+    let id = "038HEXYE9M000";
+    let path = dir.join(format!("{id}.eventlog"));
+    let rewrite = |edits: &[(&str, &str)]| {
+        let meta = std::fs::metadata(&path).unwrap();
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        for (from, to) in edits {
+            assert_eq!(text.matches(from).count(), 1, "{from}");
+            text = text.replace(from, to);
+        }
+        assert_eq!(text.len() as u64, meta.len(), "the same length");
+        std::fs::write(&path, text).unwrap();
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        file.set_modified(meta.modified().unwrap()).unwrap();
+    };
+    rewrite(&[(
+        r#""datafusion.execution.batch_size":"8192""#,
+        r#""datafusion.execution.batch_size":"4096""#,
+    )]);
+    check(id.to_string()).await;
+    let (_, _, config) = get(&hist.url(&format!("/api/job/{id}/config"))).await;
+    assert!(
+        String::from_utf8_lossy(&config).contains(r#""datafusion.execution.batch_size":"4096""#)
+    );
+    // The config three bytes shorter and the graph after it three longer:
+    // the graph's range now starts three bytes late, the config's ends
+    // three bytes late.
+    rewrite(&[
+        (
+            r#""datafusion.execution.batch_size":"4096""#,
+            r#""datafusion.execution.batch_size":"1""#,
+        ),
+        ("digraph G {", "digraph Gxyz {"),
+    ]);
+    check(id.to_string()).await;
+    let (_, _, dot) = get(&hist.url(&format!("/api/job/{id}/dot"))).await;
+    assert!(String::from_utf8_lossy(&dot).starts_with("digraph Gxyz {"));
+}
