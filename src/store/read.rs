@@ -744,10 +744,10 @@ impl LogStore {
             return Ok(None);
         };
         let zstd = path.is_zstd();
-        let ranges = match self.remembered_ranges(job_id, &path) {
-            Some(ranges) => ranges,
+        let (ranges, learnt) = match self.remembered_ranges(job_id, &path) {
+            Some(ranges) => (ranges, true),
             None => match self.ranges_of(&path)? {
-                Some(ranges) => ranges,
+                Some(ranges) => (ranges, false),
                 None => return Ok(None),
             },
         };
@@ -769,8 +769,13 @@ impl LogStore {
                         self.ranges.lock().remove(object);
                     }
                     log::warn!(
-                        "history: the footer of {} does not match the file (rewritten in \
-                         place?); reading it the slow way",
+                        "history: the payload ranges {} of {} do not match the file \
+                         (rewritten in place?); reading it the slow way",
+                        if learnt {
+                            "learnt when indexing"
+                        } else {
+                            "in the footer"
+                        },
                         path.shown()
                     );
                     return Ok(None);
