@@ -45,6 +45,33 @@ fn meaning(body: &[u8]) -> serde_json::Value {
         .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(body).into()))
 }
 
+/// A group timing the index of `dir` (`jobs` logs) on both sides: our
+/// `LogStore::rescan` and upstream's `HistoryStore::load`, each checked
+/// to find every job. The caller may add more, then finishes it.
+fn index_group<'a>(
+    c: &'a mut Criterion,
+    name: impl Into<String>,
+    dir: &std::path::Path,
+    jobs: usize,
+) -> criterion::BenchmarkGroup<'a, criterion::measurement::WallTime> {
+    let dir = dir.to_path_buf();
+    let mut group = c.benchmark_group(name);
+    group.sample_size(10);
+    group.bench_function("ours: LogStore::rescan", |b| {
+        b.iter(|| {
+            let store = LogStore::new(&dir, Arc::new(HistoryMetrics::unregistered()));
+            assert_eq!(store.rescan().read, jobs);
+        })
+    });
+    group.bench_function("upstream: HistoryStore::load", |b| {
+        b.iter(|| {
+            let store = HistoryStore::load(&dir).unwrap();
+            assert_eq!(store.len(), jobs);
+        })
+    });
+    group
+}
+
 fn index(c: &mut Criterion) {
     let mixed = tempfile::tempdir().unwrap();
     corpus::write_corpus(mixed.path(), 2_000, 7, |rng| {
@@ -56,20 +83,7 @@ fn index(c: &mut Criterion) {
         ("index 2,000 mixed jobs", mixed.path(), 2_000),
         ("index 10 jobs of 50,000 tasks", big.path(), 10),
     ] {
-        let mut group = c.benchmark_group(name);
-        group.sample_size(10);
-        group.bench_function("ours: LogStore::rescan", |b| {
-            b.iter(|| {
-                let store = LogStore::new(dir, Arc::new(HistoryMetrics::unregistered()));
-                assert_eq!(store.rescan().read, jobs);
-            })
-        });
-        group.bench_function("upstream: HistoryStore::load", |b| {
-            b.iter(|| {
-                let store = HistoryStore::load(dir).unwrap();
-                assert_eq!(store.len(), jobs);
-            })
-        });
+        let group = index_group(c, name, dir, jobs);
         group.finish();
     }
 }
@@ -256,20 +270,12 @@ fn upstream_written(dir: &std::path::Path, copies: usize) -> Vec<String> {
 fn upstream_logs(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let ids = upstream_written(dir.path(), 400);
-    let mut group = c.benchmark_group(format!("index {} upstream-written logs", ids.len()));
-    group.sample_size(10);
-    group.bench_function("ours: LogStore::rescan", |b| {
-        b.iter(|| {
-            let store = LogStore::new(dir.path(), Arc::new(HistoryMetrics::unregistered()));
-            assert_eq!(store.rescan().read, ids.len());
-        })
-    });
-    group.bench_function("upstream: HistoryStore::load", |b| {
-        b.iter(|| {
-            let store = HistoryStore::load(dir.path()).unwrap();
-            assert_eq!(store.len(), ids.len());
-        })
-    });
+    let group = index_group(
+        c,
+        format!("index {} upstream-written logs", ids.len()),
+        dir.path(),
+        ids.len(),
+    );
     group.finish();
 
     // Each route through each side's router, in process.
@@ -334,20 +340,7 @@ fn upstream_big(c: &mut Criterion) {
             10,
         ),
     ] {
-        let mut group = c.benchmark_group(name);
-        group.sample_size(10);
-        group.bench_function("ours: LogStore::rescan", |b| {
-            b.iter(|| {
-                let store = LogStore::new(dir, Arc::new(HistoryMetrics::unregistered()));
-                assert_eq!(store.rescan().read, jobs);
-            })
-        });
-        group.bench_function("upstream: HistoryStore::load", |b| {
-            b.iter(|| {
-                let store = HistoryStore::load(dir).unwrap();
-                assert_eq!(store.len(), jobs);
-            })
-        });
+        let group = index_group(c, name, dir, jobs);
         group.finish();
     }
     let (ours, upstream) = routers(big.path());
@@ -391,20 +384,12 @@ fn upstream_many(c: &mut Criterion) {
         )
         .unwrap();
     }
-    let mut group = c.benchmark_group("index 200,000 small upstream-written logs");
-    group.sample_size(10);
-    group.bench_function("ours: LogStore::rescan", |b| {
-        b.iter(|| {
-            let store = LogStore::new(dir.path(), Arc::new(HistoryMetrics::unregistered()));
-            assert_eq!(store.rescan().read, N);
-        })
-    });
-    group.bench_function("upstream: HistoryStore::load", |b| {
-        b.iter(|| {
-            let store = HistoryStore::load(dir.path()).unwrap();
-            assert_eq!(store.len(), N);
-        })
-    });
+    let mut group = index_group(
+        c,
+        "index 200,000 small upstream-written logs",
+        dir.path(),
+        N,
+    );
     // The floor: list the directory, then open and read each file whole,
     // on as many threads as the rescan uses, parsing nothing.
     group.bench_function("floor: list, open and read each file (4 threads)", |b| {

@@ -144,7 +144,8 @@ struct Stages {
 
 #[derive(Deserialize)]
 struct Stage {
-    stage_id: Value,
+    #[serde(deserialize_with = "crate::analysis::records::stage_id")]
+    stage_id: u32,
     #[serde(default)]
     input_rows: u64,
     #[serde(default)]
@@ -202,11 +203,7 @@ fn stage_facts(json: &[u8]) -> Vec<StageFacts> {
                 .max()
                 .unwrap_or(0);
             StageFacts {
-                id: match &s.stage_id {
-                    Value::Number(n) => n.as_u64().unwrap_or(0) as u32,
-                    Value::String(t) => t.parse().unwrap_or(0),
-                    _ => 0,
-                },
+                id: s.stage_id,
                 shape: shape(s.stage_plan.as_deref().unwrap_or("")),
                 duration: end.saturating_sub(begin),
                 input_rows: s.input_rows,

@@ -809,7 +809,8 @@ pub fn operator_memory(stages_json: &[u8]) -> Vec<OperatorMemory> {
     }
     #[derive(serde::Deserialize)]
     struct Stage {
-        stage_id: Value,
+        #[serde(deserialize_with = "crate::analysis::records::stage_id")]
+        stage_id: u32,
         #[serde(default)]
         stage_plan: Option<String>,
     }
@@ -818,11 +819,7 @@ pub fn operator_memory(stages_json: &[u8]) -> Vec<OperatorMemory> {
     };
     let mut out = Vec::new();
     for stage in parsed.stages {
-        let stage_id = match &stage.stage_id {
-            Value::Number(n) => n.as_u64().unwrap_or(0) as u32,
-            Value::String(s) => s.parse().unwrap_or(0),
-            _ => 0,
-        };
+        let stage_id = stage.stage_id;
         for line in stage.stage_plan.as_deref().unwrap_or("").lines() {
             let Some(at) = line.find("metrics=[") else {
                 continue;

@@ -94,6 +94,23 @@ pub(crate) fn scan(path: &LogRef, mut visit: impl FnMut(Rec)) -> Result<(), Stor
     }
 }
 
+/// A stage id as the `/stages` response writes it (`"0"`), or as a
+/// number; anything else reads as stage 0.
+pub(crate) fn stage_id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Id {
+        Number(u32),
+        Text(String),
+        Other(serde::de::IgnoredAny),
+    }
+    Ok(match <Id as serde::Deserialize>::deserialize(d)? {
+        Id::Number(n) => n,
+        Id::Text(t) => t.parse().unwrap_or(0),
+        Id::Other(_) => 0,
+    })
+}
+
 /// One task attempt, compact.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Task {

@@ -7,27 +7,42 @@ use ballista_job_history::{HistoryOptions, run_scheduler};
 use ballista_scheduler::config::SchedulerConfig;
 use std::sync::Arc;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_embedded_scheduler_records_and_drains_on_shutdown() {
-    let tmp = tempfile::tempdir().unwrap();
-    let logs = tmp.path().join("logs");
-    let data = write_csv(tmp.path(), "t.csv", 300);
+type Server = tokio::task::JoinHandle<Result<(), ballista_job_history::ServerError>>;
+
+/// A recording scheduler started through the library entry point on a
+/// bound loopback listener (its config adjusted by `adjust`), with an
+/// executor; stopped when the sender is used or dropped.
+async fn embedded(
+    logs: &std::path::Path,
+    adjust: impl FnOnce(SchedulerConfig) -> SchedulerConfig,
+) -> (u16, tokio::sync::oneshot::Sender<()>, Server) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let config = SchedulerConfig::default()
-        .with_hostname("127.0.0.1")
-        .with_port(port)
-        .with_scheduler_policy(TaskSchedulingPolicy::PullStaged);
+    let config = adjust(
+        SchedulerConfig::default()
+            .with_hostname("127.0.0.1")
+            .with_port(port)
+            .with_scheduler_policy(TaskSchedulingPolicy::PullStaged),
+    );
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(run_scheduler(
         listener,
         config,
-        Some(HistoryOptions::new(&logs)),
+        Some(HistoryOptions::new(logs)),
         async {
             let _ = stop_rx.await;
         },
     ));
     start_executor(port).await;
+    (port, stop_tx, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_embedded_scheduler_records_and_drains_on_shutdown() {
+    let tmp = tempfile::tempdir().unwrap();
+    let logs = tmp.path().join("logs");
+    let data = write_csv(tmp.path(), "t.csv", 300);
+    let (port, stop_tx, server) = embedded(&logs, |config| config).await;
     let ctx = client(port, &data).await;
     let batches = ctx
         .sql("SELECT k, count(*) FROM t GROUP BY k")
@@ -129,13 +144,8 @@ async fn a_cursor_walk_is_stable_while_queued_jobs_start() {
     let data = write_csv(tmp.path(), "t.csv", 300);
     let gate = Arc::new(PlanningGate::new(&["gate-one", "gate-two"]));
     let planner = gate.clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let mut config = SchedulerConfig::default()
-        .with_hostname("127.0.0.1")
-        .with_port(port)
-        .with_scheduler_policy(TaskSchedulingPolicy::PullStaged)
-        .with_override_session_builder(Arc::new(move |config| {
+    let (port, _stop, _server) = embedded(&logs, |config| {
+        let mut config = config.with_override_session_builder(Arc::new(move |config| {
             let state = ballista_core::utils::default_session_builder(config)?;
             Ok(
                 datafusion::execution::SessionStateBuilder::new_from_existing(state)
@@ -143,19 +153,13 @@ async fn a_cursor_walk_is_stable_while_queued_jobs_start() {
                     .build(),
             )
         }));
-    // Finished jobs leave the scheduler's memory within a second, so the
-    // walk also crosses jobs moving from the live view to their logs.
-    config.finished_job_state_clean_up_interval_seconds = 1;
-    let (_stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(run_scheduler(
-        listener,
-        config,
-        Some(HistoryOptions::new(&logs)),
-        async {
-            let _ = stop_rx.await;
-        },
-    ));
-    start_executor(port).await;
+        // Finished jobs leave the scheduler's memory within a second, so
+        // the walk also crosses jobs moving from the live view to their
+        // logs.
+        config.finished_job_state_clean_up_interval_seconds = 1;
+        config
+    })
+    .await;
     let ctx = Arc::new(client(port, &data).await);
     ctx.sql("SELECT count(*) FROM t")
         .await
