@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 /// A cfg a test may be ignored under, and whether its tool is present.
 type Probe = (&'static str, fn() -> bool);
 
-fn probes() -> [Probe; 4] {
+fn probes() -> [Probe; 5] {
     [
         ("no_strace", || succeeds("strace", &["-V"])),
         ("no_moto", || {
@@ -22,6 +22,12 @@ fn probes() -> [Probe; 4] {
             let binary = std::env::var("AZURITE_BLOB").unwrap_or_else(|_| "azurite-blob".into());
             succeeds(&binary, &["--version"])
                 && succeeds("python3", &["-c", "import azure.storage.blob"])
+        }),
+        // The browser tests drive Debian's chromium through chromedriver.
+        ("no_chromium", || {
+            let browser = std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into());
+            let driver = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into());
+            succeeds(&browser, &["--version"]) && succeeds(&driver, &["--version"])
         }),
         // Mounting a small tmpfs needs root (and CAP_SYS_ADMIN, which the
         // test itself finds out).
@@ -45,7 +51,13 @@ fn succeeds(program: &str, args: &[&str]) -> bool {
 
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
-    for var in ["BALLISTA_JOB_HISTORY_NO_SKIPS", "PATH", "AZURITE_BLOB"] {
+    for var in [
+        "BALLISTA_JOB_HISTORY_NO_SKIPS",
+        "PATH",
+        "AZURITE_BLOB",
+        "CHROMIUM",
+        "CHROMEDRIVER",
+    ] {
         println!("cargo::rerun-if-env-changed={var}");
     }
     let strict = std::env::var_os("BALLISTA_JOB_HISTORY_NO_SKIPS").is_some();

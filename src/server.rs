@@ -390,9 +390,10 @@ pub async fn run_scheduler(
         _ => (None, None, None),
     };
 
+    let token = history.as_ref().and_then(|h| h.api_token.clone());
     let router = crate::serving::auth::protect(
-        live_router(&scheduler, &config, api, source, tap),
-        history.as_ref().and_then(|h| h.api_token.clone()),
+        live_router(&scheduler, &config, api, source, tap, token.clone()),
+        token,
     );
     log::info!(
         "Ballista scheduler v{BALLISTA_VERSION} listening on {:?}{}",
@@ -432,6 +433,7 @@ fn live_router(
     api: LiveApi,
     source: Option<Arc<dyn JobSource>>,
     tap: Option<TaskTap>,
+    token: Option<crate::serving::auth::ApiToken>,
 ) -> Router {
     let max_decoding = config.grpc_server_max_decoding_message_size as usize;
     let max_encoding = config.grpc_server_max_encoding_message_size as usize;
@@ -490,7 +492,15 @@ fn live_router(
                 ApiError::Missing("REST API has been disabled at startup".into()).into_response()
             }),
         ),
-        Some(source) => router::job_routes(source).layer(cors(config)).merge(health),
+        Some(source) => router::job_routes(source.clone())
+            .layer(cors(config))
+            .merge(health)
+            .merge(crate::serving::ui::routes(
+                source,
+                true,
+                scheduler.scheduler_id.clone(),
+                token,
+            )),
         None => health,
     };
     let behind = if config.disable_rest_api {
@@ -527,12 +537,19 @@ pub async fn run_history(
     }
     let started = u128::from(crate::format::now_millis());
     let ready_store = store.clone();
-    let router = router::job_routes(Arc::new(DiskSource::new(store)))
+    let source: Arc<dyn JobSource> = Arc::new(DiskSource::new(store));
+    let router = router::job_routes(source.clone())
         .merge(router::history_routes(
             started,
             Arc::new(move || ready_store.is_ready()),
         ))
-        .layer(cors(&SchedulerConfig::default()));
+        .layer(cors(&SchedulerConfig::default()))
+        .merge(crate::serving::ui::routes(
+            source,
+            false,
+            "history-server".into(),
+            options.api_token.clone(),
+        ));
     log::info!(
         "Ballista job history server listening on {:?}, serving {}",
         listener.local_addr().ok(),

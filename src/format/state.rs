@@ -30,6 +30,18 @@ impl JobState {
         ("abandoned", JobState::Abandoned),
     ];
 
+    /// The position of this state in [`JobState::ALL`].
+    pub(crate) fn index(self) -> usize {
+        match self {
+            JobState::Queued => 0,
+            JobState::Running => 1,
+            JobState::Completed => 2,
+            JobState::Failed => 3,
+            JobState::Cancelled => 4,
+            JobState::Abandoned => 5,
+        }
+    }
+
     /// The state a `status` word of the REST API names (case-insensitive);
     /// anything unknown counts as running.
     pub(crate) fn from_status_word(word: &str) -> Self {

@@ -63,6 +63,11 @@ impl ApiToken {
         Self::new(text.trim()).ok_or_else(|| TokenError::Invalid(path.display().to_string()))
     }
 
+    /// Whether `presented` is this token.
+    pub(crate) fn is(&self, presented: &str) -> bool {
+        same_bytes(&self.0, presented.trim().as_bytes())
+    }
+
     /// Whether an `Authorization` header value presents this token.
     pub(crate) fn permits(&self, authorization: Option<&[u8]>) -> bool {
         let presented = authorization
@@ -87,20 +92,100 @@ fn same_bytes(expected: &[u8], presented: &[u8]) -> bool {
     diff == 0
 }
 
+/// What a path is, to the token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Area {
+    /// A REST API route: the bearer header only.
+    Api,
+    /// A web page or what a page fetches: the header, or the cookie the
+    /// sign-in page sets.
+    Page,
+    /// Health checks, the sign-in page, the pages' CSS and scripts (which
+    /// hold no data), and the scheduler's gRPC services.
+    Open,
+}
+
+fn area(path: &str) -> Area {
+    if path == "/api" || path.starts_with("/api/") {
+        Area::Api
+    } else if path == "/ui/login" || path == "/ui/logout" || path.starts_with("/ui/assets/") {
+        Area::Open
+    } else if path == "/" || path == "/ui" || path.starts_with("/ui/") {
+        Area::Page
+    } else {
+        Area::Open
+    }
+}
+
 /// Whether `path` is a REST API route the token protects.
+#[cfg(test)]
 fn protected(path: &str) -> bool {
-    path == "/api" || path.starts_with("/api/")
+    area(path) == Area::Api
+}
+
+/// The cookie the sign-in page sets: the token, hex-encoded (a token may
+/// hold characters a cookie value may not).
+pub(crate) const COOKIE: &str = "ballista_token";
+
+/// The `Set-Cookie` value that signs a browser in with `token`: sent back
+/// on same-site requests only, never readable by scripts.
+pub(crate) fn sign_in_cookie(token: &str) -> String {
+    let hex: String = token.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("{COOKIE}={hex}; Path=/; HttpOnly; SameSite=Strict")
+}
+
+/// The `Set-Cookie` value that forgets the token.
+pub(crate) const SIGN_OUT_COOKIE: &str =
+    "ballista_token=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0";
+
+/// The token a request's cookies carry, decoded.
+fn cookie_token(headers: &http::HeaderMap) -> Option<Vec<u8>> {
+    let hex = headers
+        .get_all(http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|c| c.trim().strip_prefix(COOKIE)?.strip_prefix('='))?;
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 async fn check(State(token): State<ApiToken>, request: Request, next: Next) -> Response {
-    let exempt = request.method() == http::Method::OPTIONS || !protected(request.uri().path());
+    let area = area(request.uri().path());
+    let exempt = request.method() == http::Method::OPTIONS || area == Area::Open;
     let presented = request
         .headers()
         .get(http::header::AUTHORIZATION)
         .map(|v| v.as_bytes());
     if exempt || token.permits(presented) {
-        next.run(request).await
-    } else if presented.is_none() {
+        return next.run(request).await;
+    }
+    if area == Area::Page {
+        if cookie_token(request.headers()).is_some_and(|t| same_bytes(&token.0, &t)) {
+            return next.run(request).await;
+        }
+        // A page asks for the token and comes back here.
+        let back = request
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        let to = format!(
+            "/ui/login?{}",
+            url::form_urlencoded::Serializer::new(String::new())
+                .append_pair("next", &back)
+                .finish()
+        );
+        if request.method() == http::Method::GET || request.method() == http::Method::HEAD {
+            return axum::response::Redirect::to(&to).into_response();
+        }
+    }
+    if presented.is_none() {
         ApiError::Unauthorized("this API needs an `Authorization: Bearer <token>` header")
             .into_response()
     } else {
@@ -176,6 +261,33 @@ mod tests {
         assert!(!same_bytes(b"abc", b"ab"));
         assert!(!same_bytes(b"abc", b"abcd"));
         assert!(!same_bytes(b"\xff", b""));
+    }
+
+    #[test]
+    fn the_cookie_carries_any_token_back() {
+        for token in ["abc", "a;b,c\"d=", "~!@#$%^&*()"] {
+            let set = sign_in_cookie(token);
+            let value = set.split(';').next().unwrap();
+            let mut headers = http::HeaderMap::new();
+            headers.insert(
+                http::header::COOKIE,
+                format!("x=1; {value}").parse().unwrap(),
+            );
+            assert_eq!(cookie_token(&headers).unwrap(), token.as_bytes(), "{set}");
+        }
+        let mut headers = http::HeaderMap::new();
+        headers.insert(http::header::COOKIE, "ballista_token=zz".parse().unwrap());
+        assert_eq!(cookie_token(&headers), None);
+    }
+
+    #[test]
+    fn pages_are_guarded_and_their_assets_are_not() {
+        for page in ["/", "/ui/job/x", "/ui/job/x/eventlog", "/ui/queries"] {
+            assert_eq!(area(page), Area::Page, "{page}");
+        }
+        for open in ["/ui/login", "/ui/assets/ui.css", "/healthz"] {
+            assert_eq!(area(open), Area::Open, "{open}");
+        }
     }
 
     #[test]

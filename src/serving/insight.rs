@@ -110,14 +110,7 @@ async fn get_queries(
             other => return Err(unknown("/api/queries", other, "limit")),
         }
     }
-    let Some(store) = source.store().cloned() else {
-        return Err(ApiError::Missing("no log directory here".into()));
-    };
-    let mut rows = tokio::task::spawn_blocking(move || {
-        store.with_completed(|jobs| recurring(jobs.map(|j| j as &dyn JobFacts)))
-    })
-    .await
-    .map_err(|e| ApiError::Internal(format!("grouping the queries failed: {e}")))?;
+    let mut rows = recurring_queries(&*source).await?;
     let total = rows.len();
     rows.truncate(limit);
     Ok(Json(Queries {
@@ -126,8 +119,27 @@ async fn get_queries(
     }))
 }
 
+/// The recurring queries of the source's log directory, most recently run
+/// first.
+pub(crate) async fn recurring_queries(
+    source: &dyn JobSource,
+) -> Result<Vec<crate::analysis::queries::QueryRow>, ApiError> {
+    let Some(store) = source.store().cloned() else {
+        return Err(ApiError::Missing("no log directory here".into()));
+    };
+    tokio::task::spawn_blocking(move || {
+        store.with_completed(|jobs| recurring(jobs.map(|j| j as &dyn JobFacts)))
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("grouping the queries failed: {e}")))
+}
+
 /// What the comparison reads of one run.
-async fn run_view(source: &dyn JobSource, job_id: &str, param: &str) -> Result<RunView, ApiError> {
+pub(crate) async fn run_view(
+    source: &dyn JobSource,
+    job_id: &str,
+    param: &str,
+) -> Result<RunView, ApiError> {
     let facts = source
         .facts(job_id)
         .await?

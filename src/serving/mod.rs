@@ -3,8 +3,9 @@
 //! A [`source::JobSource`] is where answers come from (the live scheduler,
 //! the store, or live then store); the list query, the timeline and the
 //! router are the same code for every source; `insight` serves what
-//! `analysis` computes (diagnosis, recurring queries, comparison); `auth`
-//! guards `/api`.
+//! `analysis` computes (diagnosis, recurring queries, comparison); `ui`
+//! renders web pages from the same source; `auth` guards `/api` and the
+//! pages.
 //!
 //! **Rule:** this layer imports `format`, `metrics`, `recording` (for the
 //! live scheduler's router), `store` and `analysis`; nothing below it
@@ -16,3 +17,4 @@ pub mod insight;
 pub mod router;
 pub mod source;
 pub mod timeline;
+pub(crate) mod ui;

@@ -10,9 +10,9 @@
 
 use crate::recording::live::Answer;
 use crate::serving::error::ApiError;
-use crate::serving::source::{JSON, JobSource, Resource, TimelineRequest};
+use crate::serving::source::{JSON, JobSource, Resource, TimelineRequest, read_log};
 use crate::serving::timeline::TimelineParams;
-use crate::store::query::ListQuery;
+use crate::store::query::{Facts, ListQuery};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -58,6 +58,7 @@ pub fn job_routes(source: Source) -> Router {
         .route("/api/job/{job_id}/stage/{stage_id}/dot", get(get_stage_dot))
         .route("/api/job/{job_id}/timeline", get(get_timeline))
         .route("/api/job/{job_id}/timeline.svg", get(get_timeline_svg))
+        .route("/api/job/{job_id}/eventlog", get(get_eventlog))
         .with_state(source.clone())
         .merge(crate::serving::insight::routes(source))
 }
@@ -78,15 +79,7 @@ async fn list_jobs(
     Query(pairs): Pairs,
 ) -> Result<Response, ApiError> {
     let query = ListQuery::parse(&pairs)?;
-    let cursor = match &query.after {
-        Some(id) => Some(source.facts(id).await?.ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "invalid value {id:?} for parameter `after`: no such job (it may have been \
-                 deleted); expected a job id from a previous page"
-            ))
-        })?),
-        None => None,
-    };
+    let cursor = cursor_facts(&*source, &query).await?;
     let page = source.list(&query, cursor.as_ref()).await?;
     let mut body =
         Vec::with_capacity(page.rows.iter().map(|r| r.entry.len() + 1).sum::<usize>() + 2);
@@ -115,6 +108,29 @@ async fn list_jobs(
     Ok(response)
 }
 
+/// The facts of the job a page is cut at (`after=` or `before=`); a 400
+/// when the source does not know it.
+pub(crate) async fn cursor_facts(
+    source: &dyn JobSource,
+    query: &ListQuery,
+) -> Result<Option<Facts>, ApiError> {
+    let Some(id) = query.cursor_id() else {
+        return Ok(None);
+    };
+    let param = if query.after.is_some() {
+        "after"
+    } else {
+        "before"
+    };
+    match source.facts(id).await? {
+        Some(facts) => Ok(Some(facts)),
+        None => Err(ApiError::BadRequest(format!(
+            "invalid value {id:?} for parameter `{param}`: no such job (it may have been \
+             deleted); expected a job id from a previous page"
+        ))),
+    }
+}
+
 async fn get_timeline(
     State(source): State<Source>,
     Path(job_id): Path<String>,
@@ -133,6 +149,72 @@ async fn get_timeline_svg(
     Path(job_id): Path<String>,
 ) -> Result<Response, ApiError> {
     found(source.timeline(&job_id, TimelineRequest::Svg).await?)
+}
+
+/// `GET /api/job/{id}/eventlog`: the job's event log as it is on disk
+/// (decompressed when stored as zstd; what has been written so far while
+/// the job runs), streamed as a download.
+pub(crate) async fn get_eventlog(
+    State(source): State<Source>,
+    Path(job_id): Path<String>,
+) -> Result<Response, ApiError> {
+    use std::io::Read as _;
+    let Some((_, log)) = source.log_of(&job_id) else {
+        return Err(ApiError::Missing(format!(
+            "no event log of job {job_id} here"
+        )));
+    };
+    let mut reader = read_log(&job_id, move || {
+        crate::store::open_decoded(&log).map_err(crate::store::StoreError::from)
+    })
+    .await?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(4);
+    tokio::task::spawn_blocking(move || {
+        loop {
+            let mut chunk = vec![0; 256 * 1024];
+            let sent = match reader.read(&mut chunk) {
+                Ok(0) => return,
+                Ok(n) => {
+                    chunk.truncate(n);
+                    tx.blocking_send(Ok(chunk.into()))
+                }
+                Err(e) => tx.blocking_send(Err(e)),
+            };
+            if sent.is_err() {
+                return;
+            }
+        }
+    });
+    let body = axum::body::Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (chunk, rx))
+    }));
+    // The id is the file name's stem only where it is a plain name.
+    let stem: String = job_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(128)
+        .collect();
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/x-ndjson".to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{stem}.eventlog\""),
+            ),
+            (
+                http::HeaderName::from_static(crate::serving::source::FROM_LOG_HEADER),
+                "event-log".to_string(),
+            ),
+        ],
+        body,
+    )
+        .into_response())
 }
 
 /// The reply, or a 404 when the source does not know the job.

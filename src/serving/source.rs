@@ -66,6 +66,11 @@ pub trait JobSource: Send + Sync {
     /// One page of the jobs this source knows, after `cursor` when given.
     async fn list(&self, query: &ListQuery, cursor: Option<&Facts>) -> Result<Page, ApiError>;
 
+    /// How many jobs this source knows in each state (by
+    /// `JobState::index`), unfinished ones known only from their logs
+    /// included when `unfinished`.
+    async fn counts(&self, unfinished: bool) -> Result<[usize; 6], ApiError>;
+
     /// The list facts of one job (to resolve an `after=` cursor).
     async fn facts(&self, job_id: &str) -> Result<Option<Facts>, ApiError>;
 
@@ -184,6 +189,14 @@ impl JobSource for LiveSource {
         Ok(query.select(self.rows().await?, cursor))
     }
 
+    async fn counts(&self, _unfinished: bool) -> Result<[usize; 6], ApiError> {
+        let mut counts = [0; 6];
+        for row in self.rows().await? {
+            counts[row.facts.state().index()] += 1;
+        }
+        Ok(counts)
+    }
+
     async fn facts(&self, job_id: &str) -> Result<Option<Facts>, ApiError> {
         Ok(self
             .rows()
@@ -276,6 +289,10 @@ fn variant(
 impl JobSource for DiskSource {
     async fn list(&self, query: &ListQuery, cursor: Option<&Facts>) -> Result<Page, ApiError> {
         Ok(self.store.page(query, cursor, &HashSet::new()))
+    }
+
+    async fn counts(&self, unfinished: bool) -> Result<[usize; 6], ApiError> {
+        Ok(self.store.counts(&HashSet::new(), unfinished))
     }
 
     async fn facts(&self, job_id: &str) -> Result<Option<Facts>, ApiError> {
@@ -562,6 +579,16 @@ impl JobSource for Layered {
         let mut page = query.select(rows, cursor);
         page.total = page.total.saturating_sub(from_disk) + disk.total;
         Ok(page)
+    }
+
+    async fn counts(&self, unfinished: bool) -> Result<[usize; 6], ApiError> {
+        let rows = self.live.rows().await?;
+        let skip: HashSet<String> = rows.iter().map(|r| r.facts.job_id().to_string()).collect();
+        let mut counts = self.disk.store.counts(&skip, unfinished);
+        for row in rows {
+            counts[row.facts.state().index()] += 1;
+        }
+        Ok(counts)
     }
 
     async fn facts(&self, job_id: &str) -> Result<Option<Facts>, ApiError> {

@@ -103,6 +103,12 @@ pub trait JobFacts: std::fmt::Debug {
     /// The query hash of its logical plan (0 when unknown).
     fn query_hash(&self) -> u64;
 
+    /// Progress records its log lost under backpressure (0 when none or
+    /// unknown).
+    fn dropped_records(&self) -> u64 {
+        0
+    }
+
     /// End minus start, when both are known.
     fn duration(&self) -> Option<u64> {
         let (start, end) = (self.start_time(), self.end_time());
@@ -238,6 +244,9 @@ pub struct ListQuery {
     pub offset: usize,
     /// Start after this job (in the query's order).
     pub after: Option<String>,
+    /// End just before this job (in the query's order): the page before
+    /// the one this job starts, for walking back. Excludes `after`.
+    pub before: Option<String>,
     /// Only these states; `None` is every state.
     pub states: Option<Vec<JobState>>,
     /// List unfinished jobs known only from `.running` logs.
@@ -329,6 +338,12 @@ impl ListQuery {
                     }
                     q.after = Some(value.to_string());
                 }
+                "before" => {
+                    if value.is_empty() {
+                        return Err(bad("before", "a job id from a previous page", value));
+                    }
+                    q.before = Some(value.to_string());
+                }
                 "status" => {
                     const ACCEPTS: &str = "a comma-separated list of queued, running, \
                                            completed, failed, cancelled, abandoned";
@@ -398,7 +413,19 @@ impl ListQuery {
                 }
             }
         }
+        if q.after.is_some() && q.before.is_some() {
+            return Err(BadParam(
+                "parameters `after` and `before` exclude each other: a page starts after one \
+                 job or ends before one"
+                    .into(),
+            ));
+        }
         Ok(q)
+    }
+
+    /// The job id the page is cut at (`after` or `before`), if any.
+    pub fn cursor_id(&self) -> Option<&str> {
+        self.after.as_deref().or(self.before.as_deref())
     }
 
     /// The direction in effect: as asked, else descending for times and
@@ -507,7 +534,8 @@ impl ListQuery {
 
     /// Filters, orders and pages `jobs`: the one pass every list takes
     /// (the catalog's default order aside, which pages without it). Gives
-    /// the page and how many jobs matched.
+    /// the page and how many jobs matched. `cursor` is the job of `after`
+    /// or, when the query has `before`, of `before`.
     pub(crate) fn pick<T: JobFacts>(
         &self,
         jobs: impl Iterator<Item = T>,
@@ -518,10 +546,20 @@ impl ListQuery {
             .map(|j| (self.key(&j), j))
             .collect();
         let total = matching.len();
-        let order = |a: &(u64, T), b: &(u64, T)| self.compare_keyed(a.0, &a.1, b.0, &b.1);
+        let backwards = self.before.is_some();
+        // Walking back, the page is taken in the reverse order, then turned.
+        let order = |a: &(u64, T), b: &(u64, T)| {
+            let o = self.compare_keyed(a.0, &a.1, b.0, &b.1);
+            if backwards { o.reverse() } else { o }
+        };
         if let Some(cursor) = cursor {
             let at = self.key(cursor);
-            matching.retain(|(k, j)| self.compare_keyed(*k, j, at, cursor) == Ordering::Greater);
+            let keep = if backwards {
+                Ordering::Less
+            } else {
+                Ordering::Greater
+            };
+            matching.retain(|(k, j)| self.compare_keyed(*k, j, at, cursor) == keep);
         }
         let end = self
             .limit
@@ -532,8 +570,15 @@ impl ListQuery {
             matching.truncate(end);
         }
         matching.sort_by(order);
-        let page = matching.into_iter().skip(self.offset).map(|(_, j)| j);
-        (page.collect(), total)
+        let mut page: Vec<T> = matching
+            .into_iter()
+            .skip(self.offset)
+            .map(|(_, j)| j)
+            .collect();
+        if backwards {
+            page.reverse();
+        }
+        (page, total)
     }
 
     /// [`ListQuery::pick`] over rows a source holds in memory (the live

@@ -56,15 +56,7 @@ pub(super) enum Found {
     Unfinished(Unfinished),
 }
 
-/// The ordered set, the id set and the odd names of `jobs`, built side by
-/// side (a catalog filled at once: from the persistent index, or by the
-/// first rescan of a directory).
-type CatalogSets = (
-    BTreeSet<ByPosition>,
-    HashSet<ById>,
-    HashMap<Box<str>, Box<str>>,
-);
-
+/// The [`CatalogSets`] of `jobs`, built side by side.
 fn catalog_sets(jobs: &[Arc<JobSummary>]) -> CatalogSets {
     std::thread::scope(|scope| {
         let order = scope.spawn(|| {
@@ -179,8 +171,8 @@ impl LogStore {
                     return 0;
                 }
                 let jobs: Vec<Arc<JobSummary>> = jobs.into_iter().map(Arc::new).collect();
-                let (order, ids, odd_names) = catalog_sets(&jobs);
-                if order.len() != n || ids.len() != n {
+                let sets = catalog_sets(&jobs);
+                if sets.0.len() != n || sets.1.len() != n {
                     log::warn!(
                         "history: the persistent index {} lists a job twice; rebuilding it \
                          from the directory",
@@ -189,9 +181,7 @@ impl LogStore {
                     self.dirty.store(true, Ordering::Release);
                     return 0;
                 }
-                index.jobs = ids;
-                index.order = order;
-                index.odd_names = odd_names;
+                index.set_completed(sets);
                 drop(index);
                 self.ready.store(true, Ordering::Release);
                 log::info!(
@@ -539,14 +529,12 @@ impl LogStore {
                     Found::Unfinished(_) => None,
                 })
                 .collect();
-            let (order, ids, odd_names) = catalog_sets(&jobs);
-            if ids.len() == jobs.len() && order.len() == jobs.len() {
+            let sets = catalog_sets(&jobs);
+            if sets.1.len() == jobs.len() && sets.0.len() == jobs.len() {
                 if !jobs.is_empty() {
                     self.dirty.store(true, Ordering::Release);
                 }
-                index.jobs = ids;
-                index.order = order;
-                index.odd_names = odd_names;
+                index.set_completed(sets);
                 fresh = rest;
             } else {
                 fresh = jobs

@@ -340,6 +340,9 @@ impl JobFacts for JobSummary {
     fn query_hash(&self) -> u64 {
         self.query_hash
     }
+    fn dropped_records(&self) -> u64 {
+        self.dropped_records
+    }
 }
 
 /// The rows of `jobs`: their entries are serialized into one buffer and
@@ -450,7 +453,18 @@ pub(super) struct Catalog {
     /// Logs that could not be indexed, by file name, with the stamp they
     /// had: they are retried (and reported again) only when they change.
     pub(super) bad: HashMap<String, Stamp>,
+    /// How many completed jobs are in each state (by [`JobState::index`]),
+    /// kept with `jobs` so the counts cost nothing to read.
+    pub(super) counts: [usize; JobState::ALL.len()],
 }
+
+/// The ordered set, the id set and the odd names of a catalog filled at
+/// once (from the persistent index, or by the first rescan of a directory).
+pub(super) type CatalogSets = (
+    BTreeSet<ByPosition>,
+    HashSet<ById>,
+    HashMap<Box<str>, Box<str>>,
+);
 
 impl Catalog {
     pub(super) fn insert(&mut self, summary: JobSummary) {
@@ -461,12 +475,14 @@ impl Catalog {
                 .insert(summary.file_name().into(), summary.job_id().into());
         }
         self.order.insert(ByPosition(summary.clone()));
+        self.counts[summary.state.index()] += 1;
         self.jobs.insert(ById(summary));
     }
 
     pub(super) fn remove(&mut self, id: &str) -> Option<Arc<JobSummary>> {
         let ById(old) = self.jobs.take(id)?;
         self.order.remove(&ByPosition(old.clone()));
+        self.counts[old.state.index()] -= 1;
         if old.file == FileKind::Named {
             self.odd_names.remove(&*old.file_name());
         }
@@ -487,5 +503,17 @@ impl Catalog {
         self.jobs.clear();
         self.order.clear();
         self.odd_names.clear();
+        self.counts = Default::default();
+    }
+
+    /// Replaces the completed jobs with sets built in bulk.
+    pub(super) fn set_completed(&mut self, (order, ids, odd_names): CatalogSets) {
+        self.counts = Default::default();
+        for ById(s) in &ids {
+            self.counts[s.state.index()] += 1;
+        }
+        self.jobs = ids;
+        self.order = order;
+        self.odd_names = odd_names;
     }
 }

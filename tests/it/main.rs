@@ -18,3 +18,4 @@ mod live;
 mod record;
 mod security;
 mod tidy;
+mod ui;

@@ -1,0 +1,1004 @@
+//! A job's page (`/ui/job/{id}`) and a stage's (`/ui/job/{id}/stage/{n}`),
+//! and what their scripts fetch: the timeline's data and the raw log.
+//!
+//! The job page is a summary, then one of four tabs (`?tab=`): the
+//! overview (stage graph, stage table with task quantiles, timeline), the
+//! plans (`&format=text|tree|metrics`), the config (`&q=` filters it) and
+//! the diagnosis. The stage numbers come from the log's task records, read
+//! once per page; the plans, config and DOT are the stored responses.
+
+use crate::analysis::diagnosis::{Diagnosis, Thresholds, diagnose, operator_memory};
+use crate::analysis::records::{JobHeader, JobRecords, Task};
+use crate::analysis::stats::quantile;
+use crate::serving::error::ApiError;
+use crate::serving::source::{Resource, read_log};
+use crate::serving::ui::graph::{Dot, Node, draw, operator_name};
+use crate::serving::ui::page::{self, Nav, count, duration, job_href, query_string, segment};
+use crate::serving::ui::{Ui, api_error, error, html_response};
+use crate::store::query::{Facts, ListQuery};
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use ballista_api_types::dto::PlanFormat;
+use bytes::Bytes;
+use http::StatusCode;
+use maud::{Markup, html};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+type Pairs = Query<Vec<(String, String)>>;
+
+/// What the job page shows of `GET /api/job/{id}`.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct JobView {
+    job_name: String,
+    job_status: String,
+    status: String,
+    num_stages: u64,
+    completed_stages: u64,
+    start_time: u64,
+    end_time: u64,
+    logical_plan: Option<String>,
+    physical_plan: Option<String>,
+}
+
+/// One stage of `GET /api/job/{id}/stages`, its task list skipped.
+#[derive(Deserialize)]
+struct StoredStage {
+    #[serde(deserialize_with = "crate::analysis::records::stage_id")]
+    stage_id: u32,
+    #[serde(default)]
+    stage_status: String,
+    #[serde(default)]
+    input_rows: u64,
+    #[serde(default)]
+    output_rows: u64,
+    #[serde(default)]
+    elapsed_compute: String,
+    #[serde(default)]
+    stage_plan: String,
+}
+
+#[derive(Deserialize, Default)]
+struct StoredStages {
+    #[serde(default)]
+    stages: Vec<StoredStage>,
+}
+
+/// The body of a stored response, when the source has it.
+async fn body(ui: &Ui, job_id: &str, resource: Resource) -> Option<Bytes> {
+    match ui.source.get(job_id, resource).await {
+        Ok(Some(a)) if a.status == StatusCode::OK => Some(a.body),
+        _ => None,
+    }
+}
+
+async fn stored_stages(ui: &Ui, job_id: &str, format: PlanFormat) -> BTreeMap<u32, StoredStage> {
+    let parsed = match body(ui, job_id, Resource::Stages(format)).await {
+        Some(b) => serde_json::from_slice::<StoredStages>(&b).unwrap_or_default(),
+        None => StoredStages::default(),
+    };
+    parsed.stages.into_iter().map(|s| (s.stage_id, s)).collect()
+}
+
+/// The job's log records, when the source has its log.
+async fn records(ui: &Ui, job_id: &str) -> Result<Option<(JobHeader, JobRecords)>, ApiError> {
+    let Some((header, log)) = ui.source.log_of(job_id) else {
+        return Ok(None);
+    };
+    let records = read_log(job_id, move || JobRecords::read(&log)).await?;
+    Ok(Some((header, records)))
+}
+
+/// Five quantiles: min, p25, median, p75, max.
+fn five(mut values: Vec<u64>) -> [u64; 5] {
+    values.sort_unstable();
+    [0.0, 0.25, 0.5, 0.75, 1.0].map(|q| quantile(&values, q))
+}
+
+/// A stage's numbers, from its task attempts.
+#[derive(Default)]
+struct StageStats {
+    stage_id: u32,
+    status: String,
+    failed: usize,
+    succeeded: usize,
+    start: u64,
+    end: u64,
+    input_rows: u64,
+    output_rows: u64,
+    compute_ms: u64,
+    duration: [u64; 5],
+    rows_in: [u64; 5],
+    rows_out: [u64; 5],
+    compute: [u64; 5],
+}
+
+fn stage_stats(
+    records: Option<&JobRecords>,
+    stored: &BTreeMap<u32, StoredStage>,
+    dot: &Dot,
+) -> Vec<StageStats> {
+    let mut by_stage: BTreeMap<u32, Vec<&Task>> = BTreeMap::new();
+    for id in stored.keys() {
+        by_stage.entry(*id).or_default();
+    }
+    for s in dot.stages.iter().filter_map(|s| s.stage_id) {
+        by_stage.entry(s).or_default();
+    }
+    if let Some(r) = records {
+        for id in r.stages.keys() {
+            by_stage.entry(*id).or_default();
+        }
+        for t in &r.tasks {
+            by_stage.entry(t.stage_id).or_default().push(t);
+        }
+    }
+    by_stage
+        .into_iter()
+        .map(|(stage_id, tasks)| {
+            let ok: Vec<&&Task> = tasks.iter().filter(|t| t.succeeded()).collect();
+            let marks = records.and_then(|r| r.stages.get(&stage_id));
+            let from_json = stored.get(&stage_id);
+            let status = marks
+                .and_then(|m| m.status.clone())
+                .or_else(|| from_json.map(|s| s.stage_status.clone()))
+                .filter(|s| !s.is_empty())
+                .or_else(|| {
+                    dot.stages
+                        .iter()
+                        .find(|s| s.stage_id == Some(stage_id))
+                        .map(|s| s.status.clone())
+                })
+                .unwrap_or_else(|| "Unknown".into());
+            let start = tasks.iter().map(|t| t.begin()).filter(|&t| t > 0).min();
+            let end = tasks.iter().map(|t| t.end_exec_time).max();
+            let (input_rows, output_rows) = if ok.is_empty() {
+                from_json.map_or((0, 0), |s| (s.input_rows, s.output_rows))
+            } else {
+                (
+                    ok.iter().map(|t| t.input_rows).sum(),
+                    ok.iter().map(|t| t.output_rows).sum(),
+                )
+            };
+            StageStats {
+                stage_id,
+                status,
+                failed: tasks.len() - ok.len(),
+                succeeded: ok.len(),
+                start: marks
+                    .map(|m| m.start_time)
+                    .filter(|&t| t > 0)
+                    .or(start)
+                    .unwrap_or(0),
+                end: marks
+                    .map(|m| m.end_time)
+                    .filter(|&t| t > 0)
+                    .or(end)
+                    .unwrap_or(0),
+                input_rows,
+                output_rows,
+                compute_ms: ok.iter().map(|t| t.compute_nanos).sum::<u64>() / 1_000_000,
+                duration: five(ok.iter().map(|t| t.duration()).collect()),
+                rows_in: five(ok.iter().map(|t| t.input_rows).collect()),
+                rows_out: five(ok.iter().map(|t| t.output_rows).collect()),
+                compute: five(ok.iter().map(|t| t.compute_nanos / 1_000_000).collect()),
+            }
+        })
+        .collect()
+}
+
+fn status_class(word: &str) -> &'static str {
+    match word {
+        "Successful" | "Completed" => "ok",
+        "Failed" => "bad",
+        "Running" | "Resolved" => "run",
+        _ => "idle",
+    }
+}
+
+/// The stage graph: a box per stage with its operators, linked.
+fn stage_graph(job_id: &str, dot: &Dot) -> Markup {
+    let nodes: Vec<Node> = dot
+        .stages
+        .iter()
+        .map(|s| {
+            let ops: Vec<String> = s
+                .operators
+                .iter()
+                .map(|&o| operator_name(&dot.operators[o].label).to_string())
+                .collect();
+            let title = match s.stage_id {
+                Some(id) => format!("Stage {id} · {}", s.status),
+                None => format!("Stage · {}", s.status),
+            };
+            Node {
+                hover: format!("{title}\n{}", ops.join("\n")),
+                title,
+                lines: ops,
+                class: status_class(&s.status),
+                href: s
+                    .stage_id
+                    .map(|id| format!("{}/stage/{id}", job_href(job_id))),
+            }
+        })
+        .collect();
+    draw(&nodes, &dot.stage_edges(), "Stage graph")
+}
+
+/// The operators of one stage, from its own DOT or the job's cluster.
+fn operator_graph(dot: &Dot, stage_id: u32) -> Markup {
+    let members: Vec<usize> = match dot.stages.iter().find(|s| s.stage_id == Some(stage_id)) {
+        Some(s) => s.operators.clone(),
+        None => (0..dot.operators.len()).collect(),
+    };
+    let nodes: Vec<Node> = members
+        .iter()
+        .map(|&o| {
+            let label = &dot.operators[o].label;
+            let mut lines = label.lines();
+            let first = lines.next().unwrap_or_default().to_string();
+            Node {
+                title: first,
+                lines: lines.map(str::to_string).collect(),
+                class: "idle",
+                href: None,
+                hover: label.clone(),
+            }
+        })
+        .collect();
+    let edges: Vec<(usize, usize)> = dot
+        .edges
+        .iter()
+        .filter_map(|(a, b)| {
+            Some((
+                members.iter().position(|m| m == a)?,
+                members.iter().position(|m| m == b)?,
+            ))
+        })
+        .collect();
+    draw(&nodes, &edges, "Operators of the stage")
+}
+
+/// The summary at the top of the job page.
+fn summary(
+    job_id: &str,
+    facts: &Facts,
+    view: &JobView,
+    records: Option<&JobRecords>,
+    dropped: Option<u64>,
+) -> Markup {
+    let attempts = records.map_or(0, |r| r.tasks.len());
+    let failed = records.map_or(0, |r| r.tasks.iter().filter(|t| !t.succeeded()).count());
+    let start = if view.start_time > 0 {
+        view.start_time
+    } else {
+        facts.start_time
+    };
+    let end = if view.end_time > 0 {
+        view.end_time
+    } else {
+        facts.end_time
+    };
+    html! {
+        h1 { "Job " span.id { (job_id) } }
+        @if !view.job_name.is_empty() { p.job-name { (view.job_name) } }
+        dl.facts {
+            div { dt { "Status" } dd { (page::status(facts.state.status_word())) } }
+            div { dt { "Queued" } dd { (page::time(facts.queued_time)) } }
+            div { dt { "Started" } dd { (page::time(start)) } }
+            div { dt { "Ended" } dd { (page::time(end)) } }
+            div { dt { "Duration" } dd {
+                @if start > 0 && end >= start { (duration(end - start)) } @else { span.muted { "—" } }
+            } }
+            div { dt { "Stages" } dd { (view.completed_stages) " / " (view.num_stages) " completed" } }
+            div { dt { "Task attempts" } dd {
+                (count(attempts as u64))
+                @if failed > 0 { ", " span.status.bad { (failed) " failed" } }
+            } }
+            @if facts.query_hash != 0 {
+                @let hash = crate::format::query_hash::hash_text(facts.query_hash);
+                div { dt { "Query hash" } dd {
+                    a href={ "/" (query_string([("query_hash", hash.as_str())])) } title="Every run of this query" { code { (hash) } }
+                } }
+            }
+            @if let Some(d) = dropped.filter(|&d| d > 0) {
+                div { dt { "Dropped records" } dd { span.status.warn { (d) } " (the timeline and stage numbers may miss tasks)" } }
+            }
+        }
+        @if facts.state == crate::format::JobState::Failed || view.status == "Failed" {
+            div.error-box role="alert" {
+                strong { "Why it failed" }
+                pre { (view.job_status) }
+            }
+        } @else if !view.job_status.is_empty() {
+            p.muted { (view.job_status) }
+        }
+    }
+}
+
+/// The tabs of the job page.
+const TABS: &[(&str, &str)] = &[
+    ("overview", "Overview"),
+    ("plans", "Plans"),
+    ("config", "Config"),
+    ("diagnosis", "Diagnosis"),
+];
+
+/// The newest run of the same query before this one, if any.
+async fn previous_run(ui: &Ui, facts: &Facts) -> Option<String> {
+    if facts.query_hash == 0 {
+        return None;
+    }
+    let query = ListQuery {
+        query_hash: Some(facts.query_hash),
+        after: Some(facts.job_id.to_string()),
+        limit: Some(1),
+        ..ListQuery::default()
+    };
+    let page = ui.source.list(&query, Some(facts)).await.ok()?;
+    page.rows.first().map(|r| r.facts.job_id().to_string())
+}
+
+/// `GET /ui/job/{id}`.
+pub(crate) async fn page(
+    State(ui): State<Ui>,
+    Path(job_id): Path<String>,
+    Query(pairs): Pairs,
+) -> Response {
+    let (mut tab, mut format, mut filter) = ("overview", PlanFormat::Default, String::new());
+    for (k, v) in &pairs {
+        match k.as_str() {
+            "tab" => match TABS.iter().find(|t| t.0 == v) {
+                Some(t) => tab = t.0,
+                None => {
+                    return error(
+                        &ui,
+                        StatusCode::BAD_REQUEST,
+                        &format!(
+                            "invalid value {v:?} for parameter `tab`: expected overview, plans, config or diagnosis"
+                        ),
+                    );
+                }
+            },
+            "format" => {
+                format = match v.as_str() {
+                    "text" | "" => PlanFormat::Default,
+                    "tree" => PlanFormat::Tree,
+                    "metrics" => PlanFormat::Metrics,
+                    _ => {
+                        return error(
+                            &ui,
+                            StatusCode::BAD_REQUEST,
+                            &format!(
+                                "invalid value {v:?} for parameter `format`: expected text, tree or metrics"
+                            ),
+                        );
+                    }
+                }
+            }
+            "q" => filter = v.to_lowercase(),
+            _ => {}
+        }
+    }
+    let facts = match ui.source.facts(&job_id).await {
+        Ok(Some(f)) => f,
+        Ok(None) => {
+            return error(
+                &ui,
+                StatusCode::NOT_FOUND,
+                &format!(
+                    "No job {job_id:?} here: it may never have run on this scheduler, or its log \
+                 may have been removed by retention."
+                ),
+            );
+        }
+        Err(e) => return api_error(&ui, e),
+    };
+    let view: JobView = match body(&ui, &job_id, Resource::Job(format)).await {
+        Some(b) => serde_json::from_slice(&b).unwrap_or_default(),
+        None => JobView::default(),
+    };
+    let needs_records = matches!(tab, "overview" | "diagnosis");
+    let loaded = if needs_records {
+        match records(&ui, &job_id).await {
+            Ok(r) => r,
+            Err(e) => return api_error(&ui, e),
+        }
+    } else {
+        None
+    };
+    let dropped = ui
+        .source
+        .log_of(&job_id)
+        .and_then(|(h, _)| h.dropped_records);
+    let base = job_href(&job_id);
+    let prev = previous_run(&ui, &facts).await;
+    let content = match tab {
+        "overview" => overview(&ui, &job_id, loaded.as_ref().map(|l| &l.1)).await,
+        "plans" => plans(&ui, &job_id, &view, format).await,
+        "config" => config(&ui, &job_id, &filter).await,
+        _ => diagnosis_tab(&ui, &job_id, loaded.as_ref()).await,
+    };
+    let live =
+        ui.live && facts.state.is_unfinished() && facts.state != crate::format::JobState::Abandoned;
+    let body = html! {
+        nav.crumbs aria-label="Breadcrumb" { a href="/" { "Jobs" } " › " (job_id) }
+        (summary(&job_id, &facts, &view, loaded.as_ref().map(|l| &l.1), dropped))
+        nav.tabs aria-label="Job sections" {
+            @for (key, label) in TABS {
+                a href={ (base) (query_string([("tab", *key)])) } aria-current=[(tab == *key).then_some("page")] { (label) }
+            }
+            span.spacer {}
+            a.action href={ (base) "/eventlog" } download { "Download event log" }
+            @if let Some(prev) = &prev {
+                a.action href={ "/ui/compare" (query_string([("a", prev.as_str()), ("b", job_id.as_str())])) } { "Compare with previous run" }
+            }
+        }
+        @if live { p.notice.live role="status" { "The job is running: this page refreshes every 5 s." } }
+        (content)
+    };
+    html_response(
+        StatusCode::OK,
+        page::frame(&ui, &format!("Job {job_id}"), Nav::Jobs, live, body),
+    )
+}
+
+async fn overview(ui: &Ui, job_id: &str, records: Option<&JobRecords>) -> Markup {
+    let dot = body(ui, job_id, Resource::Dot).await;
+    let dot = Dot::parse(
+        dot.as_deref()
+            .map(String::from_utf8_lossy)
+            .as_deref()
+            .unwrap_or(""),
+    );
+    let stored = stored_stages(ui, job_id, PlanFormat::Default).await;
+    let stats = stage_stats(records, &stored, &dot);
+    let base = job_href(job_id);
+    html! {
+        section.stages aria-labelledby="stages-h" {
+            h2 id="stages-h" { "Stages" }
+            div.split {
+                div.graph-box { (stage_graph(job_id, &dot)) }
+                div.table-wrap {
+                    table.stages {
+                        thead {
+                            tr {
+                                th rowspan="2" { "Stage" } th rowspan="2" { "Status" }
+                                th.num rowspan="2" { "Tasks" } th.num rowspan="2" { "Rows in" }
+                                th.num rowspan="2" { "Rows out" } th.num rowspan="2" { "Compute" }
+                                th.num rowspan="2" { "Duration" }
+                                th.group colspan="5" { "Task duration" }
+                                th.group colspan="5" { "Rows out per task" }
+                            }
+                            tr {
+                                @for _ in 0..2 { th.num { "min" } th.num { "p25" } th.num { "median" } th.num { "p75" } th.num { "max" } }
+                            }
+                        }
+                        tbody {
+                            @for s in &stats {
+                                tr {
+                                    td { a href={ (base) "/stage/" (s.stage_id) } { "Stage " (s.stage_id) } }
+                                    td { (page::status(&s.status)) }
+                                    td.num {
+                                        (s.succeeded)
+                                        @if s.failed > 0 { " " span.status.bad title="failed attempts" { "+" (s.failed) " failed" } }
+                                    }
+                                    td.num { (count(s.input_rows)) }
+                                    td.num { (count(s.output_rows)) }
+                                    td.num { (duration(s.compute_ms)) }
+                                    td.num { @if s.start > 0 && s.end >= s.start { (duration(s.end - s.start)) } @else { "—" } }
+                                    @for d in s.duration { td.num.q { (duration(d)) } }
+                                    @for r in s.rows_out { td.num.q { (count(r)) } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            @if records.is_none() {
+                p.muted { "No event log of this job here: the stage numbers are the scheduler's." }
+            }
+        }
+        section.timeline-section aria-labelledby="timeline-h" {
+            h2 id="timeline-h" { "Task timeline" }
+            div.timeline id="timeline" data-src={ (base) "/timeline.json" } {
+                p.muted.loading { "Drawing the timeline…" }
+                noscript {
+                    p { "The interactive timeline needs scripts. "
+                        a href={ (base) "/timeline.svg" } { "The timeline as a picture" } "." }
+                }
+            }
+            script src={ "/ui/assets/timeline.js?v=" (env!("CARGO_PKG_VERSION")) } defer {}
+        }
+    }
+}
+
+fn plan_block(title: &str, text: Option<&str>) -> Markup {
+    html! {
+        details open {
+            summary { (title) }
+            @match text.filter(|t| !t.trim().is_empty()) {
+                Some(t) => pre.plan { (t) },
+                None => p.muted { "Not recorded." },
+            }
+        }
+    }
+}
+
+async fn plans(ui: &Ui, job_id: &str, view: &JobView, format: PlanFormat) -> Markup {
+    let stored = stored_stages(ui, job_id, format).await;
+    let base = job_href(job_id);
+    let current = match format {
+        PlanFormat::Default => "text",
+        PlanFormat::Tree => "tree",
+        PlanFormat::Metrics => "metrics",
+    };
+    html! {
+        nav.formats aria-label="Plan format" {
+            @for f in ["text", "tree", "metrics"] {
+                a href={ (base) (query_string([("tab", "plans"), ("format", f)])) } aria-current=[(f == current).then_some("page")] { (f) }
+            }
+        }
+        (plan_block("Logical plan", view.logical_plan.as_deref()))
+        (plan_block("Physical plan", view.physical_plan.as_deref()))
+        @for s in stored.values() {
+            (plan_block(&format!("Stage {} plan · {}", s.stage_id, s.stage_status), Some(&s.stage_plan)))
+        }
+    }
+}
+
+async fn config(ui: &Ui, job_id: &str, filter: &str) -> Markup {
+    let pairs: Vec<(String, String)> = match body(ui, job_id, Resource::Config).await {
+        Some(b) => match serde_json::from_slice::<BTreeMap<String, serde_json::Value>>(&b) {
+            Ok(map) => map
+                .into_iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        serde_json::Value::String(s) => s,
+                        other => other.to_string(),
+                    };
+                    (k, v)
+                })
+                .collect(),
+            Err(_) => Vec::new(),
+        },
+        None => Vec::new(),
+    };
+    let shown: Vec<&(String, String)> = pairs
+        .iter()
+        .filter(|(k, v)| {
+            filter.is_empty()
+                || k.to_lowercase().contains(filter)
+                || v.to_lowercase().contains(filter)
+        })
+        .collect();
+    html! {
+        form.filters method="get" role="search" {
+            input type="hidden" name="tab" value="config";
+            label { "Search " input id="config-filter" type="search" name="q" value=(filter) placeholder="key or value"; }
+            button type="submit" { "Filter" }
+        }
+        p.summary { (shown.len()) " of " (pairs.len()) " settings" }
+        div.table-wrap {
+            table.config id="config-table" {
+                thead { tr { th { "Key" } th { "Value" } } }
+                tbody {
+                    @for (k, v) in shown {
+                        tr {
+                            td { code { (k) } }
+                            td { @if v == crate::recording::redact::REDACTED { span.muted { (v) } } @else { code { (v) } } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn diagnosis_tab(ui: &Ui, job_id: &str, loaded: Option<&(JobHeader, JobRecords)>) -> Markup {
+    let Some((header, records)) = loaded else {
+        return html! { p.muted { "No event log of this job here: a diagnosis reads the job's log." } };
+    };
+    let operators = match body(ui, job_id, Resource::Stages(PlanFormat::Metrics)).await {
+        Some(b) => operator_memory(&b),
+        None => Vec::new(),
+    };
+    let d: Diagnosis = diagnose(header, records, &operators, &Thresholds::default());
+    let base = job_href(job_id);
+    html! {
+        @if d.partial {
+            p.notice { "This diagnosis may miss something: " (d.partial_reasons.join("; ")) }
+        }
+        p.summary {
+            (d.task_attempts) " task attempts (" (d.failed_attempts) " failed) over "
+            (d.stages) " stages and " (d.executors) " executors."
+        }
+        @if d.findings.is_empty() {
+            p.ok-box { "Nothing stands out: no skew, straggler, slow executor, failure, spill or queueing beyond the thresholds." }
+        }
+        @for f in &d.findings {
+            article.finding {
+                h3 {
+                    span class={ "severity " (format!("{:?}", f.severity).to_lowercase()) } { (format!("{:?}", f.severity)) }
+                    " " code { (f.kind) }
+                    @if let Some(s) = f.stage_id { " · " a href={ (base) "/stage/" (s) } { "stage " (s) } }
+                    @if let Some(e) = &f.executor { " · executor " code { (e) } }
+                }
+                p { (f.message) }
+                @if !f.evidence.is_empty() {
+                    dl.evidence {
+                        @for (k, v) in &f.evidence {
+                            div { dt { (k) } dd { (match v { serde_json::Value::String(s) => s.clone(), other => other.to_string() }) } }
+                        }
+                    }
+                }
+                @if !f.tasks.is_empty() {
+                    p.muted { "Tasks: " (f.tasks.iter().take(20).map(u32::to_string).collect::<Vec<_>>().join(", "))
+                        @if f.tasks.len() > 20 { " …" } }
+                }
+            }
+        }
+        p.muted { "Thresholds and kinds: see docs/diagnosis.md. As JSON: " code { "/api/job/" (segment(job_id)) "/diagnosis" } }
+    }
+}
+
+/// Task table sort keys.
+const TASK_SORTS: &[&str] = &[
+    "finish", "duration", "start", "rows_in", "rows_out", "compute", "executor", "status",
+];
+/// Task rows per page.
+const TASK_ROWS: usize = 100;
+
+/// `GET /ui/job/{id}/stage/{n}`.
+pub(crate) async fn stage_page(
+    State(ui): State<Ui>,
+    Path((job_id, stage)): Path<(String, String)>,
+    Query(pairs): Pairs,
+) -> Response {
+    let Ok(stage_id) = stage.parse::<u32>() else {
+        return error(
+            &ui,
+            StatusCode::BAD_REQUEST,
+            &format!("{stage:?} is not a stage id: expected a non-negative integer"),
+        );
+    };
+    let (mut sort, mut desc, mut page_no) = ("finish", false, 0usize);
+    for (k, v) in &pairs {
+        match k.as_str() {
+            "sort" => match TASK_SORTS.iter().find(|s| *s == v) {
+                Some(s) => sort = s,
+                None => {
+                    return error(
+                        &ui,
+                        StatusCode::BAD_REQUEST,
+                        &format!(
+                            "invalid value {v:?} for parameter `sort`: expected one of {}",
+                            TASK_SORTS.join(", ")
+                        ),
+                    );
+                }
+            },
+            "order" => {
+                desc = match v.as_str() {
+                    "asc" => false,
+                    "desc" => true,
+                    _ => {
+                        return error(
+                            &ui,
+                            StatusCode::BAD_REQUEST,
+                            &format!(
+                                "invalid value {v:?} for parameter `order`: expected asc or desc"
+                            ),
+                        );
+                    }
+                }
+            }
+            "page" => match v.parse::<usize>() {
+                Ok(n) if n >= 1 => page_no = n - 1,
+                _ => {
+                    return error(
+                        &ui,
+                        StatusCode::BAD_REQUEST,
+                        &format!(
+                            "invalid value {v:?} for parameter `page`: expected a page number from 1"
+                        ),
+                    );
+                }
+            },
+            _ => {}
+        }
+    }
+    if !matches!(ui.source.facts(&job_id).await, Ok(Some(_))) {
+        return error(
+            &ui,
+            StatusCode::NOT_FOUND,
+            &format!("No job {job_id:?} here."),
+        );
+    }
+    let loaded = match records(&ui, &job_id).await {
+        Ok(r) => r,
+        Err(e) => return api_error(&ui, e),
+    };
+    let records = loaded.as_ref().map(|l| &l.1);
+    let with_metrics = stored_stages(&ui, &job_id, PlanFormat::Metrics).await;
+    let job_dot = body(&ui, &job_id, Resource::Dot).await;
+    let job_dot = Dot::parse(
+        job_dot
+            .as_deref()
+            .map(String::from_utf8_lossy)
+            .as_deref()
+            .unwrap_or(""),
+    );
+    let stats = stage_stats(records, &with_metrics, &job_dot);
+    let Some(s) = stats.iter().find(|s| s.stage_id == stage_id) else {
+        return error(
+            &ui,
+            StatusCode::NOT_FOUND,
+            &format!("Job {job_id} has no stage {stage_id}."),
+        );
+    };
+    let dot = match body(&ui, &job_id, Resource::StageDot(stage_id as usize)).await {
+        Some(b) => Dot::parse(&String::from_utf8_lossy(&b)),
+        None => job_dot.clone(),
+    };
+    let executors: &[String] = records.map_or(&[], |r| &r.executors);
+    let mut tasks: Vec<&Task> = records
+        .map(|r| r.tasks.iter().filter(|t| t.stage_id == stage_id).collect())
+        .unwrap_or_default();
+    let executor = |t: &Task| {
+        executors
+            .get(t.executor as usize)
+            .map_or("", String::as_str)
+    };
+    match sort {
+        "duration" => tasks.sort_by_key(|t| t.duration()),
+        "start" => tasks.sort_by_key(|t| t.begin()),
+        "rows_in" => tasks.sort_by_key(|t| t.input_rows),
+        "rows_out" => tasks.sort_by_key(|t| t.output_rows),
+        "compute" => tasks.sort_by_key(|t| t.compute_nanos),
+        "executor" => tasks.sort_by(|a, b| executor(a).cmp(executor(b))),
+        "status" => tasks.sort_by_key(|t| t.succeeded()),
+        _ => {}
+    }
+    if desc {
+        tasks.reverse();
+    }
+    let pages = tasks.len().div_ceil(TASK_ROWS).max(1);
+    let page_no = page_no.min(pages - 1);
+    let shown = tasks.iter().skip(page_no * TASK_ROWS).take(TASK_ROWS);
+    let base = format!("{}/stage/{stage_id}", job_href(&job_id));
+    let head = |key: &'static str, label: &'static str, num: bool| {
+        let active = sort == key;
+        let order = if active && !desc { "desc" } else { "asc" };
+        html! {
+            th class=[num.then_some("num")] aria-sort=[active.then_some(if desc { "descending" } else { "ascending" })] {
+                a href={ (base) (query_string([("sort", key), ("order", order)])) } {
+                    (label) @if active { @if desc { " ▼" } @else { " ▲" } }
+                }
+            }
+        }
+    };
+    let plan = with_metrics.get(&stage_id).map(|s| s.stage_plan.as_str());
+    let compute_total = with_metrics
+        .get(&stage_id)
+        .map(|s| s.elapsed_compute.as_str())
+        .unwrap_or("");
+    let body = html! {
+        nav.crumbs aria-label="Breadcrumb" {
+            a href="/" { "Jobs" } " › " a href=(job_href(&job_id)) { (job_id) } " › stage " (stage_id)
+        }
+        h1 { "Stage " (stage_id) " of job " span.id { (job_id) } }
+        dl.facts {
+            div { dt { "Status" } dd { (page::status(&s.status)) } }
+            div { dt { "Started" } dd { (page::time(s.start)) } }
+            div { dt { "Ended" } dd { (page::time(s.end)) } }
+            div { dt { "Duration" } dd { @if s.start > 0 && s.end >= s.start { (duration(s.end - s.start)) } @else { "—" } } }
+            div { dt { "Tasks" } dd { (s.succeeded) " succeeded" @if s.failed > 0 { ", " span.status.bad { (s.failed) " failed attempts" } } } }
+            div { dt { "Rows" } dd { (count(s.input_rows)) " in, " (count(s.output_rows)) " out" } }
+            div { dt { "Compute" } dd { (duration(s.compute_ms)) @if !compute_total.is_empty() { " (scheduler: " (compute_total) ")" } } }
+        }
+        section aria-labelledby="q-h" {
+            h2 id="q-h" { "Summary metrics for " (s.succeeded) " completed tasks" }
+            table.quantiles {
+                thead { tr { th { "Metric" } th.num { "Min" } th.num { "25th percentile" } th.num { "Median" } th.num { "75th percentile" } th.num { "Max" } } }
+                tbody {
+                    tr { td { "Duration" } @for v in s.duration { td.num { (duration(v)) } } }
+                    tr { td { "Rows in" } @for v in s.rows_in { td.num { (count(v)) } } }
+                    tr { td { "Rows out" } @for v in s.rows_out { td.num { (count(v)) } } }
+                    tr { td { "Compute" } @for v in s.compute { td.num { (duration(v)) } } }
+                }
+            }
+        }
+        div.split {
+            section aria-labelledby="ops-h" {
+                h2 id="ops-h" { "Operators" }
+                div.graph-box { (operator_graph(&dot, stage_id)) }
+            }
+            section aria-labelledby="plan-h" {
+                h2 id="plan-h" { "Plan" @if with_metrics.contains_key(&stage_id) { " with metrics" } }
+                @match plan.filter(|p| !p.is_empty()) {
+                    Some(p) => pre.plan { (p) },
+                    None => p.muted { "Not recorded." },
+                }
+            }
+        }
+        section aria-labelledby="tasks-h" {
+            h2 id="tasks-h" { "Task attempts (" (tasks.len()) ")" }
+            div.table-wrap {
+                table.tasks {
+                    thead { tr {
+                        th.num { "Task" } th.num { "Attempt" }
+                        (head("executor", "Executor", false)) (head("status", "Status", false))
+                        (head("start", "Started", false)) (head("duration", "Duration", true))
+                        (head("rows_in", "Rows in", true)) (head("rows_out", "Rows out", true))
+                        (head("compute", "Compute", true)) th { "Failure" }
+                    } }
+                    tbody {
+                        @for t in shown {
+                            tr class=[(!t.succeeded()).then_some("failed")] {
+                                td.num { (t.task_id) }
+                                td.num { (t.stage_attempt) }
+                                td { code { (executor(t)) } }
+                                td { (page::status(if t.succeeded() { "Successful" } else { "Failed" })) }
+                                td { (page::time(t.begin())) }
+                                td.num { (duration(t.duration())) }
+                                td.num { (count(t.input_rows)) }
+                                td.num { (count(t.output_rows)) }
+                                td.num { (duration(t.compute_nanos / 1_000_000)) }
+                                td.failure {
+                                    @if let Some((reason, err)) = &t.failure {
+                                        details { summary { (reason) } pre { (err) } }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            @if pages > 1 {
+                nav.pager aria-label="Task pages" {
+                    @let keep = |n: usize| {
+                        let n = n.to_string();
+                        query_string([("sort", sort), ("order", if desc { "desc" } else { "asc" }), ("page", n.as_str())])
+                    };
+                    @if page_no > 0 { a rel="prev" href={ (base) (keep(page_no)) } { "‹ Previous" } }
+                    span { "Page " (page_no + 1) " of " (pages) }
+                    @if page_no + 1 < pages { a rel="next" href={ (base) (keep(page_no + 2)) } { "Next ›" } }
+                }
+            }
+        }
+    };
+    html_response(
+        StatusCode::OK,
+        page::frame(
+            &ui,
+            &format!("Stage {stage_id} of job {job_id}"),
+            Nav::Jobs,
+            false,
+            body,
+        ),
+    )
+}
+
+/// What the timeline script draws: columns of numbers, times relative to
+/// `t0`, so 50,000 tasks stay a few hundred kilobytes.
+#[derive(Serialize, Default)]
+struct TimelineData {
+    job_id: String,
+    status: &'static str,
+    t0: u64,
+    end: u64,
+    complete: bool,
+    executors: Vec<String>,
+    stages: Vec<TimelineStage>,
+    stage: Vec<u32>,
+    task: Vec<u32>,
+    attempt: Vec<u32>,
+    exec: Vec<u32>,
+    start: Vec<u64>,
+    finish: Vec<u64>,
+    failed: Vec<u8>,
+    rows_in: Vec<u64>,
+    rows_out: Vec<u64>,
+}
+
+#[derive(Serialize)]
+struct TimelineStage {
+    id: u32,
+    status: String,
+    start: u64,
+    end: u64,
+}
+
+/// `GET /ui/job/{id}/timeline.json`.
+pub(crate) async fn timeline_data(State(ui): State<Ui>, Path(job_id): Path<String>) -> Response {
+    let loaded = match records(&ui, &job_id).await {
+        Ok(Some(l)) => l,
+        Ok(None) => {
+            return ApiError::Missing(format!("no event log of job {job_id} here")).into_response();
+        }
+        Err(e) => return e.into_response(),
+    };
+    let (header, records) = loaded;
+    let t0 = records
+        .tasks
+        .iter()
+        .map(|t| t.begin())
+        .filter(|&t| t > 0)
+        .min()
+        .unwrap_or(header.start_time);
+    let rel = |t: u64| t.saturating_sub(t0);
+    let stored = stored_stages(&ui, &job_id, PlanFormat::Default).await;
+    let stats = stage_stats(Some(&records), &stored, &Dot::default());
+    let n = records.tasks.len();
+    let mut d = TimelineData {
+        job_id: job_id.clone(),
+        status: header.state.status_word(),
+        t0,
+        end: rel(records
+            .tasks
+            .iter()
+            .map(|t| t.end_exec_time)
+            .max()
+            .unwrap_or(t0)),
+        complete: !header.state.is_unfinished() && header.dropped_records == Some(0),
+        executors: records.executors.clone(),
+        stages: stats
+            .iter()
+            .map(|s| TimelineStage {
+                id: s.stage_id,
+                status: s.status.clone(),
+                start: rel(s.start),
+                end: rel(s.end),
+            })
+            .collect(),
+        stage: Vec::with_capacity(n),
+        task: Vec::with_capacity(n),
+        attempt: Vec::with_capacity(n),
+        exec: Vec::with_capacity(n),
+        start: Vec::with_capacity(n),
+        finish: Vec::with_capacity(n),
+        failed: Vec::with_capacity(n),
+        rows_in: Vec::with_capacity(n),
+        rows_out: Vec::with_capacity(n),
+    };
+    for t in &records.tasks {
+        d.stage.push(t.stage_id);
+        d.task.push(t.task_id);
+        d.attempt.push(t.stage_attempt);
+        d.exec.push(t.executor);
+        d.start.push(rel(t.begin()));
+        d.finish.push(rel(t.end_exec_time.max(t.begin())));
+        d.failed.push(u8::from(!t.succeeded()));
+        d.rows_in.push(t.input_rows);
+        d.rows_out.push(t.output_rows);
+    }
+    axum::Json(d).into_response()
+}
+
+/// `GET /ui/job/{id}/timeline.svg`: the API's picture, for pages without
+/// scripts.
+pub(crate) async fn timeline_svg(State(ui): State<Ui>, Path(job_id): Path<String>) -> Response {
+    match ui
+        .source
+        .timeline(&job_id, crate::serving::source::TimelineRequest::Svg)
+        .await
+    {
+        Ok(Some(a)) => a.into_response(),
+        Ok(None) => error(
+            &ui,
+            StatusCode::NOT_FOUND,
+            &format!("No event log of job {job_id:?} here."),
+        ),
+        Err(e) => api_error(&ui, e),
+    }
+}
+
+/// `GET /ui/job/{id}/eventlog`: the API's download, for a page's link.
+pub(crate) async fn eventlog(State(ui): State<Ui>, Path(job_id): Path<String>) -> Response {
+    match crate::serving::router::get_eventlog(State(ui.source.clone()), Path(job_id)).await {
+        Ok(r) => r,
+        Err(e) => api_error(&ui, e),
+    }
+}

@@ -1,0 +1,308 @@
+//! The jobs page (`/`): counts per status, filters, the table, and paging
+//! by cursor, all as URL parameters. The parameters are those of
+//! `GET /api/jobs` (so a filtered list's URL names the same jobs in both),
+//! plus `range` (`1h`, `24h`, `7d`: started within that long).
+//!
+//! **Invariant:** a page reads one page of the source, never the list: the
+//! counts come from the store's running tallies, so the page costs the
+//! same at a million jobs as at ten.
+
+use crate::format::JobState;
+use crate::serving::router::cursor_facts;
+use crate::serving::ui::page::{self, Nav, count, duration, exact, job_href, query_string};
+use crate::serving::ui::{Ui, api_error, error, html_response};
+use crate::store::query::{ListQuery, Order, Sort};
+use axum::extract::{Query, State};
+use axum::response::Response;
+use http::StatusCode;
+use maud::{Markup, html};
+
+/// Rows per page unless `limit` says otherwise.
+const PAGE_ROWS: usize = 50;
+
+/// The presets of `range`.
+const RANGES: &[(&str, &str, u64)] = &[
+    ("1h", "Last hour", 3_600_000),
+    ("24h", "Last 24 hours", 86_400_000),
+    ("7d", "Last 7 days", 7 * 86_400_000),
+];
+
+/// The list entry fields the table shows beyond the facts.
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct Entry {
+    job_status: String,
+    num_stages: u64,
+    completed_stages: u64,
+}
+
+/// The query's parameters without the cursor: what every link of the page
+/// keeps.
+fn kept(pairs: &[(String, String)]) -> Vec<(&str, &str)> {
+    pairs
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "after" | "before" | "offset"))
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}
+
+/// `kept` with `key` set to `value` (or removed when `None`).
+fn with<'a>(
+    kept: &[(&'a str, &'a str)],
+    key: &'a str,
+    value: Option<&'a str>,
+) -> Vec<(&'a str, &'a str)> {
+    let mut out: Vec<_> = kept.iter().filter(|(k, _)| *k != key).copied().collect();
+    if let Some(v) = value {
+        out.push((key, v));
+    }
+    out
+}
+
+/// `GET /`.
+pub(crate) async fn page(
+    State(ui): State<Ui>,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> Response {
+    // A form sends empty fields; they mean "no filter".
+    let pairs: Vec<(String, String)> = pairs.into_iter().filter(|(_, v)| !v.is_empty()).collect();
+    let mut api_pairs = Vec::with_capacity(pairs.len() + 1);
+    let mut range = None;
+    for (k, v) in &pairs {
+        if k == "range" {
+            match RANGES.iter().find(|r| r.0 == v) {
+                Some(r) => range = Some(*r),
+                None => {
+                    return error(
+                        &ui,
+                        StatusCode::BAD_REQUEST,
+                        &format!(
+                            "invalid value {v:?} for parameter `range`: expected 1h, 24h or 7d"
+                        ),
+                    );
+                }
+            }
+        } else {
+            api_pairs.push((k.clone(), v.clone()));
+        }
+    }
+    let mut query = match ListQuery::parse(&api_pairs) {
+        Ok(q) => q,
+        Err(e) => return error(&ui, StatusCode::BAD_REQUEST, &e.0),
+    };
+    if let Some((_, _, span)) = range {
+        let since = crate::format::now_millis().saturating_sub(span);
+        query.started_after = Some(query.started_after.map_or(since, |a| a.max(since)));
+    }
+    let limit = *query.limit.get_or_insert(PAGE_ROWS);
+    let cursor = match cursor_facts(&*ui.source, &query).await {
+        Ok(c) => c,
+        Err(e) => return api_error(&ui, e),
+    };
+    let (page, counts) = match (
+        ui.source.list(&query, cursor.as_ref()).await,
+        ui.source.counts(query.wants_unfinished()).await,
+    ) {
+        (Ok(p), Ok(c)) => (p, c),
+        (Err(e), _) | (_, Err(e)) => return api_error(&ui, e),
+    };
+    let kept = kept(&pairs);
+    let running = page
+        .rows
+        .iter()
+        .any(|r| r.facts.state().is_unfinished() && r.facts.state() != JobState::Abandoned)
+        || counts[JobState::Running.index()] + counts[JobState::Queued.index()] > 0;
+    let refresh = ui.live && running && query.cursor_id().is_none();
+    let longest = page
+        .rows
+        .iter()
+        .filter_map(|r| r.facts.duration())
+        .max()
+        .unwrap_or(0);
+    let first = page.rows.first().map(|r| r.facts.job_id().to_string());
+    let last = page.rows.last().map(|r| r.facts.job_id().to_string());
+    let full = page.rows.len() == limit;
+    let has_prev = query.after.is_some() || (query.before.is_some() && full);
+    let has_next = full || query.before.is_some();
+    let dropped_any = page.rows.iter().any(|r| r.facts.dropped_records() > 0);
+    let chosen: Vec<JobState> = query.states.clone().unwrap_or_default();
+    let sort_link = |key: &'static str, sort: Sort, label: &str| -> Markup {
+        let active = query.sort == sort;
+        let order = query.order();
+        // A click on the active column turns it; on another, its default.
+        let next_order = match (active, order) {
+            (true, Order::Desc) => "asc",
+            (true, Order::Asc) => "desc",
+            (false, _) => {
+                if sort == Sort::Name {
+                    "asc"
+                } else {
+                    "desc"
+                }
+            }
+        };
+        let href = query_string(with(
+            &with(&kept, "sort", Some(key)),
+            "order",
+            Some(next_order),
+        ));
+        let aria = active.then(|| match order {
+            Order::Asc => "ascending",
+            Order::Desc => "descending",
+        });
+        html! {
+            th aria-sort=[aria] {
+                a href={ "/" (href) } { (label) @if active { @if order == Order::Asc { " ▲" } @else { " ▼" } } }
+            }
+        }
+    };
+    let body = html! {
+        h1 { "Jobs" }
+        nav.counts aria-label="Jobs by status" {
+            a href={ "/" (query_string(with(&kept, "status", None))) }
+                aria-current=[chosen.is_empty().then_some("true")] {
+                "All " span.n { (exact(counts.iter().sum())) }
+            }
+            @for (word, state) in JobState::ALL {
+                @let n = counts[state.index()];
+                @if n > 0 || chosen.contains(&state) || !state.is_unfinished() {
+                    a href={ "/" (query_string(with(&kept, "status", Some(word)))) }
+                        aria-current=[(chosen == [state]).then_some("true")] {
+                        (page::status(state.status_word())) " " span.n { (exact(n)) }
+                    }
+                }
+            }
+        }
+        (filters(&pairs, &query, range.map(|r| r.0)))
+        @if !query.ignored.is_empty() {
+            p.notice { "Ignored unknown parameters: " (query.ignored.join(", ")) }
+        }
+        @if refresh {
+            p.notice.live role="status" { "Jobs are running: this list refreshes every 5 s." }
+        }
+        p.summary {
+            (exact(page.total)) " job" @if page.total != 1 { "s" } " match"
+            @if page.total == 1 { "es" } "."
+        }
+        @if page.rows.is_empty() {
+            p.empty { "No job matches these filters." }
+        } @else {
+            div.table-wrap {
+                table.jobs {
+                    thead { tr {
+                        th { "Job" }
+                        (sort_link("name", Sort::Name, "Name"))
+                        th { "Status" }
+                        (sort_link("queued_time", Sort::QueuedTime, "Queued"))
+                        (sort_link("start_time", Sort::StartTime, "Started"))
+                        (sort_link("duration", Sort::Duration, "Duration"))
+                        th.num { "Stages" }
+                        @if dropped_any { th.num title="Progress records dropped under backpressure" { "Dropped" } }
+                    } }
+                    tbody {
+                        @for row in &page.rows {
+                            @let f = &row.facts;
+                            @let entry: Entry = serde_json::from_slice(&row.entry).unwrap_or_default();
+                            tr {
+                                td.id { a href=(job_href(f.job_id())) { (f.job_id()) } }
+                                td.name title=(f.job_name()) { (f.job_name()) }
+                                td title=(entry.job_status) { (page::status(f.state().status_word())) }
+                                td { (page::time(f.queued_time())) }
+                                td { (page::time(f.start_time())) }
+                                td.num {
+                                    @match f.duration() {
+                                        Some(d) => {
+                                            (duration(d))
+                                            svg.bar width="60" height="6" aria-hidden="true" {
+                                                rect width=(((d as f64 / longest.max(1) as f64) * 60.0).max(1.0).round()) height="6" {}
+                                            }
+                                        }
+                                        None => span.muted { "—" },
+                                    }
+                                }
+                                td.num { (entry.completed_stages) " / " (entry.num_stages) }
+                                @if dropped_any {
+                                    td.num { @if f.dropped_records() > 0 { span.warn { (count(f.dropped_records())) } } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        nav.pager aria-label="Pages" {
+            @if query.cursor_id().is_some() {
+                a href={ "/" (query_string(kept.iter().copied())) } { "« Newest" }
+            }
+            @if has_prev && let Some(first) = &first {
+                a rel="prev" href={ "/" (query_string(with(&kept, "before", Some(first)))) } { "‹ Previous" }
+            }
+            @if has_next && let Some(last) = &last {
+                a rel="next" href={ "/" (query_string(with(&kept, "after", Some(last)))) } { "Next ›" }
+            }
+        }
+    };
+    html_response(
+        StatusCode::OK,
+        page::frame(&ui, "Jobs", Nav::Jobs, refresh, body),
+    )
+}
+
+/// The filter row: a plain GET form, so it works without scripts and its
+/// result is a URL.
+fn filters(pairs: &[(String, String)], query: &ListQuery, range: Option<&str>) -> Markup {
+    let value = |key: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or("")
+    };
+    let one_status = query.states.as_ref().filter(|s| s.len() == 1).map(|s| s[0]);
+    html! {
+        form.filters method="get" action="/" role="search" {
+            label { "Status "
+                select name="status" {
+                    option value="" selected[one_status.is_none()] { "Any" }
+                    @for (word, state) in JobState::ALL {
+                        option value=(word) selected[one_status == Some(state)] { (state.status_word()) }
+                    }
+                }
+            }
+            label { "Name "
+                input type="search" name="name" value=(value("name")) placeholder="contains…" size="16";
+            }
+            label { "Started "
+                select name="range" {
+                    option value="" selected[range.is_none()] { "Any time" }
+                    @for (key, label, _) in RANGES {
+                        option value=(key) selected[range == Some(*key)] { (label) }
+                    }
+                }
+            }
+            label { "from "
+                input type="text" name="started_after" value=(value("started_after"))
+                    placeholder="2026-01-01T00:00:00Z" size="20" title="RFC 3339 time or epoch milliseconds";
+            }
+            label { "to "
+                input type="text" name="started_before" value=(value("started_before"))
+                    placeholder="2026-01-02T00:00:00Z" size="20" title="RFC 3339 time or epoch milliseconds";
+            }
+            label { "Min duration (ms) "
+                input type="number" name="min_duration_ms" min="0" value=(value("min_duration_ms")) size="8";
+            }
+            label.check {
+                input type="checkbox" name="include_unfinished" value="true" checked[query.include_unfinished];
+                " Unfinished (running, abandoned) logs"
+            }
+            @for key in ["sort", "order", "limit", "query_hash"] {
+                @if !value(key).is_empty() {
+                    input type="hidden" name=(key) value=(value(key));
+                }
+            }
+            button type="submit" { "Apply" }
+            " "
+            a href="/" { "Reset" }
+        }
+    }
+}

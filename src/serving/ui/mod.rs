@@ -1,0 +1,274 @@
+//! The web UI: server-rendered pages over the same [`JobSource`] as the
+//! REST routes, served by the same binary with `--event-log-dir`.
+//!
+//! - `/`: the jobs ([`jobs`]);
+//! - `/ui/job/{id}` and `/ui/job/{id}/stage/{n}`: a job and a stage
+//!   ([`job`]), with the stage graph drawn from the stored DOT ([`graph`]);
+//! - `/ui/queries` and `/ui/compare?a=&b=`: recurring queries and a
+//!   comparison of two runs ([`insight`]);
+//! - `/ui/login`: asks for the API token when the server has one;
+//! - `/ui/assets/*`: the one CSS file and the scripts, compiled in.
+//!
+//! Pages are complete without scripts (the timeline aside); the scripts
+//! show times in the viewer's zone, refresh live pages, filter the config
+//! and draw the timeline on a canvas.
+//!
+//! **Invariants:** every text from a log reaches a page through maud's
+//! escaping splice; pages are served with a content security policy that
+//! allows this server's own scripts and styles only; a page refuses no
+//! request the API would accept and shows nothing the API would refuse
+//! (the token guards both, see `auth`).
+
+pub(crate) mod graph;
+pub(crate) mod insight;
+pub(crate) mod job;
+pub(crate) mod jobs;
+pub(crate) mod page;
+
+use crate::serving::auth::ApiToken;
+use crate::serving::source::JobSource;
+use axum::Router;
+use axum::extract::{Form, Query, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::get;
+use http::{HeaderValue, StatusCode, header};
+use maud::{Markup, html};
+use std::sync::Arc;
+
+/// What every page handler holds.
+#[derive(Clone)]
+pub(crate) struct Ui {
+    pub(crate) source: Arc<dyn JobSource>,
+    /// A live scheduler (else a history server).
+    pub(crate) live: bool,
+    /// The scheduler's id, shown in the top bar.
+    pub(crate) scheduler_id: String,
+    /// The API token, when the server has one.
+    pub(crate) token: Option<ApiToken>,
+}
+
+/// The pages over `source`.
+pub(crate) fn routes(
+    source: Arc<dyn JobSource>,
+    live: bool,
+    scheduler_id: String,
+    token: Option<ApiToken>,
+) -> Router {
+    let ui = Ui {
+        source,
+        live,
+        scheduler_id,
+        token,
+    };
+    Router::new()
+        .route("/", get(jobs::page))
+        .route("/ui", get(|| async { Redirect::permanent("/") }))
+        .route("/ui/", get(|| async { Redirect::permanent("/") }))
+        .route("/ui/job/{job_id}", get(job::page))
+        .route("/ui/job/{job_id}/stage/{stage_id}", get(job::stage_page))
+        .route("/ui/job/{job_id}/timeline.json", get(job::timeline_data))
+        .route("/ui/job/{job_id}/timeline.svg", get(job::timeline_svg))
+        .route("/ui/job/{job_id}/eventlog", get(job::eventlog))
+        .route("/ui/queries", get(insight::queries_page))
+        .route("/ui/compare", get(insight::compare_page))
+        .route("/ui/login", get(login_page).post(login))
+        .route("/ui/logout", axum::routing::post(logout))
+        .route("/ui/assets/{name}", get(asset))
+        .route("/ui/{*rest}", get(not_found))
+        .with_state(ui)
+}
+
+/// The policy every page is served with: this server's scripts, styles and
+/// fetches only; no frames; no plugins.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// A page as a response, with the policy.
+pub(crate) fn html_response(status: StatusCode, markup: Markup) -> Response {
+    let mut response = (status, markup).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// An error page with `status`.
+pub(crate) fn error(ui: &Ui, status: StatusCode, message: &str) -> Response {
+    let title = match status {
+        StatusCode::NOT_FOUND => "Not found",
+        StatusCode::BAD_REQUEST => "Bad request",
+        _ => "Something went wrong",
+    };
+    html_response(status, page::error_page(ui, title, message))
+}
+
+/// An `ApiError` as an error page.
+pub(crate) fn api_error(ui: &Ui, e: crate::serving::error::ApiError) -> Response {
+    let message = match &e {
+        crate::serving::error::ApiError::NotFound => "No such job here.".to_string(),
+        other => other.to_string(),
+    };
+    error(ui, e.status(), &message)
+}
+
+async fn not_found(State(ui): State<Ui>) -> Response {
+    error(
+        &ui,
+        StatusCode::NOT_FOUND,
+        "There is no page at this address. The job list is the way in.",
+    )
+}
+
+struct Asset {
+    name: &'static str,
+    content_type: &'static str,
+    body: &'static str,
+}
+
+const ASSETS: &[Asset] = &[
+    Asset {
+        name: "ui.css",
+        content_type: "text/css; charset=utf-8",
+        body: include_str!("assets/ui.css"),
+    },
+    Asset {
+        name: "ui.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("assets/ui.js"),
+    },
+    Asset {
+        name: "timeline.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("assets/timeline.js"),
+    },
+    Asset {
+        name: "icon.svg",
+        content_type: "image/svg+xml",
+        body: include_str!("assets/icon.svg"),
+    },
+];
+
+async fn asset(axum::extract::Path(name): axum::extract::Path<String>) -> Response {
+    match ASSETS.iter().find(|a| a.name == name) {
+        Some(a) => (
+            [
+                (header::CONTENT_TYPE, a.content_type),
+                // URLs carry the version, so a day's caching is safe.
+                (header::CACHE_CONTROL, "public, max-age=86400"),
+                (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            ],
+            a.body,
+        )
+            .into_response(),
+        None => (StatusCode::NOT_FOUND, "no such asset").into_response(),
+    }
+}
+
+#[derive(serde::Deserialize, Default)]
+struct Next {
+    #[serde(default)]
+    next: String,
+}
+
+/// Where to go after signing in: a path of this server, else the list.
+fn local(next: &str) -> &str {
+    let ok = next.starts_with('/')
+        && !next.starts_with("//")
+        && !next.contains('\\')
+        && !next.chars().any(char::is_control);
+    if ok { next } else { "/" }
+}
+
+fn login_form(ui: &Ui, next: &str, wrong: bool) -> Markup {
+    page::frame(
+        ui,
+        "API token",
+        page::Nav::None,
+        false,
+        html! {
+            h1 { "This server needs its API token" }
+            p {
+                "The scheduler was started with " code { "--api-token-file" }
+                ". Paste the token from that file to browse its jobs. The browser keeps it \
+                 for this site only, in a cookie that scripts cannot read, until you choose \
+                 “Forget token” or close the browser."
+            }
+            @if wrong {
+                p.error-box role="alert" { "That token is not the one this server accepts." }
+            }
+            form.login method="post" action="/ui/login" {
+                input type="hidden" name="next" value=(local(next));
+                label for="token" { "API token" }
+                input id="token" name="token" type="password" autocomplete="current-password"
+                    required autofocus;
+                button type="submit" { "Sign in" }
+            }
+        },
+    )
+}
+
+async fn login_page(State(ui): State<Ui>, Query(next): Query<Next>) -> Response {
+    if ui.token.is_none() {
+        return Redirect::to(local(&next.next)).into_response();
+    }
+    html_response(StatusCode::OK, login_form(&ui, &next.next, false))
+}
+
+#[derive(serde::Deserialize)]
+struct LoginForm {
+    #[serde(default)]
+    token: String,
+    #[serde(default)]
+    next: String,
+}
+
+async fn login(State(ui): State<Ui>, Form(form): Form<LoginForm>) -> Response {
+    let Some(token) = &ui.token else {
+        return Redirect::to(local(&form.next)).into_response();
+    };
+    if !token.is(&form.token) {
+        return html_response(StatusCode::UNAUTHORIZED, login_form(&ui, &form.next, true));
+    }
+    let mut response = Redirect::to(local(&form.next)).into_response();
+    if let Ok(cookie) =
+        HeaderValue::from_str(&crate::serving::auth::sign_in_cookie(form.token.trim()))
+    {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    response
+}
+
+async fn logout() -> Response {
+    let mut response = Redirect::to("/ui/login").into_response();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static(crate::serving::auth::SIGN_OUT_COOKIE),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::local;
+
+    #[test]
+    fn sign_in_goes_back_to_this_server_only() {
+        assert_eq!(local("/ui/job/x?tab=config"), "/ui/job/x?tab=config");
+        for away in [
+            "//evil.example/",
+            "https://evil.example/",
+            "/\\evil",
+            "",
+            "x",
+        ] {
+            assert_eq!(local(away), "/", "{away}");
+        }
+    }
+}
