@@ -203,3 +203,66 @@ pub fn write_corpus_with(
     drop(handle);
     thread.join().unwrap();
 }
+
+/// `n` index entries of a history (no logs): a job every 500 ms, one in
+/// twenty failed and one in twenty cancelled, 977 distinct names.
+#[allow(dead_code)]
+pub fn summaries(n: usize) -> Vec<ballista_job_history::store::JobSummary> {
+    let mut rng = Rng::new(11);
+    (0..n)
+        .map(|i| {
+            let start = 1_700_000_000_000 + i as u64 * 500 + rng.below(400);
+            let state = match rng.below(20) {
+                0 => ballista_job_history::format::JobState::Failed,
+                1 => ballista_job_history::format::JobState::Cancelled,
+                _ => ballista_job_history::format::JobState::Completed,
+            };
+            let id = format!("0{i:012X}");
+            let name = format!("nightly report {}", i % 977);
+            let file_name = format!("{id}.eventlog");
+            ballista_job_history::store::JobSummary::restore(
+                ballista_job_history::store::SummaryParts {
+                    facts: ballista_job_history::store::query::FactsRef {
+                        job_id: &id,
+                        job_name: &name,
+                        state,
+                        queued_time: start.saturating_sub(rng.below(1_000)),
+                        start_time: start,
+                        end_time: start + 200 + rng.below(60_000),
+                        query_hash: 1 + u64::from(i % 977 == 0),
+                    },
+                    job_status: "Completed. Produced 4 partitions containing 1000 rows. \
+                             Elapsed time: 812 ms.",
+                    status: state.status_word(),
+                    stages: [3, 3],
+                    percent_complete: 100,
+                    dropped_records: 0,
+                    file_name: &file_name,
+                    len: 40_000,
+                    modified: Some(std::time::SystemTime::now()),
+                    ranges: None,
+                },
+            )
+        })
+        .collect()
+}
+
+/// The median, 99th percentile and maximum of `samples`.
+#[allow(dead_code)]
+pub fn percentiles(
+    mut samples: Vec<std::time::Duration>,
+) -> (
+    std::time::Duration,
+    std::time::Duration,
+    std::time::Duration,
+) {
+    samples.sort();
+    let at = |p: f64| samples[((samples.len() - 1) as f64 * p).round() as usize];
+    (at(0.5), at(0.99), samples[samples.len() - 1])
+}
+
+/// `d` in milliseconds, three decimals.
+#[allow(dead_code)]
+pub fn ms(d: std::time::Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
+}

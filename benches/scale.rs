@@ -9,7 +9,6 @@
 
 mod corpus;
 
-use ballista_job_history::format::JobState;
 use ballista_job_history::metrics::HistoryMetrics;
 use ballista_job_history::store::query::{Facts, FactsRef, JobFacts, ListQuery};
 use ballista_job_history::store::{JobSummary, LogStore, SummaryParts};
@@ -24,51 +23,13 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn summaries(n: usize) -> Vec<JobSummary> {
-    let mut rng = corpus::Rng::new(11);
-    (0..n)
-        .map(|i| {
-            let start = 1_700_000_000_000 + i as u64 * 500 + rng.below(400);
-            let state = match rng.below(20) {
-                0 => JobState::Failed,
-                1 => JobState::Cancelled,
-                _ => JobState::Completed,
-            };
-            let id = format!("0{i:012X}");
-            let name = format!("nightly report {}", i % 977);
-            let file_name = format!("{id}.eventlog");
-            JobSummary::restore(SummaryParts {
-                facts: FactsRef {
-                    job_id: &id,
-                    job_name: &name,
-                    state,
-                    queued_time: start.saturating_sub(rng.below(1_000)),
-                    start_time: start,
-                    end_time: start + 200 + rng.below(60_000),
-                    query_hash: 1 + u64::from(i % 977 == 0),
-                },
-                job_status: "Completed. Produced 4 partitions containing 1000 rows. \
-                             Elapsed time: 812 ms.",
-                status: state.status_word(),
-                stages: [3, 3],
-                percent_complete: 100,
-                dropped_records: 0,
-                file_name: &file_name,
-                len: 40_000,
-                modified: Some(SystemTime::now()),
-                ranges: None,
-            })
-        })
-        .collect()
-}
-
 /// The binary, restarted over a directory of `n` (empty) logs and its
 /// persistent index: time from spawning the process to the first answer
 /// of `/api/jobs?limit=100` that lists all `n` jobs.
 fn process_restart(n: usize) {
     let dir = tempfile::tempdir().unwrap();
     let stamp = SystemTime::UNIX_EPOCH + Duration::from_secs(1_750_000_000);
-    let jobs = summaries(n);
+    let jobs = corpus::summaries(n);
     for job in &jobs {
         let file = std::fs::File::create(dir.path().join(&*job.file_name())).unwrap();
         file.set_modified(stamp).unwrap();
@@ -136,13 +97,13 @@ fn process_restart(n: usize) {
         let _ = child.kill();
         let _ = child.wait();
     }
-    let (p50, p99, max) = percentiles(samples);
+    let (p50, p99, max) = corpus::percentiles(samples);
     println!(
         "| restart of the binary over {n} logs: process start to the first full \
          `/api/jobs?limit=100` | {} | {} | {} | 5 |",
-        ms(p50),
-        ms(p99),
-        ms(max)
+        corpus::ms(p50),
+        corpus::ms(p99),
+        corpus::ms(max)
     );
 }
 
@@ -159,16 +120,6 @@ fn get(port: u16, path: &str) -> Option<String> {
     let mut answer = String::new();
     stream.read_to_string(&mut answer).ok()?;
     Some(answer)
-}
-
-fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration, Duration) {
-    samples.sort();
-    let at = |p: f64| samples[((samples.len() - 1) as f64 * p).round() as usize];
-    (at(0.5), at(0.99), samples[samples.len() - 1])
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
 }
 
 fn rss_kib() -> u64 {
@@ -212,7 +163,7 @@ fn main() {
     let n = env_usize("SCALE_JOBS", 1_000_000);
     let dir = tempfile::tempdir().unwrap();
     let index = dir.path().join("index");
-    let jobs = summaries(n);
+    let jobs = corpus::summaries(n);
     std::fs::write(
         &index,
         ballista_job_history::store::snapshot::encode(jobs.iter()),
@@ -240,12 +191,12 @@ fn main() {
         restarts.push(started.elapsed());
         store = Some(s);
     }
-    let (p50, p99, max) = percentiles(restarts);
+    let (p50, p99, max) = corpus::percentiles(restarts);
     println!(
         "| restart: load the index and answer `/api/jobs?limit=100` | {} | {} | {} | 5 |",
-        ms(p50),
-        ms(p99),
-        ms(max)
+        corpus::ms(p50),
+        corpus::ms(p99),
+        corpus::ms(max)
     );
     // Where a restart's time goes.
     let phases: [(&str, &dyn Fn()); 2] = [
@@ -258,7 +209,7 @@ fn main() {
         }),
     ];
     for (what, phase) in phases {
-        let (p50, p99, max) = percentiles(
+        let (p50, p99, max) = corpus::percentiles(
             (0..5)
                 .map(|_| {
                     let started = Instant::now();
@@ -267,7 +218,12 @@ fn main() {
                 })
                 .collect(),
         );
-        println!("| {what} | {} | {} | {} | 5 |", ms(p50), ms(p99), ms(max));
+        println!(
+            "| {what} | {} | {} | {} | 5 |",
+            corpus::ms(p50),
+            corpus::ms(p99),
+            corpus::ms(max)
+        );
     }
     let store = store.unwrap();
     let pairs = |q: &str| -> Vec<(String, String)> {
@@ -310,12 +266,12 @@ fn main() {
                 started.elapsed()
             })
             .collect();
-        let (p50, p99, max) = percentiles(samples);
+        let (p50, p99, max) = corpus::percentiles(samples);
         println!(
             "| {what} | {} | {} | {} | {runs} |",
-            ms(p50),
-            ms(p99),
-            ms(max)
+            corpus::ms(p50),
+            corpus::ms(p99),
+            corpus::ms(max)
         );
     }
     drop(store);

@@ -511,6 +511,32 @@ fn live_router(
     with_version_headers(front.fallback_service(behind))
 }
 
+/// What a history-only server answers over `store`: the job routes, state,
+/// version, executors (none), metrics, health and the web pages, behind
+/// `token` when there is one. [`run_history`] serves it; an embedding
+/// process may serve it itself.
+pub fn history_router(
+    store: Arc<LogStore>,
+    token: Option<crate::serving::auth::ApiToken>,
+) -> Router {
+    let started = u128::from(crate::format::now_millis());
+    let ready_store = store.clone();
+    let source: Arc<dyn JobSource> = Arc::new(DiskSource::new(store));
+    let router = router::job_routes(source.clone())
+        .merge(router::history_routes(
+            started,
+            Arc::new(move || ready_store.is_ready()),
+        ))
+        .layer(cors(&SchedulerConfig::default()))
+        .merge(crate::serving::ui::routes(
+            source,
+            false,
+            "history-server".into(),
+            token.clone(),
+        ));
+    crate::serving::auth::protect(with_version_headers(router), token)
+}
+
 /// Runs a history-only server on `listener` until `shutdown` resolves: the
 /// job routes over the directory, plus state, version, executors (none),
 /// metrics and health. No cluster, no gRPC.
@@ -535,28 +561,12 @@ pub async fn run_history(
         let cleaner = Cleaner::new(store.clone(), policy.clone(), None, metrics);
         background.push(tokio::spawn(cleaner.run(stop.stopped())));
     }
-    let started = u128::from(crate::format::now_millis());
-    let ready_store = store.clone();
-    let source: Arc<dyn JobSource> = Arc::new(DiskSource::new(store));
-    let router = router::job_routes(source.clone())
-        .merge(router::history_routes(
-            started,
-            Arc::new(move || ready_store.is_ready()),
-        ))
-        .layer(cors(&SchedulerConfig::default()))
-        .merge(crate::serving::ui::routes(
-            source,
-            false,
-            "history-server".into(),
-            options.api_token.clone(),
-        ));
+    let router = history_router(store, options.api_token.clone());
     log::info!(
         "Ballista job history server listening on {:?}, serving {}",
         listener.local_addr().ok(),
         options.shown()
     );
-    let router =
-        crate::serving::auth::protect(with_version_headers(router), options.api_token.clone());
     let served = axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await;

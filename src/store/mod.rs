@@ -347,14 +347,25 @@ impl LogStore {
     pub fn page(&self, q: &ListQuery, cursor: Option<&Facts>, skip: &HashSet<String>) -> Page {
         let index = self.catalog.read();
         let unfinished = q.wants_unfinished();
-        if q.filters_nothing() && q.default_order() && !unfinished {
+        // The default order filtered by state at most: walk the ordered set
+        // and stop at the page's end; the total is the tallies'.
+        if q.filters_states_only() && q.default_order() && !unfinished {
+            let wanted_state = |s: JobState| q.states.as_ref().is_none_or(|w| w.contains(&s));
             let skipped = skip
                 .iter()
-                .filter(|id| index.jobs.contains(id.as_str()))
+                .filter_map(|id| index.get(id.as_str()))
+                .filter(|s| wanted_state(s.state()))
                 .count();
-            let total = index.jobs.len() - skipped;
+            let total = JobState::ALL
+                .iter()
+                .filter(|(_, s)| wanted_state(*s))
+                .map(|(_, s)| index.counts[s.index()])
+                .sum::<usize>()
+                - skipped;
             let at = cursor.map(|c| ByPosition(Arc::new(JobSummary::probe(c))));
-            let wanted = |s: &&ByPosition| skip.is_empty() || !skip.contains(s.0.job_id());
+            let wanted = |s: &&ByPosition| {
+                wanted_state(s.0.state()) && (skip.is_empty() || !skip.contains(s.0.job_id()))
+            };
             let take = q.limit.unwrap_or(usize::MAX);
             let rows = match (at, q.before.is_some()) {
                 (Some(at), true) => {
@@ -646,11 +657,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for i in 0..200u64 {
             let id = format!("j{i:03}");
-            std::fs::write(
-                dir.path().join(format!("{id}.eventlog")),
-                job_end_at(&id, 1 + i / 4) + "\n",
-            )
-            .unwrap();
+            let mut line = job_end_at(&id, 1 + i / 4);
+            if i % 3 == 0 {
+                line = line
+                    .replace("\"status\":\"Completed\"", "\"status\":\"Failed\"")
+                    .replace(
+                        "\"status\":\"Succeeded\"",
+                        "\"status\":{\"Failed\":\"boom\"}",
+                    );
+            }
+            std::fs::write(dir.path().join(format!("{id}.eventlog")), line + "\n").unwrap();
         }
         let s = store(dir.path());
         s.rescan();
@@ -680,10 +696,59 @@ mod tests {
             assert_eq!(a.total, b.total);
             assert_eq!(a.rows.len(), 7);
         }
+        // Filtered by state only, and walking back: the ordered walk and
+        // the tallies against the full pass.
+        let everything = ids(&s.page(&ListQuery::default(), None, &none));
+        for (fast, slow) in [
+            (
+                "limit=5&status=failed",
+                "limit=5&status=failed&min_duration_ms=0",
+            ),
+            (
+                "limit=5&status=completed,failed",
+                "limit=5&status=completed,failed&min_duration_ms=0",
+            ),
+            (
+                "limit=7&before=j101",
+                "limit=7&before=j101&min_duration_ms=0",
+            ),
+            (
+                "limit=4&status=failed&before=j102",
+                "limit=4&status=failed&before=j102&min_duration_ms=0",
+            ),
+        ] {
+            let (fq, sq) = (
+                ListQuery::parse(&pairs(fast)).unwrap(),
+                ListQuery::parse(&pairs(slow)).unwrap(),
+            );
+            let c = fq.cursor_id().map(|id| s.facts(id).unwrap());
+            let (a, b) = (
+                s.page(&fq, c.as_ref(), &none),
+                s.page(&sq, c.as_ref(), &none),
+            );
+            assert_eq!(ids(&a), ids(&b), "{fast}");
+            assert_eq!(a.total, b.total, "{fast}");
+        }
+        // `before` is the page just above the cursor in the whole list.
+        let at = everything.iter().position(|id| id == "j101").unwrap();
+        let back = ListQuery::parse(&pairs("limit=7&before=j101")).unwrap();
+        let page = s.page(&back, s.facts("j101").as_ref(), &none);
+        assert_eq!(ids(&page), everything[at - 7..at]);
+        let failed = s.page(
+            &ListQuery::parse(&pairs("status=failed")).unwrap(),
+            None,
+            &none,
+        );
+        assert_eq!(failed.total, 67);
+        let counts = s.counts(&none, false);
+        assert_eq!(counts[JobState::Failed.index()], 67);
+        assert_eq!(counts[JobState::Completed.index()], 133);
         let skip: HashSet<String> = ["j199".to_string(), "nope".to_string()].into();
         let page = s.page(&fast, None, &skip);
         assert_eq!(page.total, 199);
         assert!(!ids(&page).contains(&"j199".to_string()));
+        let skip_failed: HashSet<String> = ["j198".to_string()].into();
+        assert_eq!(s.counts(&skip_failed, false)[JobState::Failed.index()], 66);
     }
 
     #[test]

@@ -449,6 +449,15 @@ impl ListQuery {
             && self.query_hash.is_none()
     }
 
+    /// Whether the query filters on states only (no other filter).
+    pub(crate) fn filters_states_only(&self) -> bool {
+        ListQuery {
+            states: None,
+            ..self.clone()
+        }
+        .filters_nothing()
+    }
+
     /// Whether the order is the default one (newest queued first).
     pub(crate) fn default_order(&self) -> bool {
         self.sort == Sort::QueuedTime && self.order() == Order::Desc

@@ -2,6 +2,7 @@
 //! `ballista-scheduler` binary, a real executor and the `ballista` client.
 
 mod browse;
+mod browser;
 mod bucket;
 mod crash;
 mod disk;

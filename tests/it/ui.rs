@@ -2,152 +2,12 @@
 //! (Debian's `chromium` and `chromium-driver`, through `fantoccini`),
 //! against the real binary serving real jobs and upstream's logs.
 //!
-//! Each page the tests visit is also saved as a screenshot under
-//! `target/ui-screenshots/`, and under the directory
-//! `BALLISTA_JOB_HISTORY_SCREENSHOTS` names when set (the README's
-//! pictures are made with `BALLISTA_JOB_HISTORY_SCREENSHOTS=docs/images`).
+//! Each page the tests visit is also saved as a screenshot (see
+//! `Browser::shot`).
 
+use crate::browser::Browser;
 use crate::harness::*;
-use fantoccini::{Client, ClientBuilder, Locator};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// A chromedriver process and a headless Chromium session through it.
-pub struct Browser {
-    pub client: Client,
-    driver: Child,
-    _profile: tempfile::TempDir,
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-    }
-}
-
-impl Browser {
-    /// Starts chromedriver and a headless Chromium window of 1400×1000.
-    pub async fn start() -> Browser {
-        let port = free_port();
-        let driver_bin = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into());
-        let driver = Command::new(&driver_bin)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {driver_bin}: {e}"));
-        let profile = tempfile::tempdir().unwrap();
-        let browser_bin = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-        let mut caps = serde_json::Map::new();
-        caps.insert(
-            "goog:chromeOptions".into(),
-            serde_json::json!({
-                "binary": browser_bin,
-                "args": [
-                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                    "--disable-quic", "--no-first-run", "--disable-background-networking",
-                    "--disable-component-update", "--disable-sync", "--window-size=1400,1000",
-                    format!("--user-data-dir={}", profile.path().display()),
-                ],
-            }),
-        );
-        let url = format!("http://127.0.0.1:{port}");
-        let start = Instant::now();
-        let client = loop {
-            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-            match ClientBuilder::new(connector)
-                .capabilities(caps.clone())
-                .connect(&url)
-                .await
-            {
-                Ok(c) => break c,
-                Err(e) => {
-                    assert!(
-                        start.elapsed() < Duration::from_secs(30),
-                        "cannot start a browser session: {e}"
-                    );
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        };
-        Browser {
-            client,
-            driver,
-            _profile: profile,
-        }
-    }
-
-    /// Opens `url` and waits for its document.
-    pub async fn open(&self, url: &str) {
-        self.client.goto(url).await.unwrap();
-    }
-
-    /// The texts of every element matching `css`.
-    pub async fn texts(&self, css: &str) -> Vec<String> {
-        let mut out = Vec::new();
-        for e in self.client.find_all(Locator::Css(css)).await.unwrap() {
-            out.push(e.text().await.unwrap());
-        }
-        out
-    }
-
-    /// The text of the first element matching `css`.
-    pub async fn text(&self, css: &str) -> String {
-        self.client
-            .find(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("no {css} on the page: {e}"))
-            .text()
-            .await
-            .unwrap()
-    }
-
-    /// Runs `script` in the page (a function body; `arguments[0]` is a
-    /// callback for async scripts when `run_async`).
-    pub async fn js(&self, script: &str) -> serde_json::Value {
-        self.client.execute(script, vec![]).await.unwrap()
-    }
-
-    /// The path and query of the page shown.
-    pub async fn location(&self) -> String {
-        let url = self.client.current_url().await.unwrap();
-        match url.query() {
-            Some(q) => format!("{}?{q}", url.path()),
-            None => url.path().to_string(),
-        }
-    }
-
-    /// Saves a screenshot named `name`.
-    pub async fn shot(&self, name: &str) {
-        let png = self.client.screenshot().await.unwrap();
-        let mut dirs = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ui-screenshots")];
-        if let Some(dir) = std::env::var_os("BALLISTA_JOB_HISTORY_SCREENSHOTS") {
-            dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join(dir));
-        }
-        for dir in dirs {
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join(format!("{name}.png")), &png).unwrap();
-        }
-    }
-
-    /// Waits until `script` (an expression) is true in the page.
-    pub async fn until(&self, what: &str, script: &str) {
-        let start = Instant::now();
-        loop {
-            let v = self.js(&format!("return !!({script});")).await;
-            if v == serde_json::Value::Bool(true) {
-                return;
-            }
-            if start.elapsed() > Duration::from_secs(60) {
-                let shown = self.js("return document.body.innerText;").await;
-                panic!("timed out waiting for {what}; the page shows: {shown}");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
+use fantoccini::Locator;
 
 /// The job ids of `/api/jobs?<query>`, in order: the oracle for the list.
 async fn api_ids(proc: &Proc, query: &str) -> Vec<String> {
@@ -159,6 +19,9 @@ async fn api_ids(proc: &Proc, query: &str) -> Vec<String> {
         .map(|j| j["job_id"].as_str().unwrap().to_string())
         .collect()
 }
+
+/// A join of `t` with itself: three stages, one with two inputs.
+const JOIN: &str = "SELECT a.k, count(*) FROM t a JOIN t b ON a.k = b.k GROUP BY a.k";
 
 const HOSTILE_NAME: &str = "<script>window.pwned=1</script> nightly <b>report</b>";
 
@@ -186,12 +49,7 @@ async fn the_pages_show_real_jobs_in_a_browser() {
     assert_eq!(ok, Ok(100));
     let (failed_job, failed) = run_job(sched, &cluster.ctx, "SELECT CAST(s AS INT) FROM t").await;
     assert!(failed.is_err(), "the cast fails");
-    let (join_job, joined) = run_job(
-        sched,
-        &cluster.ctx,
-        "SELECT a.k, count(*) FROM t a JOIN t b ON a.k = b.k GROUP BY a.k",
-    )
-    .await;
+    let (join_job, joined) = run_job(sched, &cluster.ctx, JOIN).await;
     assert_eq!(joined, Ok(100));
     for id in [&ok_job, &failed_job, &join_job] {
         completed_log(&cluster.logs, id).await;
@@ -242,11 +100,14 @@ async fn the_pages_show_real_jobs_in_a_browser() {
     .await;
     assert_eq!(
         b.texts("table.jobs tbody td.id").await,
-        [failed_job.clone()]
+        std::slice::from_ref(&failed_job)
     );
     // A name search.
     b.open(&sched.url("/?name=NIGHTLY")).await;
-    assert_eq!(b.texts("table.jobs tbody td.id").await, [ok_job.clone()]);
+    assert_eq!(
+        b.texts("table.jobs tbody td.id").await,
+        std::slice::from_ref(&ok_job)
+    );
 
     // Paging by cursor: next, next, previous, as the API pages.
     let order = api_ids(sched, "").await;
@@ -510,6 +371,54 @@ async fn the_pages_show_real_jobs_in_a_browser() {
             "{path}"
         );
     }
+
+    // A second run of the join: the job page links the comparison with
+    // the first, and the recurring queries group the two.
+    let (again, joined) = run_job(sched, &cluster.ctx, JOIN).await;
+    assert_eq!(joined, Ok(100));
+    completed_log(&cluster.logs, &again).await;
+    b.open(&sched.url(&format!("/ui/job/{again}"))).await;
+    b.client
+        .find(Locator::LinkText("Compare with previous run"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.until("the comparison", "location.pathname === '/ui/compare'")
+        .await;
+    assert_eq!(
+        b.location().await,
+        format!("/ui/compare?a={join_job}&b={again}")
+    );
+    let api = get_json(&sched.url(&format!("/api/compare?a={join_job}&b={again}"))).await;
+    assert_eq!(api["same_query"], true);
+    assert!(
+        b.text("main")
+            .await
+            .contains("Both runs ran the same query")
+    );
+    assert_eq!(
+        b.js("return document.querySelectorAll('main table')[1].tBodies[0].rows.length;")
+            .await,
+        api["stages"].as_array().unwrap().len()
+    );
+    b.shot("compare").await;
+    b.open(&sched.url("/ui/queries")).await;
+    let api = get_json(&sched.url("/api/queries")).await;
+    let rows = b.texts("main table tbody tr").await;
+    assert_eq!(rows.len(), api["queries"].as_array().unwrap().len());
+    let hash = api["queries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["runs"] == 2)
+        .expect("the join ran twice")["query_hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(rows.iter().any(|r| r.starts_with(&hash)), "{rows:?}");
+    b.shot("queries").await;
 
     // Live: a running job refreshes the list on its own until it ends.
     let heavy = spawn_heavy(&cluster.ctx);

@@ -1,5 +1,6 @@
-//! A job's page (`/ui/job/{id}`) and a stage's (`/ui/job/{id}/stage/{n}`),
-//! and what their scripts fetch: the timeline's data and the raw log.
+//! A job's page (`/ui/job/{id}`), and what it shares with the stage page
+//! and the timeline's data: the stored responses it reads and the stage
+//! numbers worked out from the log's task records.
 //!
 //! The job page is a summary, then one of four tabs (`?tab=`): the
 //! overview (stage graph, stage table with task quantiles, timeline), the
@@ -17,12 +18,12 @@ use crate::serving::ui::page::{self, Nav, count, duration, job_href, query_strin
 use crate::serving::ui::{Ui, api_error, error, html_response};
 use crate::store::query::{Facts, ListQuery};
 use axum::extract::{Path, Query, State};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use ballista_api_types::dto::PlanFormat;
 use bytes::Bytes;
 use http::StatusCode;
 use maud::{Markup, html};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::collections::BTreeMap;
 
 type Pairs = Query<Vec<(String, String)>>;
@@ -44,19 +45,19 @@ struct JobView {
 
 /// One stage of `GET /api/job/{id}/stages`, its task list skipped.
 #[derive(Deserialize)]
-struct StoredStage {
+pub(super) struct StoredStage {
     #[serde(deserialize_with = "crate::analysis::records::stage_id")]
-    stage_id: u32,
+    pub(super) stage_id: u32,
     #[serde(default)]
-    stage_status: String,
+    pub(super) stage_status: String,
     #[serde(default)]
-    input_rows: u64,
+    pub(super) input_rows: u64,
     #[serde(default)]
-    output_rows: u64,
+    pub(super) output_rows: u64,
     #[serde(default)]
-    elapsed_compute: String,
+    pub(super) elapsed_compute: String,
     #[serde(default)]
-    stage_plan: String,
+    pub(super) stage_plan: String,
 }
 
 #[derive(Deserialize, Default)]
@@ -66,14 +67,18 @@ struct StoredStages {
 }
 
 /// The body of a stored response, when the source has it.
-async fn body(ui: &Ui, job_id: &str, resource: Resource) -> Option<Bytes> {
+pub(super) async fn body(ui: &Ui, job_id: &str, resource: Resource) -> Option<Bytes> {
     match ui.source.get(job_id, resource).await {
         Ok(Some(a)) if a.status == StatusCode::OK => Some(a.body),
         _ => None,
     }
 }
 
-async fn stored_stages(ui: &Ui, job_id: &str, format: PlanFormat) -> BTreeMap<u32, StoredStage> {
+pub(super) async fn stored_stages(
+    ui: &Ui,
+    job_id: &str,
+    format: PlanFormat,
+) -> BTreeMap<u32, StoredStage> {
     let parsed = match body(ui, job_id, Resource::Stages(format)).await {
         Some(b) => serde_json::from_slice::<StoredStages>(&b).unwrap_or_default(),
         None => StoredStages::default(),
@@ -82,7 +87,10 @@ async fn stored_stages(ui: &Ui, job_id: &str, format: PlanFormat) -> BTreeMap<u3
 }
 
 /// The job's log records, when the source has its log.
-async fn records(ui: &Ui, job_id: &str) -> Result<Option<(JobHeader, JobRecords)>, ApiError> {
+pub(super) async fn records(
+    ui: &Ui,
+    job_id: &str,
+) -> Result<Option<(JobHeader, JobRecords)>, ApiError> {
     let Some((header, log)) = ui.source.log_of(job_id) else {
         return Ok(None);
     };
@@ -98,23 +106,23 @@ fn five(mut values: Vec<u64>) -> [u64; 5] {
 
 /// A stage's numbers, from its task attempts.
 #[derive(Default)]
-struct StageStats {
-    stage_id: u32,
-    status: String,
-    failed: usize,
-    succeeded: usize,
-    start: u64,
-    end: u64,
-    input_rows: u64,
-    output_rows: u64,
-    compute_ms: u64,
-    duration: [u64; 5],
-    rows_in: [u64; 5],
-    rows_out: [u64; 5],
-    compute: [u64; 5],
+pub(super) struct StageStats {
+    pub(super) stage_id: u32,
+    pub(super) status: String,
+    pub(super) failed: usize,
+    pub(super) succeeded: usize,
+    pub(super) start: u64,
+    pub(super) end: u64,
+    pub(super) input_rows: u64,
+    pub(super) output_rows: u64,
+    pub(super) compute_ms: u64,
+    pub(super) duration: [u64; 5],
+    pub(super) rows_in: [u64; 5],
+    pub(super) rows_out: [u64; 5],
+    pub(super) compute: [u64; 5],
 }
 
-fn stage_stats(
+pub(super) fn stage_stats(
     records: Option<&JobRecords>,
     stored: &BTreeMap<u32, StoredStage>,
     dot: &Dot,
@@ -227,7 +235,7 @@ fn stage_graph(job_id: &str, dot: &Dot) -> Markup {
 }
 
 /// The operators of one stage, from its own DOT or the job's cluster.
-fn operator_graph(dot: &Dot, stage_id: u32) -> Markup {
+pub(super) fn operator_graph(dot: &Dot, stage_id: u32) -> Markup {
     let members: Vec<usize> = match dot.stages.iter().find(|s| s.stage_id == Some(stage_id)) {
         Some(s) => s.operators.clone(),
         None => (0..dot.operators.len()).collect(),
@@ -640,365 +648,5 @@ async fn diagnosis_tab(ui: &Ui, job_id: &str, loaded: Option<&(JobHeader, JobRec
             }
         }
         p.muted { "Thresholds and kinds: see docs/diagnosis.md. As JSON: " code { "/api/job/" (segment(job_id)) "/diagnosis" } }
-    }
-}
-
-/// Task table sort keys.
-const TASK_SORTS: &[&str] = &[
-    "finish", "duration", "start", "rows_in", "rows_out", "compute", "executor", "status",
-];
-/// Task rows per page.
-const TASK_ROWS: usize = 100;
-
-/// `GET /ui/job/{id}/stage/{n}`.
-pub(crate) async fn stage_page(
-    State(ui): State<Ui>,
-    Path((job_id, stage)): Path<(String, String)>,
-    Query(pairs): Pairs,
-) -> Response {
-    let Ok(stage_id) = stage.parse::<u32>() else {
-        return error(
-            &ui,
-            StatusCode::BAD_REQUEST,
-            &format!("{stage:?} is not a stage id: expected a non-negative integer"),
-        );
-    };
-    let (mut sort, mut desc, mut page_no) = ("finish", false, 0usize);
-    for (k, v) in &pairs {
-        match k.as_str() {
-            "sort" => match TASK_SORTS.iter().find(|s| *s == v) {
-                Some(s) => sort = s,
-                None => {
-                    return error(
-                        &ui,
-                        StatusCode::BAD_REQUEST,
-                        &format!(
-                            "invalid value {v:?} for parameter `sort`: expected one of {}",
-                            TASK_SORTS.join(", ")
-                        ),
-                    );
-                }
-            },
-            "order" => {
-                desc = match v.as_str() {
-                    "asc" => false,
-                    "desc" => true,
-                    _ => {
-                        return error(
-                            &ui,
-                            StatusCode::BAD_REQUEST,
-                            &format!(
-                                "invalid value {v:?} for parameter `order`: expected asc or desc"
-                            ),
-                        );
-                    }
-                }
-            }
-            "page" => match v.parse::<usize>() {
-                Ok(n) if n >= 1 => page_no = n - 1,
-                _ => {
-                    return error(
-                        &ui,
-                        StatusCode::BAD_REQUEST,
-                        &format!(
-                            "invalid value {v:?} for parameter `page`: expected a page number from 1"
-                        ),
-                    );
-                }
-            },
-            _ => {}
-        }
-    }
-    if !matches!(ui.source.facts(&job_id).await, Ok(Some(_))) {
-        return error(
-            &ui,
-            StatusCode::NOT_FOUND,
-            &format!("No job {job_id:?} here."),
-        );
-    }
-    let loaded = match records(&ui, &job_id).await {
-        Ok(r) => r,
-        Err(e) => return api_error(&ui, e),
-    };
-    let records = loaded.as_ref().map(|l| &l.1);
-    let with_metrics = stored_stages(&ui, &job_id, PlanFormat::Metrics).await;
-    let job_dot = body(&ui, &job_id, Resource::Dot).await;
-    let job_dot = Dot::parse(
-        job_dot
-            .as_deref()
-            .map(String::from_utf8_lossy)
-            .as_deref()
-            .unwrap_or(""),
-    );
-    let stats = stage_stats(records, &with_metrics, &job_dot);
-    let Some(s) = stats.iter().find(|s| s.stage_id == stage_id) else {
-        return error(
-            &ui,
-            StatusCode::NOT_FOUND,
-            &format!("Job {job_id} has no stage {stage_id}."),
-        );
-    };
-    let dot = match body(&ui, &job_id, Resource::StageDot(stage_id as usize)).await {
-        Some(b) => Dot::parse(&String::from_utf8_lossy(&b)),
-        None => job_dot.clone(),
-    };
-    let executors: &[String] = records.map_or(&[], |r| &r.executors);
-    let mut tasks: Vec<&Task> = records
-        .map(|r| r.tasks.iter().filter(|t| t.stage_id == stage_id).collect())
-        .unwrap_or_default();
-    let executor = |t: &Task| {
-        executors
-            .get(t.executor as usize)
-            .map_or("", String::as_str)
-    };
-    match sort {
-        "duration" => tasks.sort_by_key(|t| t.duration()),
-        "start" => tasks.sort_by_key(|t| t.begin()),
-        "rows_in" => tasks.sort_by_key(|t| t.input_rows),
-        "rows_out" => tasks.sort_by_key(|t| t.output_rows),
-        "compute" => tasks.sort_by_key(|t| t.compute_nanos),
-        "executor" => tasks.sort_by(|a, b| executor(a).cmp(executor(b))),
-        "status" => tasks.sort_by_key(|t| t.succeeded()),
-        _ => {}
-    }
-    if desc {
-        tasks.reverse();
-    }
-    let pages = tasks.len().div_ceil(TASK_ROWS).max(1);
-    let page_no = page_no.min(pages - 1);
-    let shown = tasks.iter().skip(page_no * TASK_ROWS).take(TASK_ROWS);
-    let base = format!("{}/stage/{stage_id}", job_href(&job_id));
-    let head = |key: &'static str, label: &'static str, num: bool| {
-        let active = sort == key;
-        let order = if active && !desc { "desc" } else { "asc" };
-        html! {
-            th class=[num.then_some("num")] aria-sort=[active.then_some(if desc { "descending" } else { "ascending" })] {
-                a href={ (base) (query_string([("sort", key), ("order", order)])) } {
-                    (label) @if active { @if desc { " ▼" } @else { " ▲" } }
-                }
-            }
-        }
-    };
-    let plan = with_metrics.get(&stage_id).map(|s| s.stage_plan.as_str());
-    let compute_total = with_metrics
-        .get(&stage_id)
-        .map(|s| s.elapsed_compute.as_str())
-        .unwrap_or("");
-    let body = html! {
-        nav.crumbs aria-label="Breadcrumb" {
-            a href="/" { "Jobs" } " › " a href=(job_href(&job_id)) { (job_id) } " › stage " (stage_id)
-        }
-        h1 { "Stage " (stage_id) " of job " span.id { (job_id) } }
-        dl.facts {
-            div { dt { "Status" } dd { (page::status(&s.status)) } }
-            div { dt { "Started" } dd { (page::time(s.start)) } }
-            div { dt { "Ended" } dd { (page::time(s.end)) } }
-            div { dt { "Duration" } dd { @if s.start > 0 && s.end >= s.start { (duration(s.end - s.start)) } @else { "—" } } }
-            div { dt { "Tasks" } dd { (s.succeeded) " succeeded" @if s.failed > 0 { ", " span.status.bad { (s.failed) " failed attempts" } } } }
-            div { dt { "Rows" } dd { (count(s.input_rows)) " in, " (count(s.output_rows)) " out" } }
-            div { dt { "Compute" } dd { (duration(s.compute_ms)) @if !compute_total.is_empty() { " (scheduler: " (compute_total) ")" } } }
-        }
-        section aria-labelledby="q-h" {
-            h2 id="q-h" { "Summary metrics for " (s.succeeded) " completed tasks" }
-            table.quantiles {
-                thead { tr { th { "Metric" } th.num { "Min" } th.num { "25th percentile" } th.num { "Median" } th.num { "75th percentile" } th.num { "Max" } } }
-                tbody {
-                    tr { td { "Duration" } @for v in s.duration { td.num { (duration(v)) } } }
-                    tr { td { "Rows in" } @for v in s.rows_in { td.num { (count(v)) } } }
-                    tr { td { "Rows out" } @for v in s.rows_out { td.num { (count(v)) } } }
-                    tr { td { "Compute" } @for v in s.compute { td.num { (duration(v)) } } }
-                }
-            }
-        }
-        div.split {
-            section aria-labelledby="ops-h" {
-                h2 id="ops-h" { "Operators" }
-                div.graph-box { (operator_graph(&dot, stage_id)) }
-            }
-            section aria-labelledby="plan-h" {
-                h2 id="plan-h" { "Plan" @if with_metrics.contains_key(&stage_id) { " with metrics" } }
-                @match plan.filter(|p| !p.is_empty()) {
-                    Some(p) => pre.plan { (p) },
-                    None => p.muted { "Not recorded." },
-                }
-            }
-        }
-        section aria-labelledby="tasks-h" {
-            h2 id="tasks-h" { "Task attempts (" (tasks.len()) ")" }
-            div.table-wrap {
-                table.tasks {
-                    thead { tr {
-                        th.num { "Task" } th.num { "Attempt" }
-                        (head("executor", "Executor", false)) (head("status", "Status", false))
-                        (head("start", "Started", false)) (head("duration", "Duration", true))
-                        (head("rows_in", "Rows in", true)) (head("rows_out", "Rows out", true))
-                        (head("compute", "Compute", true)) th { "Failure" }
-                    } }
-                    tbody {
-                        @for t in shown {
-                            tr class=[(!t.succeeded()).then_some("failed")] {
-                                td.num { (t.task_id) }
-                                td.num { (t.stage_attempt) }
-                                td { code { (executor(t)) } }
-                                td { (page::status(if t.succeeded() { "Successful" } else { "Failed" })) }
-                                td { (page::time(t.begin())) }
-                                td.num { (duration(t.duration())) }
-                                td.num { (count(t.input_rows)) }
-                                td.num { (count(t.output_rows)) }
-                                td.num { (duration(t.compute_nanos / 1_000_000)) }
-                                td.failure {
-                                    @if let Some((reason, err)) = &t.failure {
-                                        details { summary { (reason) } pre { (err) } }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            @if pages > 1 {
-                nav.pager aria-label="Task pages" {
-                    @let keep = |n: usize| {
-                        let n = n.to_string();
-                        query_string([("sort", sort), ("order", if desc { "desc" } else { "asc" }), ("page", n.as_str())])
-                    };
-                    @if page_no > 0 { a rel="prev" href={ (base) (keep(page_no)) } { "‹ Previous" } }
-                    span { "Page " (page_no + 1) " of " (pages) }
-                    @if page_no + 1 < pages { a rel="next" href={ (base) (keep(page_no + 2)) } { "Next ›" } }
-                }
-            }
-        }
-    };
-    html_response(
-        StatusCode::OK,
-        page::frame(
-            &ui,
-            &format!("Stage {stage_id} of job {job_id}"),
-            Nav::Jobs,
-            false,
-            body,
-        ),
-    )
-}
-
-/// What the timeline script draws: columns of numbers, times relative to
-/// `t0`, so 50,000 tasks stay a few hundred kilobytes.
-#[derive(Serialize, Default)]
-struct TimelineData {
-    job_id: String,
-    status: &'static str,
-    t0: u64,
-    end: u64,
-    complete: bool,
-    executors: Vec<String>,
-    stages: Vec<TimelineStage>,
-    stage: Vec<u32>,
-    task: Vec<u32>,
-    attempt: Vec<u32>,
-    exec: Vec<u32>,
-    start: Vec<u64>,
-    finish: Vec<u64>,
-    failed: Vec<u8>,
-    rows_in: Vec<u64>,
-    rows_out: Vec<u64>,
-}
-
-#[derive(Serialize)]
-struct TimelineStage {
-    id: u32,
-    status: String,
-    start: u64,
-    end: u64,
-}
-
-/// `GET /ui/job/{id}/timeline.json`.
-pub(crate) async fn timeline_data(State(ui): State<Ui>, Path(job_id): Path<String>) -> Response {
-    let loaded = match records(&ui, &job_id).await {
-        Ok(Some(l)) => l,
-        Ok(None) => {
-            return ApiError::Missing(format!("no event log of job {job_id} here")).into_response();
-        }
-        Err(e) => return e.into_response(),
-    };
-    let (header, records) = loaded;
-    let t0 = records
-        .tasks
-        .iter()
-        .map(|t| t.begin())
-        .filter(|&t| t > 0)
-        .min()
-        .unwrap_or(header.start_time);
-    let rel = |t: u64| t.saturating_sub(t0);
-    let stored = stored_stages(&ui, &job_id, PlanFormat::Default).await;
-    let stats = stage_stats(Some(&records), &stored, &Dot::default());
-    let n = records.tasks.len();
-    let mut d = TimelineData {
-        job_id: job_id.clone(),
-        status: header.state.status_word(),
-        t0,
-        end: rel(records
-            .tasks
-            .iter()
-            .map(|t| t.end_exec_time)
-            .max()
-            .unwrap_or(t0)),
-        complete: !header.state.is_unfinished() && header.dropped_records == Some(0),
-        executors: records.executors.clone(),
-        stages: stats
-            .iter()
-            .map(|s| TimelineStage {
-                id: s.stage_id,
-                status: s.status.clone(),
-                start: rel(s.start),
-                end: rel(s.end),
-            })
-            .collect(),
-        stage: Vec::with_capacity(n),
-        task: Vec::with_capacity(n),
-        attempt: Vec::with_capacity(n),
-        exec: Vec::with_capacity(n),
-        start: Vec::with_capacity(n),
-        finish: Vec::with_capacity(n),
-        failed: Vec::with_capacity(n),
-        rows_in: Vec::with_capacity(n),
-        rows_out: Vec::with_capacity(n),
-    };
-    for t in &records.tasks {
-        d.stage.push(t.stage_id);
-        d.task.push(t.task_id);
-        d.attempt.push(t.stage_attempt);
-        d.exec.push(t.executor);
-        d.start.push(rel(t.begin()));
-        d.finish.push(rel(t.end_exec_time.max(t.begin())));
-        d.failed.push(u8::from(!t.succeeded()));
-        d.rows_in.push(t.input_rows);
-        d.rows_out.push(t.output_rows);
-    }
-    axum::Json(d).into_response()
-}
-
-/// `GET /ui/job/{id}/timeline.svg`: the API's picture, for pages without
-/// scripts.
-pub(crate) async fn timeline_svg(State(ui): State<Ui>, Path(job_id): Path<String>) -> Response {
-    match ui
-        .source
-        .timeline(&job_id, crate::serving::source::TimelineRequest::Svg)
-        .await
-    {
-        Ok(Some(a)) => a.into_response(),
-        Ok(None) => error(
-            &ui,
-            StatusCode::NOT_FOUND,
-            &format!("No event log of job {job_id:?} here."),
-        ),
-        Err(e) => api_error(&ui, e),
-    }
-}
-
-/// `GET /ui/job/{id}/eventlog`: the API's download, for a page's link.
-pub(crate) async fn eventlog(State(ui): State<Ui>, Path(job_id): Path<String>) -> Response {
-    match crate::serving::router::get_eventlog(State(ui.source.clone()), Path(job_id)).await {
-        Ok(r) => r,
-        Err(e) => api_error(&ui, e),
     }
 }

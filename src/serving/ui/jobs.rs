@@ -146,7 +146,7 @@ pub(crate) async fn page(
             "order",
             Some(next_order),
         ));
-        let aria = active.then(|| match order {
+        let aria = active.then_some(match order {
             Order::Asc => "ascending",
             Order::Desc => "descending",
         });
@@ -205,17 +205,15 @@ pub(crate) async fn page(
                             @let entry: Entry = serde_json::from_slice(&row.entry).unwrap_or_default();
                             tr {
                                 td.id { a href=(job_href(f.job_id())) { (f.job_id()) } }
-                                td.name title=(f.job_name()) { (f.job_name()) }
-                                td title=(entry.job_status) { (page::status(f.state().status_word())) }
+                                td.name title=[(f.job_name().len() > 40).then_some(f.job_name())] { (f.job_name()) }
+                                td title=[(f.state() == JobState::Failed).then_some(&entry.job_status)] { (page::status(f.state().status_word())) }
                                 td { (page::time(f.queued_time())) }
                                 td { (page::time(f.start_time())) }
                                 td.num {
                                     @match f.duration() {
                                         Some(d) => {
                                             (duration(d))
-                                            svg.bar width="60" height="6" aria-hidden="true" {
-                                                rect width=(((d as f64 / longest.max(1) as f64) * 60.0).max(1.0).round()) height="6" {}
-                                            }
+                                            i class={ "bar b" (bar_step(d, longest)) } {}
                                         }
                                         None => span.muted { "—" },
                                     }
@@ -246,6 +244,11 @@ pub(crate) async fn page(
         StatusCode::OK,
         page::frame(&ui, "Jobs", Nav::Jobs, refresh, body),
     )
+}
+
+/// The bar of a duration: 0 to 20 twentieths of the page's longest.
+fn bar_step(d: u64, longest: u64) -> u64 {
+    (d.saturating_mul(20) / longest.max(1)).min(20)
 }
 
 /// The filter row: a plain GET form, so it works without scripts and its

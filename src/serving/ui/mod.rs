@@ -2,8 +2,10 @@
 //! REST routes, served by the same binary with `--event-log-dir`.
 //!
 //! - `/`: the jobs ([`jobs`]);
-//! - `/ui/job/{id}` and `/ui/job/{id}/stage/{n}`: a job and a stage
-//!   ([`job`]), with the stage graph drawn from the stored DOT ([`graph`]);
+//! - `/ui/job/{id}` and `/ui/job/{id}/stage/{n}`: a job ([`job`]) and a
+//!   stage ([`stage`]), with the stage graph drawn from the stored DOT
+//!   ([`graph`]); what their scripts fetch and their links download
+//!   ([`data`]);
 //! - `/ui/queries` and `/ui/compare?a=&b=`: recurring queries and a
 //!   comparison of two runs ([`insight`]);
 //! - `/ui/login`: asks for the API token when the server has one;
@@ -19,11 +21,13 @@
 //! request the API would accept and shows nothing the API would refuse
 //! (the token guards both, see `auth`).
 
+pub(crate) mod data;
 pub(crate) mod graph;
 pub(crate) mod insight;
 pub(crate) mod job;
 pub(crate) mod jobs;
 pub(crate) mod page;
+pub(crate) mod stage;
 
 use crate::serving::auth::ApiToken;
 use crate::serving::source::JobSource;
@@ -65,10 +69,10 @@ pub(crate) fn routes(
         .route("/ui", get(|| async { Redirect::permanent("/") }))
         .route("/ui/", get(|| async { Redirect::permanent("/") }))
         .route("/ui/job/{job_id}", get(job::page))
-        .route("/ui/job/{job_id}/stage/{stage_id}", get(job::stage_page))
-        .route("/ui/job/{job_id}/timeline.json", get(job::timeline_data))
-        .route("/ui/job/{job_id}/timeline.svg", get(job::timeline_svg))
-        .route("/ui/job/{job_id}/eventlog", get(job::eventlog))
+        .route("/ui/job/{job_id}/stage/{stage_id}", get(stage::stage_page))
+        .route("/ui/job/{job_id}/timeline.json", get(data::timeline_data))
+        .route("/ui/job/{job_id}/timeline.svg", get(data::timeline_svg))
+        .route("/ui/job/{job_id}/eventlog", get(data::eventlog))
         .route("/ui/queries", get(insight::queries_page))
         .route("/ui/compare", get(insight::compare_page))
         .route("/ui/login", get(login_page).post(login))

@@ -99,7 +99,7 @@ pub(crate) fn exact(n: usize) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -107,8 +107,8 @@ pub(crate) fn exact(n: usize) -> String {
     out
 }
 
-/// An epoch-millisecond time: UTC in the text (the script shows it in the
-/// viewer's zone), UTC on hover, machine-readable in `datetime`.
+/// An epoch-millisecond time: UTC in the text, machine-readable in
+/// `datetime` (the script shows it in the viewer's zone, UTC on hover).
 pub(crate) fn time(ms: u64) -> Markup {
     let Some(t) = (ms > 0)
         .then(|| chrono::DateTime::from_timestamp_millis(ms as i64))
@@ -116,9 +116,8 @@ pub(crate) fn time(ms: u64) -> Markup {
     else {
         return html! { span.muted { "—" } };
     };
-    let utc = t.format("%Y-%m-%d %H:%M:%S UTC").to_string();
     html! {
-        time datetime=(t.format("%Y-%m-%dT%H:%M:%S%.3fZ")) title=(utc) { (utc) }
+        time datetime=(t.format("%Y-%m-%dT%H:%M:%S%.3fZ")) { (t.format("%Y-%m-%d %H:%M:%S UTC")) }
     }
 }
 

@@ -1,5 +1,5 @@
 // Ballista job history: what every page does with scripts on.
-// - times: shown in the viewer's zone (UTC stays on hover);
+// - times: shown in the viewer's zone (UTC on hover);
 // - refresh: a live page (body[data-refresh]) fetches itself and swaps
 //   its content while jobs run, keeping scroll and focus;
 // - config: the search box filters the table as you type.
@@ -10,6 +10,7 @@
     root.querySelectorAll("time[datetime]").forEach(function (el) {
       var d = new Date(el.getAttribute("datetime"));
       if (isNaN(d)) return;
+      if (!el.title) el.title = el.textContent;
       el.textContent = d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) +
         " " + pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
     });
