@@ -431,6 +431,15 @@ async fn the_pages_show_real_jobs_in_a_browser() {
             .map(|j| j["job_id"].as_str().unwrap().to_string())
     })
     .await;
+    // Its page says it runs, refreshes itself and draws what has run.
+    b.open(&sched.url(&format!("/ui/job/{running}"))).await;
+    assert_eq!(b.js("return document.body.dataset.refresh;").await, "5");
+    assert_eq!(b.text("dl.facts dd").await, "Running");
+    b.until(
+        "the timeline",
+        "document.getElementById('timeline').dataset.drawn === 'true'",
+    )
+    .await;
     b.open(&sched.url("/")).await;
     assert_eq!(b.js("return document.body.dataset.refresh;").await, "5");
     assert!(b.text("p.live").await.contains("refreshes"));

@@ -264,6 +264,7 @@
         box.dataset.drawn = "error";
       });
   }
+  window.ballistaTimeline = start;
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
 })();

@@ -1,7 +1,8 @@
 // Ballista job history: what every page does with scripts on.
 // - times: shown in the viewer's zone (UTC on hover);
 // - refresh: a live page (body[data-refresh]) fetches itself and swaps
-//   its content while jobs run, keeping scroll and focus;
+//   its content while jobs run (a job's timeline redrawn), keeping scroll
+//   and focus;
 // - config: the search box filters the table as you type.
 "use strict";
 (function () {
@@ -28,13 +29,11 @@
           var fresh = doc.getElementById("content");
           var here = document.getElementById("content");
           if (!fresh || !here) return;
-          // Keep the timeline's canvas (it draws itself); swap the rest.
-          var keep = here.querySelector("#timeline");
-          var slot = fresh.querySelector("#timeline");
-          if (keep && slot) slot.replaceWith(keep);
           var active = document.activeElement && document.activeElement.name;
           here.replaceWith(fresh);
           localize(fresh);
+          // A job's timeline draws anew from the fresh page's data.
+          if (window.ballistaTimeline) window.ballistaTimeline();
           if (active) {
             var again = fresh.querySelector("[name='" + active + "']");
             if (again) again.focus();
