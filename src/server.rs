@@ -37,7 +37,7 @@ use ballista_scheduler::scheduler_server::SchedulerServer;
 use http::{HeaderName, HeaderValue, StatusCode};
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -56,6 +56,9 @@ pub enum ServerError {
     /// A bad option.
     #[error("{0}")]
     Config(String),
+    /// `--export-parquet` could not write the tables.
+    #[error("export: {0}")]
+    Export(String),
 }
 
 /// Recording and history options shared by both modes.
@@ -87,6 +90,8 @@ pub struct HistoryOptions {
     /// local; `event_log_dir` is then the local spool where a recording
     /// scheduler writes logs before uploading them.
     pub remote: Option<RemoteDir>,
+    /// The limits of `POST /api/sql`.
+    pub sql: crate::serving::sql::SqlLimits,
 }
 
 impl HistoryOptions {
@@ -106,7 +111,29 @@ impl HistoryOptions {
             retention: None,
             api_token: None,
             remote: None,
+            sql: crate::serving::sql::SqlLimits::default(),
         }
+    }
+
+    /// Where the columnar history lives: beside the persistent index (in
+    /// the directory, or the spool for an object store), else in a folder
+    /// of this process under the system's temporary directory.
+    pub fn columnar_dir(&self) -> PathBuf {
+        match self.index_file.as_ref().and_then(|p| p.parent()) {
+            Some(parent) => parent.join(COLUMNAR_DIR),
+            None => std::env::temp_dir()
+                .join(COLUMNAR_DIR)
+                .join(std::process::id().to_string()),
+        }
+    }
+
+    /// The SQL engine over `source`.
+    fn sql_engine(&self, source: Arc<dyn JobSource>) -> Arc<crate::serving::sql::SqlEngine> {
+        Arc::new(crate::serving::sql::SqlEngine::new(
+            source,
+            self.columnar_dir(),
+            self.sql,
+        ))
     }
 
     /// Defaults for logs under an object-store prefix, with `spool` as the
@@ -137,6 +164,30 @@ impl HistoryOptions {
         }
         .with_index_file(self.index_file.clone())
     }
+}
+
+/// The name of the columnar history's folder.
+pub const COLUMNAR_DIR: &str = ".ballista-job-history.columnar";
+
+/// The one-shot export of `--history-only --export-parquet OUT`: indexes
+/// the logs, brings the columnar history up to date and writes the four
+/// tables under `out` (`docs/sql.md`); says what it wrote.
+pub async fn export_parquet(options: HistoryOptions, out: &Path) -> Result<String, ServerError> {
+    let metrics = HistoryMetrics::global();
+    if options.remote.is_some() {
+        let _ = std::fs::create_dir_all(&options.event_log_dir);
+    }
+    let store = Arc::new(options.store(metrics));
+    let scan_store = store.clone();
+    tokio::task::spawn_blocking(move || scan_store.rescan())
+        .await
+        .map_err(|e| ServerError::Export(e.to_string()))?;
+    let source: Arc<dyn JobSource> = Arc::new(DiskSource::new(store));
+    let engine = options.sql_engine(source);
+    engine
+        .export(out)
+        .await
+        .map_err(|e| ServerError::Export(e.to_string()))
 }
 
 /// Adds the `Server` and `X-Powered-By` headers the scheduler sends.
@@ -391,8 +442,12 @@ pub async fn run_scheduler(
     };
 
     let token = history.as_ref().and_then(|h| h.api_token.clone());
+    let sql = match (&history, &source) {
+        (Some(options), Some(source)) => Some(options.sql_engine(source.clone())),
+        _ => None,
+    };
     let router = crate::serving::auth::protect(
-        live_router(&scheduler, &config, api, source, tap, token.clone()),
+        live_router(&scheduler, &config, api, source, tap, token.clone(), sql),
         token,
     );
     log::info!(
@@ -434,6 +489,7 @@ fn live_router(
     source: Option<Arc<dyn JobSource>>,
     tap: Option<TaskTap>,
     token: Option<crate::serving::auth::ApiToken>,
+    sql: Option<Arc<crate::serving::sql::SqlEngine>>,
 ) -> Router {
     let max_decoding = config.grpc_server_max_decoding_message_size as usize;
     let max_encoding = config.grpc_server_max_encoding_message_size as usize;
@@ -493,6 +549,10 @@ fn live_router(
             }),
         ),
         Some(source) => router::job_routes(source.clone())
+            .merge(
+                sql.map(crate::serving::sql::route::routes)
+                    .unwrap_or_default(),
+            )
             .layer(cors(config))
             .merge(health)
             .merge(crate::serving::ui::routes(
@@ -512,17 +572,31 @@ fn live_router(
 }
 
 /// What a history-only server answers over `store`: the job routes, state,
-/// version, executors (none), metrics, health and the web pages, behind
-/// `token` when there is one. [`run_history`] serves it; an embedding
+/// version, executors (none), metrics, health, the web pages and, with
+/// `sql` limits, `POST /api/sql` (its columnar history in `columnar_dir`),
+/// behind `token` when there is one. [`run_history`] serves it; an embedding
 /// process may serve it itself.
 pub fn history_router(
     store: Arc<LogStore>,
     token: Option<crate::serving::auth::ApiToken>,
+    sql: Option<crate::serving::sql::SqlLimits>,
+    columnar_dir: PathBuf,
 ) -> Router {
     let started = u128::from(crate::format::now_millis());
     let ready_store = store.clone();
     let source: Arc<dyn JobSource> = Arc::new(DiskSource::new(store));
+    let sql = sql.map(|limits| {
+        Arc::new(crate::serving::sql::SqlEngine::new(
+            source.clone(),
+            columnar_dir,
+            limits,
+        ))
+    });
     let router = router::job_routes(source.clone())
+        .merge(
+            sql.map(crate::serving::sql::route::routes)
+                .unwrap_or_default(),
+        )
         .merge(router::history_routes(
             started,
             Arc::new(move || ready_store.is_ready()),
@@ -561,7 +635,12 @@ pub async fn run_history(
         let cleaner = Cleaner::new(store.clone(), policy.clone(), None, metrics);
         background.push(tokio::spawn(cleaner.run(stop.stopped())));
     }
-    let router = history_router(store, options.api_token.clone());
+    let router = history_router(
+        store,
+        options.api_token.clone(),
+        Some(options.sql),
+        options.columnar_dir(),
+    );
     log::info!(
         "Ballista job history server listening on {:?}, serving {}",
         listener.local_addr().ok(),

@@ -93,6 +93,8 @@ pub enum Severity {
     Critical,
 }
 
+pub use crate::analysis::plan_metrics::operator_memory;
+
 /// One finding.
 #[derive(Debug, Clone, Serialize)]
 pub struct Finding {
@@ -795,92 +797,6 @@ fn gaps(records: &JobRecords, th: &Thresholds, out: &mut Vec<Finding>) {
     e.insert("span_ms".into(), json!(span));
     e.insert("gaps".into(), Value::Array(found));
     out.push(f);
-}
-
-/// The operators' memory metrics in a `?plan_format=metrics` stages
-/// response: each plan line's `metrics=[...]`, read for `spill_count`,
-/// `spilled_bytes` (`spill_bytes` on the shuffle writer) and
-/// `peak_mem_used`. Lines without them are left out.
-pub fn operator_memory(stages_json: &[u8]) -> Vec<OperatorMemory> {
-    #[derive(serde::Deserialize)]
-    struct Stages {
-        #[serde(default)]
-        stages: Vec<Stage>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Stage {
-        #[serde(deserialize_with = "crate::analysis::records::stage_id")]
-        stage_id: u32,
-        #[serde(default)]
-        stage_plan: Option<String>,
-    }
-    let Ok(parsed) = serde_json::from_slice::<Stages>(stages_json) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for stage in parsed.stages {
-        let stage_id = stage.stage_id;
-        for line in stage.stage_plan.as_deref().unwrap_or("").lines() {
-            let Some(at) = line.find("metrics=[") else {
-                continue;
-            };
-            let body = &line[at + "metrics=[".len()..];
-            let body = body.rsplit_once(']').map_or(body, |(b, _)| b);
-            let mut op = OperatorMemory {
-                stage_id,
-                operator: line
-                    .trim()
-                    .split([':', ','])
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .to_string(),
-                ..Default::default()
-            };
-            let mut any = false;
-            for pair in body.split(", ") {
-                let Some((key, value)) = pair.split_once('=') else {
-                    continue;
-                };
-                let slot = match key.trim() {
-                    "spill_count" => &mut op.spill_count,
-                    "spilled_bytes" | "spill_bytes" => &mut op.spilled_bytes,
-                    "peak_mem_used" => &mut op.peak_mem_used,
-                    _ => continue,
-                };
-                if let Some(v) = parse_amount(value) {
-                    *slot = (*slot).max(v);
-                    any = true;
-                }
-            }
-            if any {
-                out.push(op);
-            }
-        }
-    }
-    out
-}
-
-/// A metric value as DataFusion prints it: `123`, `1.5 K` (counts), or
-/// `2.0 MB` (bytes, binary multiples).
-fn parse_amount(text: &str) -> Option<u64> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().ok()?;
-    let scale: f64 = match unit.trim() {
-        "" | "B" => 1.0,
-        "K" => 1e3,
-        "M" => 1e6,
-        "KB" | "KiB" => 1024.0,
-        "MB" | "MiB" => 1024.0 * 1024.0,
-        "GB" | "GiB" => 1024.0 * 1024.0 * 1024.0,
-        "TB" | "TiB" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        _ => return None,
-    };
-    Some((number * scale).round() as u64)
 }
 
 #[cfg(test)]

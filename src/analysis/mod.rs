@@ -10,6 +10,7 @@
 
 pub mod compare;
 pub mod diagnosis;
+pub mod plan_metrics;
 pub mod queries;
 pub mod records;
 pub(crate) mod stats;

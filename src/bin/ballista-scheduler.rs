@@ -5,7 +5,9 @@ use ballista_core::config::LogRotationPolicy;
 use ballista_job_history::recording::redact::{DEFAULT_PATTERN, Redactor};
 use ballista_job_history::recording::upload::DEFAULT_SPOOL_DIR;
 use ballista_job_history::recording::writer::{Compression, DEFAULT_ZSTD_LEVEL};
+use ballista_job_history::server::export_parquet;
 use ballista_job_history::serving::auth::ApiToken;
+use ballista_job_history::serving::sql::SqlLimits;
 use ballista_job_history::store::remote::{EventLogDir, RemoteOptions};
 use ballista_job_history::store::retention::{
     DEFAULT_ORPHAN_GRACE, RetentionPolicy, parse_bytes, parse_duration,
@@ -133,6 +135,23 @@ struct Cli {
     /// fails and is retried later.
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
     object_store_timeout: Duration,
+
+    /// `POST /api/sql`: stop a query after this many seconds.
+    #[arg(long, default_value_t = 30)]
+    sql_timeout_seconds: u64,
+    /// `POST /api/sql`: the memory a query's operators may hold (e.g.
+    /// 512MiB); a query needing more fails (nothing spills to disk).
+    #[arg(long, value_parser = parse_bytes, default_value = "512MiB")]
+    sql_memory_limit: u64,
+    /// `POST /api/sql`: answer at most this many rows; more are cut off and
+    /// the answer carries `x-ballista-sql-truncated`.
+    #[arg(long, default_value_t = 100_000)]
+    sql_max_rows: usize,
+    /// With --history-only: write the SQL tables (jobs, stages, tasks,
+    /// operators) as Parquet under this directory, then exit (see
+    /// docs/sql.md for the layout).
+    #[arg(long)]
+    export_parquet: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -184,6 +203,10 @@ const NEED_EVENT_LOG_DIR: &[&str] = &[
     "object_store_region",
     "object_store_allow_http",
     "object_store_timeout",
+    "sql_timeout_seconds",
+    "sql_memory_limit",
+    "sql_max_rows",
+    "export_parquet",
 ];
 
 /// Flags of the recording half, which a `--history-only` server lacks.
@@ -255,6 +278,11 @@ fn refuse_idle_flags(cli: &Cli, matches: &ArgMatches, remote: bool) -> Result<()
                     an unfinished log is a stopped scheduler's leftover and is listed as abandoned \
                     at once; drop --abandoned-after-seconds"
                 .into(),
+        );
+    }
+    if !cli.history_only && given(matches, "export_parquet") {
+        return Err(
+            "--export-parquet is a one-shot of a --history-only server: add --history-only".into(),
         );
     }
     if cli.retention().is_none()
@@ -375,6 +403,11 @@ async fn run(cli: Cli, matches: &ArgMatches) -> Result<(), Box<dyn std::error::E
         };
         options.retention = retention.clone();
         options.api_token = api_token;
+        options.sql = SqlLimits {
+            timeout: Duration::from_secs(cli.sql_timeout_seconds.max(1)),
+            memory: usize::try_from(cli.sql_memory_limit).unwrap_or(usize::MAX),
+            max_rows: cli.sql_max_rows.max(1),
+        };
         if cli.no_history_index {
             options.index_file = None;
         } else if let Some(path) = &cli.history_index {
@@ -387,6 +420,14 @@ async fn run(cli: Cli, matches: &ArgMatches) -> Result<(), Box<dyn std::error::E
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
 
+    if cli.history_only
+        && let Some(out) = &cli.export_parquet
+    {
+        let history = history.ok_or("--history-only needs --event-log-dir DIR")?;
+        let written = export_parquet(history, out).await?;
+        println!("{written}");
+        return Ok(());
+    }
     if cli.history_only {
         let history = history.ok_or("--history-only needs --event-log-dir DIR")?;
         run_history(listener, history, shutdown_signal()).await?;

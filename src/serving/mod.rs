@@ -4,8 +4,8 @@
 //! the store, or live then store); the list query, the timeline and the
 //! router are the same code for every source; `insight` serves what
 //! `analysis` computes (diagnosis, recurring queries, comparison); `ui`
-//! renders web pages from the same source; `auth` guards `/api` and the
-//! pages.
+//! renders web pages from the same source; `sql` answers SQL over the
+//! history with DataFusion; `auth` guards `/api` and the pages.
 //!
 //! **Rule:** this layer imports `format`, `metrics`, `recording` (for the
 //! live scheduler's router), `store` and `analysis`; nothing below it
@@ -16,5 +16,6 @@ pub mod error;
 pub mod insight;
 pub mod router;
 pub mod source;
+pub mod sql;
 pub mod timeline;
 pub(crate) mod ui;

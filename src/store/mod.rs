@@ -296,6 +296,15 @@ impl LogStore {
         }
     }
 
+    /// The size of a job's log when it was last indexed.
+    pub fn log_len(&self, job_id: &str) -> Option<u64> {
+        let index = self.catalog.read();
+        match index.get(job_id) {
+            Some(s) => Some(s.len),
+            None => index.unfinished.get(job_id).map(|u| u.stamp.len),
+        }
+    }
+
     /// Runs `f` over every completed job's summary, newest queued first,
     /// under the catalog's read lock (so `f` should be quick: a rescan
     /// waits for it).

@@ -1,0 +1,494 @@
+//! The columnar history: `stages`, `tasks` and `operators` as Parquet
+//! files, derived from the logs and rebuildable from them.
+//!
+//! Layout, under the columnar folder (beside the persistent index, so a
+//! read-only log directory stays untouched):
+//!
+//! ```text
+//! manifest.json                 segments, and each one's jobs and totals
+//! stages/seg-00000001.parquet   one file per segment and table
+//! tasks/seg-00000001.parquet
+//! operators/seg-00000001.parquet
+//! ```
+//!
+//! A refresh appends one segment for the completed jobs no segment holds
+//! (rows sorted by job id, then stage, in row groups of 64 Ki rows, so a
+//! predicate on the job id or on time skips row groups); rewrites the
+//! segments that hold jobs the store no longer lists (retention); merges
+//! small segments into one; and drops a segment whose file is missing or
+//! unreadable, so its jobs are read from their logs again. The manifest is
+//! replaced atomically (written aside, then renamed). Files a refresh
+//! replaces are deleted once no query holds the generation that listed
+//! them.
+//!
+//! **Invariant:** the logs are the truth: deleting the folder loses
+//! nothing, and the next query rebuilds it.
+
+use crate::analysis::plan_metrics::operator_metrics;
+use crate::analysis::records::JobRecords;
+use crate::serving::source::{JobSource, Resource, read_log};
+use crate::serving::sql::tables::{JobRows, JobTotals, OPERATORS, STAGES, TASKS, job_rows};
+use ballista_api_types::dto::PlanFormat;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use datafusion::parquet::basic::{Compression, ZstdLevel};
+use datafusion::parquet::file::properties::WriterProperties;
+use futures::StreamExt;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+
+/// The three tables kept as files, by folder name.
+pub const TABLES: [(&str, &std::sync::LazyLock<SchemaRef>); 3] = [
+    ("stages", &STAGES),
+    ("tasks", &TASKS),
+    ("operators", &OPERATORS),
+];
+
+/// Rows per row group.
+const ROW_GROUP: usize = 64 * 1024;
+/// Jobs read from their logs at once.
+const READERS: usize = 4;
+/// Segments of fewer rows are merged, when there are more than a few.
+const SMALL: u64 = 256 * 1024;
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+struct Segment {
+    seq: u64,
+    rows: u64,
+    /// Each job it holds, with the totals `jobs` shows.
+    jobs: BTreeMap<String, Totals>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
+struct Totals {
+    tasks: i64,
+    failed: i64,
+    rows: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    scheduler: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+struct Manifest {
+    version: u32,
+    next_seq: u64,
+    segments: Vec<Segment>,
+}
+
+/// What a query reads: the files of one generation, kept on disk while
+/// the query holds this.
+#[derive(Debug)]
+pub struct Generation {
+    /// Per table (as [`TABLES`]), its segment files.
+    pub files: [Vec<PathBuf>; 3],
+    /// Per job, its totals (`tasks`, `failed_tasks`, `output_rows`,
+    /// `scheduler_id` of `jobs`).
+    pub totals: std::collections::HashMap<String, JobTotals>,
+}
+
+/// The columnar history in one folder.
+pub struct Columnar {
+    dir: PathBuf,
+    state: tokio::sync::Mutex<State>,
+    retired: Mutex<Vec<(Weak<Generation>, PathBuf)>>,
+}
+
+struct State {
+    manifest: Manifest,
+    current: Arc<Generation>,
+}
+
+fn seg_path(dir: &Path, table: &str, seq: u64) -> PathBuf {
+    dir.join(table).join(format!("seg-{seq:08}.parquet"))
+}
+
+impl Columnar {
+    /// The history in `dir` (created when missing; a damaged manifest is
+    /// logged and started afresh).
+    pub fn open(dir: impl Into<PathBuf>) -> Self {
+        let mut dir = dir.into();
+        // A read-only log directory: keep the files in a folder of this
+        // process instead.
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            let instead = std::env::temp_dir()
+                .join(".ballista-job-history.columnar")
+                .join(std::process::id().to_string());
+            log::warn!(
+                "history: cannot create the columnar history in {} ({e}); keeping it in {}",
+                dir.display(),
+                instead.display()
+            );
+            dir = instead;
+        }
+        let manifest = match std::fs::read(dir.join("manifest.json")) {
+            Ok(bytes) => serde_json::from_slice::<Manifest>(&bytes).unwrap_or_else(|e| {
+                log::warn!(
+                    "history: the columnar manifest in {} is damaged ({e}); rebuilding it from \
+                     the logs",
+                    dir.display()
+                );
+                Manifest::default()
+            }),
+            Err(_) => Manifest::default(),
+        };
+        let current = Arc::new(generation(&dir, &manifest));
+        Self {
+            dir,
+            state: tokio::sync::Mutex::new(State { manifest, current }),
+            retired: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Brings the files up to the completed jobs `source` lists, and gives
+    /// the generation to query.
+    pub async fn refresh(&self, source: &dyn JobSource) -> Result<Arc<Generation>, String> {
+        let mut state = self.state.lock().await;
+        let completed: HashSet<String> = match source.store() {
+            Some(store) => store.with_completed(|jobs| {
+                jobs.map(|j| crate::store::query::JobFacts::job_id(j).to_string())
+                    .collect()
+            }),
+            None => HashSet::new(),
+        };
+        let mut changed = false;
+        // Damaged or missing files: forget their segments.
+        let before = state.manifest.segments.len();
+        let dir = self.dir.clone();
+        state.manifest.segments.retain(|s| {
+            TABLES.iter().all(|(table, _)| {
+                let path = seg_path(&dir, table, s.seq);
+                let ok = readable(&path);
+                if !ok {
+                    log::warn!(
+                        "history: columnar file {} is missing or damaged; its jobs are read \
+                         from their logs again",
+                        path.display()
+                    );
+                }
+                ok
+            })
+        });
+        changed |= state.manifest.segments.len() != before;
+        // Jobs gone from the store: rewrite the segments holding them.
+        let mut rewrite = Vec::new();
+        for (i, s) in state.manifest.segments.iter().enumerate() {
+            if s.jobs.keys().any(|id| !completed.contains(id)) {
+                rewrite.push(i);
+            }
+        }
+        let small: Vec<usize> = (0..state.manifest.segments.len())
+            .filter(|&i| state.manifest.segments[i].rows < SMALL)
+            .collect();
+        let merge = if small.len() > 4 { small } else { Vec::new() };
+        let mut redo: Vec<usize> = rewrite.into_iter().chain(merge).collect();
+        redo.sort_unstable();
+        redo.dedup();
+        if !redo.is_empty() {
+            let old: Vec<Segment> = redo
+                .iter()
+                .rev()
+                .map(|&i| state.manifest.segments.remove(i))
+                .collect();
+            let seq = state.manifest.next_seq;
+            state.manifest.next_seq += 1;
+            let keep = completed.clone();
+            let dir = self.dir.clone();
+            let olds = old.clone();
+            let merged =
+                tokio::task::spawn_blocking(move || merge_segments(&dir, &olds, &keep, seq))
+                    .await
+                    .map_err(|e| e.to_string())??;
+            if let Some(seg) = merged {
+                state.manifest.segments.push(seg);
+            }
+            for s in &old {
+                for (table, _) in TABLES {
+                    self.retire(&state.current, seg_path(&self.dir, table, s.seq));
+                }
+            }
+            changed = true;
+        }
+        // New jobs: read their logs, write one segment.
+        let held: HashSet<&String> = state
+            .manifest
+            .segments
+            .iter()
+            .flat_map(|s| s.jobs.keys())
+            .collect();
+        let mut new: Vec<String> = completed
+            .iter()
+            .filter(|id| !held.contains(id))
+            .cloned()
+            .collect();
+        new.sort();
+        if !new.is_empty() {
+            let rows: Vec<(String, JobRows)> = futures::stream::iter(new)
+                .map(|id| async move {
+                    let rows = rows_of(source, &id).await;
+                    (id, rows)
+                })
+                .buffer_unordered(READERS)
+                .filter_map(|(id, rows)| async move {
+                    match rows {
+                        Ok(r) => Some((id, r)),
+                        Err(e) => {
+                            log::warn!("history: job {id} left out of the SQL tables: {e}");
+                            None
+                        }
+                    }
+                })
+                .collect()
+                .await;
+            if !rows.is_empty() {
+                let seq = state.manifest.next_seq;
+                state.manifest.next_seq += 1;
+                let dir = self.dir.clone();
+                let seg = tokio::task::spawn_blocking(move || write_segment(&dir, seq, rows))
+                    .await
+                    .map_err(|e| e.to_string())??;
+                state.manifest.segments.push(seg);
+                changed = true;
+            }
+        }
+        if changed {
+            state.manifest.version = 1;
+            write_manifest(&self.dir, &state.manifest)?;
+            let next = Arc::new(generation(&self.dir, &state.manifest));
+            state.current = next;
+        }
+        self.collect_retired();
+        Ok(state.current.clone())
+    }
+
+    /// Deletes `path` once no query holds `generation`.
+    fn retire(&self, generation: &Arc<Generation>, path: PathBuf) {
+        self.retired.lock().push((Arc::downgrade(generation), path));
+    }
+
+    fn collect_retired(&self) {
+        self.retired.lock().retain(|(held, path)| {
+            if held.strong_count() > 1 {
+                return true;
+            }
+            let _ = std::fs::remove_file(path);
+            false
+        });
+    }
+}
+
+/// Whether `path` is a Parquet file whose footer reads.
+fn readable(path: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    ParquetRecordBatchReaderBuilder::try_new(file).is_ok()
+}
+
+fn generation(dir: &Path, m: &Manifest) -> Generation {
+    let files = [0, 1, 2].map(|t| {
+        m.segments
+            .iter()
+            .map(|s| seg_path(dir, TABLES[t].0, s.seq))
+            .collect()
+    });
+    let totals = m
+        .segments
+        .iter()
+        .flat_map(|s| s.jobs.iter())
+        .map(|(id, t)| {
+            (
+                id.clone(),
+                JobTotals {
+                    tasks: t.tasks,
+                    failed_tasks: t.failed,
+                    output_rows: t.rows,
+                    scheduler_id: t.scheduler.clone(),
+                },
+            )
+        })
+        .collect();
+    Generation { files, totals }
+}
+
+/// The rows of one completed job, from its log and stored responses.
+pub async fn rows_of(source: &dyn JobSource, job_id: &str) -> Result<JobRows, String> {
+    let (_, log) = source
+        .log_of(job_id)
+        .ok_or_else(|| format!("no log of job {job_id}"))?;
+    let records = read_log(job_id, move || JobRecords::read(&log))
+        .await
+        .map_err(|e| e.to_string())?;
+    #[derive(Deserialize)]
+    struct Stages {
+        #[serde(default)]
+        stages: Vec<Stage>,
+    }
+    #[derive(Deserialize)]
+    struct Stage {
+        #[serde(deserialize_with = "crate::analysis::records::stage_id")]
+        stage_id: u32,
+        #[serde(default)]
+        stage_status: String,
+    }
+    let metrics = match source
+        .get(job_id, Resource::Stages(PlanFormat::Metrics))
+        .await
+    {
+        Ok(Some(a)) if a.status == http::StatusCode::OK => a.body,
+        _ => Default::default(),
+    };
+    let status: BTreeMap<u32, String> = serde_json::from_slice::<Stages>(&metrics)
+        .map(|s| {
+            s.stages
+                .into_iter()
+                .filter(|s| !s.stage_status.is_empty())
+                .map(|s| (s.stage_id, s.stage_status))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(job_rows(
+        job_id,
+        &records,
+        &status,
+        &operator_metrics(&metrics),
+    ))
+}
+
+fn props() -> WriterProperties {
+    WriterProperties::builder()
+        .set_max_row_group_row_count(Some(ROW_GROUP))
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .build()
+}
+
+/// Writes `batch` as the Parquet file `path` (aside, then renamed).
+pub fn write_file(path: &Path, schema: &SchemaRef, batch: &RecordBatch) -> Result<(), String> {
+    let parent = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    let tmp = path.with_extension("parquet.tmp");
+    let file = std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    let mut writer =
+        ArrowWriter::try_new(file, schema.clone(), Some(props())).map_err(|e| e.to_string())?;
+    writer.write(batch).map_err(|e| e.to_string())?;
+    writer.close().map_err(|e| e.to_string())?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn write_segment(
+    dir: &Path,
+    seq: u64,
+    mut rows: Vec<(String, JobRows)>,
+) -> Result<Segment, String> {
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut seg = Segment {
+        seq,
+        ..Segment::default()
+    };
+    for (t, (table, schema)) in TABLES.iter().enumerate() {
+        let batches: Vec<&RecordBatch> = rows
+            .iter()
+            .map(|(_, r)| match t {
+                0 => &r.stages,
+                1 => &r.tasks,
+                _ => &r.operators,
+            })
+            .collect();
+        let batch = concat_batches(schema, batches).map_err(|e| e.to_string())?;
+        if t == 1 {
+            seg.rows = batch.num_rows() as u64;
+        }
+        write_file(&seg_path(dir, table, seq), schema, &batch)?;
+    }
+    for (id, r) in rows {
+        seg.jobs.insert(
+            id,
+            Totals {
+                tasks: r.totals.tasks,
+                failed: r.totals.failed_tasks,
+                rows: r.totals.output_rows,
+                scheduler: r.totals.scheduler_id,
+            },
+        );
+    }
+    Ok(seg)
+}
+
+/// One segment of the rows of `old` whose jobs are in `keep`; `None` when
+/// none is left.
+fn merge_segments(
+    dir: &Path,
+    old: &[Segment],
+    keep: &HashSet<String>,
+    seq: u64,
+) -> Result<Option<Segment>, String> {
+    use datafusion::arrow::array::{Array, StringArray};
+    let mut seg = Segment {
+        seq,
+        ..Segment::default()
+    };
+    for s in old {
+        for (id, t) in &s.jobs {
+            if keep.contains(id) {
+                seg.jobs.insert(id.clone(), t.clone());
+            }
+        }
+    }
+    if seg.jobs.is_empty() {
+        return Ok(None);
+    }
+    for (table, schema) in TABLES {
+        let mut kept = Vec::new();
+        for s in old {
+            let file =
+                std::fs::File::open(seg_path(dir, table, s.seq)).map_err(|e| e.to_string())?;
+            let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+                .and_then(|b| b.build())
+                .map_err(|e| e.to_string())?;
+            for batch in reader {
+                let batch = batch.map_err(|e| e.to_string())?;
+                let ids = batch
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<StringArray>()
+                    .ok_or("the job_id column is not text")?;
+                let mask: datafusion::arrow::array::BooleanArray = (0..ids.len())
+                    .map(|i| Some(keep.contains(ids.value(i))))
+                    .collect();
+                kept.push(
+                    datafusion::arrow::compute::filter_record_batch(&batch, &mask)
+                        .map_err(|e| e.to_string())?,
+                );
+            }
+        }
+        let batch = concat_batches(schema, &kept).map_err(|e| e.to_string())?;
+        // Sorted by job id again (the order of rows within a job is not kept).
+        let order = datafusion::arrow::compute::sort_to_indices(batch.column(0), None, None)
+            .map_err(|e| e.to_string())?;
+        let batch = datafusion::arrow::compute::take_record_batch(&batch, &order)
+            .map_err(|e| e.to_string())?;
+        if table == "tasks" {
+            seg.rows = batch.num_rows() as u64;
+        }
+        write_file(&seg_path(dir, table, seq), schema, &batch)?;
+    }
+    Ok(Some(seg))
+}
+
+fn write_manifest(dir: &Path, m: &Manifest) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let tmp = dir.join("manifest.json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec(m).map_err(|e| e.to_string())?)
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, dir.join("manifest.json")).map_err(|e| e.to_string())
+}

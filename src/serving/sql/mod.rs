@@ -1,0 +1,308 @@
+//! SQL over the history: `POST /api/sql` with DataFusion over four tables
+//! (`jobs`, `stages`, `tasks`, `operators`; `tables` has their schemas).
+//!
+//! `jobs` is built from the list the source gives (completed jobs from the
+//! in-memory index, running and abandoned ones too); the other three are
+//! the Parquet files of the columnar history (`columnar`), brought up to
+//! date before each query.
+//!
+//! **Invariants:** a query only reads: DDL, DML, `COPY`, `SET` and other
+//! statements are refused before planning, URL tables are off and no other
+//! catalog, file or object store is registered; it runs on its own
+//! runtime, under a memory pool with spilling disabled, and is stopped at
+//! the time limit, so a hostile query cannot stall the server.
+
+pub mod columnar;
+pub mod route;
+pub mod tables;
+
+use crate::serving::error::ApiError;
+use crate::serving::source::JobSource;
+use crate::serving::sql::columnar::{Columnar, Generation, TABLES};
+use crate::serving::sql::tables::{JobLine, jobs_batch};
+use crate::store::query::{JobFacts, ListQuery};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::datasource::MemTable;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use futures::StreamExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The limits every query runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SqlLimits {
+    /// Stopped after this long.
+    pub timeout: Duration,
+    /// Memory the query's operators may hold (bytes).
+    pub memory: usize,
+    /// Rows answered at most; more are cut off (and the answer says so).
+    pub max_rows: usize,
+}
+
+impl Default for SqlLimits {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(30),
+            memory: 512 * 1024 * 1024,
+            max_rows: 100_000,
+        }
+    }
+}
+
+/// A query's answer.
+#[derive(Debug)]
+pub struct Answer {
+    /// Its columns.
+    pub schema: SchemaRef,
+    /// Its rows.
+    pub batches: Vec<RecordBatch>,
+    /// Whether rows were cut off at the row limit.
+    pub truncated: bool,
+}
+
+/// The SQL engine of one server.
+pub struct SqlEngine {
+    source: Arc<dyn JobSource>,
+    columnar: Arc<Columnar>,
+    limits: SqlLimits,
+    runtime: Runtime,
+}
+
+/// A runtime of its own for queries, shut down without waiting (it may be
+/// dropped inside the server's runtime).
+struct Runtime(Option<tokio::runtime::Runtime>);
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl SqlEngine {
+    /// An engine over `source`, keeping its columnar history in `dir`.
+    pub fn new(source: Arc<dyn JobSource>, dir: std::path::PathBuf, limits: SqlLimits) -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("history-sql")
+            .enable_all()
+            .build()
+            .expect("a runtime for SQL queries");
+        Self {
+            source,
+            columnar: Arc::new(Columnar::open(dir)),
+            limits,
+            runtime: Runtime(Some(runtime)),
+        }
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> SqlLimits {
+        self.limits
+    }
+
+    /// The columnar history.
+    pub fn columnar(&self) -> &Arc<Columnar> {
+        &self.columnar
+    }
+
+    /// Brings the columnar history up to date.
+    pub async fn refresh(&self) -> Result<Arc<Generation>, ApiError> {
+        self.columnar
+            .refresh(&*self.source)
+            .await
+            .map_err(|e| ApiError::Internal(format!("the columnar history cannot be built: {e}")))
+    }
+
+    /// The `jobs` table now.
+    pub async fn jobs(&self, generation: &Generation) -> Result<RecordBatch, ApiError> {
+        let query = ListQuery {
+            include_unfinished: true,
+            ..ListQuery::default()
+        };
+        let page = self.source.list(&query, None).await?;
+        #[derive(serde::Deserialize, Default)]
+        #[serde(default)]
+        struct Entry {
+            job_status: String,
+            num_stages: u32,
+            completed_stages: u32,
+        }
+        let entries: Vec<Entry> = page
+            .rows
+            .iter()
+            .map(|r| serde_json::from_slice(&r.entry).unwrap_or_default())
+            .collect();
+        let store = self.source.store();
+        let lines: Vec<JobLine<'_>> = page
+            .rows
+            .iter()
+            .zip(&entries)
+            .map(|(row, e)| {
+                let id = row.facts.job_id();
+                JobLine {
+                    facts: &*row.facts as &dyn JobFacts,
+                    job_status: &e.job_status,
+                    stages: e.num_stages,
+                    completed_stages: e.completed_stages,
+                    log_size: store.and_then(|s| s.log_len(id)),
+                    totals: generation.totals.get(id),
+                }
+            })
+            .collect();
+        Ok(jobs_batch(&lines))
+    }
+
+    /// Writes the four tables as Parquet under `out`: `jobs/part-00000.parquet`
+    /// and, per table, one `part-NNNNN.parquet` per segment of the
+    /// columnar history (rows sorted by job id). Says what it wrote.
+    pub async fn export(&self, out: &std::path::Path) -> Result<String, ApiError> {
+        let generation = self.refresh().await?;
+        let jobs = self.jobs(&generation).await?;
+        let io = |e: std::io::Error| ApiError::Internal(format!("{}: {e}", out.display()));
+        let jobs_dir = out.join("jobs");
+        std::fs::create_dir_all(&jobs_dir).map_err(io)?;
+        columnar::write_file(&jobs_dir.join("part-00000.parquet"), &tables::JOBS, &jobs)
+            .map_err(ApiError::Internal)?;
+        let mut files = 1;
+        for (t, (name, _)) in TABLES.iter().enumerate() {
+            let dir = out.join(name);
+            std::fs::create_dir_all(&dir).map_err(io)?;
+            for (i, file) in generation.files[t].iter().enumerate() {
+                std::fs::copy(file, dir.join(format!("part-{i:05}.parquet"))).map_err(io)?;
+                files += 1;
+            }
+        }
+        let tasks: i64 = generation.totals.values().map(|t| t.tasks).sum();
+        Ok(format!(
+            "exported {} jobs and {tasks} task attempts to {} ({files} Parquet files)",
+            jobs.num_rows(),
+            out.display()
+        ))
+    }
+
+    /// Runs `sql` (read-only) under the limits.
+    pub async fn query(&self, sql: &str) -> Result<Answer, ApiError> {
+        let generation = self.refresh().await?;
+        let wants_jobs = sql.to_ascii_lowercase().contains("jobs");
+        let jobs = if wants_jobs {
+            Some(self.jobs(&generation).await?)
+        } else {
+            None
+        };
+        let limits = self.limits;
+        let sql = sql.to_string();
+        let held = generation.clone();
+        let handle = self
+            .runtime
+            .0
+            .as_ref()
+            .expect("the runtime lives as long as the engine")
+            .spawn(async move {
+                let ctx = context(limits, &held, jobs)?;
+                run(&ctx, &sql, limits.max_rows).await
+            });
+        let abort = handle.abort_handle();
+        let answer = match tokio::time::timeout(limits.timeout, handle).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(e)) => Err(ApiError::Internal(format!("the query failed: {e}"))),
+            Err(_) => {
+                abort.abort();
+                Err(ApiError::BadRequest(format!(
+                    "the query was stopped after {} s (--sql-timeout-seconds)",
+                    limits.timeout.as_secs_f64()
+                )))
+            }
+        };
+        drop(generation);
+        answer
+    }
+}
+
+/// A session over the tables, with the limits; nothing else registered.
+fn context(
+    limits: SqlLimits,
+    generation: &Generation,
+    jobs: Option<RecordBatch>,
+) -> Result<SessionContext, ApiError> {
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_limit(limits.memory, 1.0)
+        .with_disk_manager_builder(
+            DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+        )
+        .build_arc()
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let mut config = SessionConfig::new()
+        .with_target_partitions(2)
+        .with_information_schema(false);
+    config.options_mut().execution.parquet.pushdown_filters = true;
+    config.options_mut().execution.parquet.reorder_filters = true;
+    let ctx = SessionContext::new_with_config_rt(config, runtime);
+    let internal = |e: datafusion::error::DataFusionError| ApiError::Internal(e.to_string());
+    if let Some(batch) = jobs {
+        let table = MemTable::try_new(batch.schema(), vec![vec![batch]]).map_err(internal)?;
+        ctx.register_table("jobs", Arc::new(table))
+            .map_err(internal)?;
+    } else {
+        let empty = MemTable::try_new(tables::JOBS.clone(), vec![vec![]]).map_err(internal)?;
+        ctx.register_table("jobs", Arc::new(empty))
+            .map_err(internal)?;
+    }
+    for (t, (name, schema)) in TABLES.iter().enumerate() {
+        let files = &generation.files[t];
+        let provider: Arc<dyn datafusion::catalog::TableProvider> = if files.is_empty() {
+            Arc::new(MemTable::try_new((**schema).clone(), vec![vec![]]).map_err(internal)?)
+        } else {
+            let urls = files
+                .iter()
+                .map(|p| ListingTableUrl::parse(p.to_string_lossy()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(internal)?;
+            let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
+                .with_file_extension(".parquet");
+            let config = ListingTableConfig::new_with_multi_paths(urls)
+                .with_listing_options(options)
+                .with_schema((**schema).clone());
+            Arc::new(ListingTable::try_new(config).map_err(internal)?)
+        };
+        ctx.register_table(*name, provider).map_err(internal)?;
+    }
+    Ok(ctx)
+}
+
+async fn run(ctx: &SessionContext, sql: &str, max_rows: usize) -> Result<Answer, ApiError> {
+    let bad = |e: datafusion::error::DataFusionError| ApiError::BadRequest(e.to_string());
+    let options = datafusion::execution::context::SQLOptions::new()
+        .with_allow_ddl(false)
+        .with_allow_dml(false)
+        .with_allow_statements(false);
+    let frame = ctx.sql_with_options(sql, options).await.map_err(bad)?;
+    let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
+    let mut stream = frame.execute_stream().await.map_err(bad)?;
+    let mut batches = Vec::new();
+    let mut rows = 0;
+    let mut truncated = false;
+    while let Some(batch) = stream.next().await {
+        let batch = batch.map_err(bad)?;
+        if rows + batch.num_rows() > max_rows {
+            batches.push(batch.slice(0, max_rows - rows));
+            truncated = true;
+            break;
+        }
+        rows += batch.num_rows();
+        batches.push(batch);
+    }
+    Ok(Answer {
+        schema,
+        batches,
+        truncated,
+    })
+}

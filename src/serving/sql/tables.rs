@@ -1,0 +1,440 @@
+//! The four tables' schemas, and the rows of one job: `stages`, `tasks`
+//! and `operators` from its log's records and stored metrics plans, and
+//! the per-job facts `jobs` takes from them (task counts, rows out).
+//!
+//! Times are UTC timestamps in milliseconds, durations `Int64`
+//! milliseconds; a value not known is null, never 0.
+
+use crate::analysis::plan_metrics::OperatorMetric;
+use crate::analysis::records::JobRecords;
+use crate::analysis::stats::quantile;
+use crate::store::query::JobFacts;
+use datafusion::arrow::array::{
+    ArrayRef, Float64Builder, Int64Builder, RecordBatch, StringBuilder,
+    TimestampMillisecondBuilder, UInt32Builder,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock};
+
+fn ts() -> DataType {
+    DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()))
+}
+
+fn field(name: &str, t: DataType, nullable: bool) -> Field {
+    Field::new(name, t, nullable)
+}
+
+/// `jobs`: one row per job.
+pub static JOBS: LazyLock<SchemaRef> = LazyLock::new(|| {
+    Arc::new(Schema::new(vec![
+        field("job_id", DataType::Utf8, false),
+        field("job_name", DataType::Utf8, false),
+        field("status", DataType::Utf8, false),
+        field("queued_time", ts(), true),
+        field("start_time", ts(), true),
+        field("end_time", ts(), true),
+        field("duration_ms", DataType::Int64, true),
+        field("stages", DataType::Int64, true),
+        field("completed_stages", DataType::Int64, true),
+        field("tasks", DataType::Int64, true),
+        field("failed_tasks", DataType::Int64, true),
+        field("output_rows", DataType::Int64, true),
+        field("error_message", DataType::Utf8, true),
+        field("dropped_records", DataType::Int64, true),
+        field("scheduler_id", DataType::Utf8, true),
+        field("log_size", DataType::Int64, true),
+        field("query_hash", DataType::Utf8, true),
+    ]))
+});
+
+/// `stages`: one row per stage of a job.
+pub static STAGES: LazyLock<SchemaRef> = LazyLock::new(|| {
+    Arc::new(Schema::new(vec![
+        field("job_id", DataType::Utf8, false),
+        field("stage_id", DataType::UInt32, false),
+        field("status", DataType::Utf8, true),
+        field("start_time", ts(), true),
+        field("end_time", ts(), true),
+        field("duration_ms", DataType::Int64, true),
+        field("tasks", DataType::Int64, false),
+        field("failed_tasks", DataType::Int64, false),
+        field("input_rows", DataType::Int64, false),
+        field("output_rows", DataType::Int64, false),
+        field("elapsed_compute_ms", DataType::Int64, false),
+        field("task_duration_min_ms", DataType::Int64, true),
+        field("task_duration_p25_ms", DataType::Int64, true),
+        field("task_duration_p50_ms", DataType::Int64, true),
+        field("task_duration_p75_ms", DataType::Int64, true),
+        field("task_duration_max_ms", DataType::Int64, true),
+    ]))
+});
+
+/// `tasks`: one row per task attempt.
+pub static TASKS: LazyLock<SchemaRef> = LazyLock::new(|| {
+    Arc::new(Schema::new(vec![
+        field("job_id", DataType::Utf8, false),
+        field("stage_id", DataType::UInt32, false),
+        field("partition", DataType::UInt32, false),
+        field("attempt", DataType::UInt32, false),
+        field("executor", DataType::Utf8, false),
+        field("status", DataType::Utf8, false),
+        field("failure_reason", DataType::Utf8, true),
+        field("launch_time", ts(), true),
+        field("start_time", ts(), true),
+        field("end_time", ts(), true),
+        field("duration_ms", DataType::Int64, false),
+        field("input_rows", DataType::Int64, false),
+        field("output_rows", DataType::Int64, false),
+        field("compute_ms", DataType::Int64, false),
+    ]))
+});
+
+/// `operators`: one row per metric of an operator, where the stage's
+/// metrics plan was recorded.
+pub static OPERATORS: LazyLock<SchemaRef> = LazyLock::new(|| {
+    Arc::new(Schema::new(vec![
+        field("job_id", DataType::Utf8, false),
+        field("stage_id", DataType::UInt32, false),
+        field("position", DataType::UInt32, false),
+        field("operator", DataType::Utf8, false),
+        field("metric", DataType::Utf8, false),
+        field("value", DataType::Float64, false),
+        field("unit", DataType::Utf8, false),
+    ]))
+});
+
+/// What `jobs` takes from a job's records.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobTotals {
+    /// Task attempts.
+    pub tasks: i64,
+    /// Failed attempts.
+    pub failed_tasks: i64,
+    /// Rows written by the last stage's successful tasks.
+    pub output_rows: i64,
+    /// The scheduler that ran it, when recorded.
+    pub scheduler_id: Option<String>,
+}
+
+/// One job's rows of the three record tables, and its totals.
+#[derive(Debug, Clone)]
+pub struct JobRows {
+    /// Its `stages` rows.
+    pub stages: RecordBatch,
+    /// Its `tasks` rows.
+    pub tasks: RecordBatch,
+    /// Its `operators` rows.
+    pub operators: RecordBatch,
+    /// What `jobs` shows of it.
+    pub totals: JobTotals,
+}
+
+fn opt_ts(t: u64) -> Option<i64> {
+    (t > 0).then_some(t as i64)
+}
+
+fn finish(schema: &SchemaRef, columns: Vec<ArrayRef>) -> RecordBatch {
+    RecordBatch::try_new(schema.clone(), columns).expect("columns built to the schema")
+}
+
+/// The rows of job `job_id` from its records, the status of each stage
+/// where known, and its operators' metrics.
+pub fn job_rows(
+    job_id: &str,
+    records: &JobRecords,
+    stage_status: &BTreeMap<u32, String>,
+    metrics: &[OperatorMetric],
+) -> JobRows {
+    let n = records.tasks.len();
+    let mut t = (
+        StringBuilder::with_capacity(n, n * job_id.len()),
+        UInt32Builder::with_capacity(n),
+        UInt32Builder::with_capacity(n),
+        UInt32Builder::with_capacity(n),
+        StringBuilder::with_capacity(n, n * 36),
+        StringBuilder::with_capacity(n, n * 10),
+        StringBuilder::new(),
+        [
+            TimestampMillisecondBuilder::with_capacity(n),
+            TimestampMillisecondBuilder::with_capacity(n),
+            TimestampMillisecondBuilder::with_capacity(n),
+        ],
+        [
+            Int64Builder::with_capacity(n),
+            Int64Builder::with_capacity(n),
+            Int64Builder::with_capacity(n),
+            Int64Builder::with_capacity(n),
+        ],
+    );
+    let mut by_stage: BTreeMap<u32, Vec<&crate::analysis::records::Task>> = BTreeMap::new();
+    for id in records.stages.keys().chain(stage_status.keys()) {
+        by_stage.entry(*id).or_default();
+    }
+    for task in &records.tasks {
+        by_stage.entry(task.stage_id).or_default().push(task);
+        t.0.append_value(job_id);
+        t.1.append_value(task.stage_id);
+        t.2.append_value(task.task_id);
+        t.3.append_value(task.stage_attempt);
+        t.4.append_value(
+            records
+                .executors
+                .get(task.executor as usize)
+                .map_or("", String::as_str),
+        );
+        t.5.append_value(if task.succeeded() {
+            "Successful"
+        } else {
+            "Failed"
+        });
+        t.6.append_option(task.failure.as_ref().map(|(reason, _)| reason.as_str()));
+        t.7[0].append_option(opt_ts(task.launch_time));
+        t.7[1].append_option(opt_ts(task.begin()));
+        t.7[2].append_option(opt_ts(task.end_exec_time));
+        t.8[0].append_value(task.duration() as i64);
+        t.8[1].append_value(task.input_rows as i64);
+        t.8[2].append_value(task.output_rows as i64);
+        t.8[3].append_value((task.compute_nanos / 1_000_000) as i64);
+    }
+    let [launch, start, end] = t.7;
+    let [duration, input, output, compute] = t.8;
+    let tasks = finish(
+        &TASKS,
+        vec![
+            Arc::new(t.0.finish()),
+            Arc::new(t.1.finish()),
+            Arc::new(t.2.finish()),
+            Arc::new(t.3.finish()),
+            Arc::new(t.4.finish()),
+            Arc::new(t.5.finish()),
+            Arc::new(t.6.finish()),
+            Arc::new(with_utc(launch)),
+            Arc::new(with_utc(start)),
+            Arc::new(with_utc(end)),
+            Arc::new({ duration }.finish()),
+            Arc::new({ input }.finish()),
+            Arc::new({ output }.finish()),
+            Arc::new({ compute }.finish()),
+        ],
+    );
+
+    let mut s = StageColumns::default();
+    let mut last_stage_rows = 0i64;
+    for (stage_id, tasks) in &by_stage {
+        let ok: Vec<_> = tasks.iter().filter(|t| t.succeeded()).collect();
+        let marks = records.stages.get(stage_id);
+        let begin = marks
+            .map(|m| m.start_time)
+            .filter(|&t| t > 0)
+            .or_else(|| tasks.iter().map(|t| t.begin()).filter(|&t| t > 0).min());
+        let finish_time = marks
+            .map(|m| m.end_time)
+            .filter(|&t| t > 0)
+            .or_else(|| tasks.iter().map(|t| t.end_exec_time).max());
+        let status = marks
+            .and_then(|m| m.status.clone())
+            .or_else(|| stage_status.get(stage_id).cloned());
+        let mut durations: Vec<u64> = ok.iter().map(|t| t.duration()).collect();
+        durations.sort_unstable();
+        let q = |p: f64| (!durations.is_empty()).then(|| quantile(&durations, p) as i64);
+        let output_rows: i64 = ok.iter().map(|t| t.output_rows as i64).sum();
+        last_stage_rows = output_rows;
+        s.job_id.append_value(job_id);
+        s.stage_id.append_value(*stage_id);
+        s.status.append_option(status);
+        s.start.append_option(begin.and_then(opt_ts));
+        s.end.append_option(finish_time.and_then(opt_ts));
+        s.ints[0].append_option(match (begin, finish_time) {
+            (Some(a), Some(b)) if a > 0 && b >= a => Some((b - a) as i64),
+            _ => None,
+        });
+        s.ints[1].append_value(ok.len() as i64);
+        s.ints[2].append_value((tasks.len() - ok.len()) as i64);
+        s.ints[3].append_value(ok.iter().map(|t| t.input_rows as i64).sum());
+        s.ints[4].append_value(output_rows);
+        s.ints[5].append_value(ok.iter().map(|t| t.compute_nanos).sum::<u64>() as i64 / 1_000_000);
+        for (i, p) in [0.0, 0.25, 0.5, 0.75, 1.0].into_iter().enumerate() {
+            s.ints[6 + i].append_option(q(p));
+        }
+    }
+    let [
+        duration,
+        tasks_ok,
+        failed,
+        input,
+        output,
+        compute,
+        q0,
+        q25,
+        q50,
+        q75,
+        q100,
+    ] = s.ints;
+    let stages = finish(
+        &STAGES,
+        vec![
+            Arc::new(s.job_id.finish()),
+            Arc::new(s.stage_id.finish()),
+            Arc::new(s.status.finish()),
+            Arc::new(with_utc(s.start)),
+            Arc::new(with_utc(s.end)),
+            Arc::new({ duration }.finish()),
+            Arc::new({ tasks_ok }.finish()),
+            Arc::new({ failed }.finish()),
+            Arc::new({ input }.finish()),
+            Arc::new({ output }.finish()),
+            Arc::new({ compute }.finish()),
+            Arc::new({ q0 }.finish()),
+            Arc::new({ q25 }.finish()),
+            Arc::new({ q50 }.finish()),
+            Arc::new({ q75 }.finish()),
+            Arc::new({ q100 }.finish()),
+        ],
+    );
+
+    let mut o = (
+        StringBuilder::new(),
+        UInt32Builder::new(),
+        UInt32Builder::new(),
+        StringBuilder::new(),
+        StringBuilder::new(),
+        Float64Builder::new(),
+        StringBuilder::new(),
+    );
+    for m in metrics {
+        o.0.append_value(job_id);
+        o.1.append_value(m.stage_id);
+        o.2.append_value(m.position);
+        o.3.append_value(&m.operator);
+        o.4.append_value(&m.metric);
+        o.5.append_value(m.value);
+        o.6.append_value(m.unit);
+    }
+    let operators = finish(
+        &OPERATORS,
+        vec![
+            Arc::new(o.0.finish()),
+            Arc::new(o.1.finish()),
+            Arc::new(o.2.finish()),
+            Arc::new(o.3.finish()),
+            Arc::new(o.4.finish()),
+            Arc::new(o.5.finish()),
+            Arc::new(o.6.finish()),
+        ],
+    );
+    JobRows {
+        stages,
+        tasks,
+        operators,
+        totals: JobTotals {
+            tasks: n as i64,
+            failed_tasks: records.tasks.iter().filter(|t| !t.succeeded()).count() as i64,
+            output_rows: last_stage_rows,
+            scheduler_id: records.start.scheduler_id.clone(),
+        },
+    }
+}
+
+#[derive(Default)]
+struct StageColumns {
+    job_id: StringBuilder,
+    stage_id: UInt32Builder,
+    status: StringBuilder,
+    start: TimestampMillisecondBuilder,
+    end: TimestampMillisecondBuilder,
+    ints: [Int64Builder; 11],
+}
+
+fn with_utc(
+    mut b: TimestampMillisecondBuilder,
+) -> datafusion::arrow::array::TimestampMillisecondArray {
+    b.finish().with_timezone("UTC")
+}
+
+/// What `jobs` shows of one job beside its index facts.
+pub struct JobLine<'a> {
+    /// The index's facts.
+    pub facts: &'a dyn JobFacts,
+    /// `Completed.`, `Failed: ...`: the scheduler's long status.
+    pub job_status: &'a str,
+    /// Stages.
+    pub stages: u32,
+    /// Of which completed.
+    pub completed_stages: u32,
+    /// Its log's size, when there is a log.
+    pub log_size: Option<u64>,
+    /// From the job's rows, when the columnar history has them.
+    pub totals: Option<&'a JobTotals>,
+}
+
+/// The `jobs` table of `lines`.
+pub fn jobs_batch(lines: &[JobLine<'_>]) -> RecordBatch {
+    let n = lines.len();
+    let mut text: [StringBuilder; 3] = Default::default();
+    let mut times: [TimestampMillisecondBuilder; 3] = Default::default();
+    let mut ints: [Int64Builder; 9] = Default::default();
+    let mut extra: [StringBuilder; 3] = Default::default();
+    for b in &mut ints {
+        *b = Int64Builder::with_capacity(n);
+    }
+    for l in lines {
+        let f = l.facts;
+        text[0].append_value(f.job_id());
+        text[1].append_value(f.job_name());
+        text[2].append_value(f.state().status_word());
+        times[0].append_option(opt_ts(f.queued_time()));
+        times[1].append_option(opt_ts(f.start_time()));
+        times[2].append_option(opt_ts(f.end_time()));
+        ints[0].append_option(f.duration().map(|d| d as i64));
+        ints[1].append_value(i64::from(l.stages));
+        ints[2].append_value(i64::from(l.completed_stages));
+        ints[3].append_option(l.totals.map(|t| t.tasks));
+        ints[4].append_option(l.totals.map(|t| t.failed_tasks));
+        ints[5].append_option(l.totals.map(|t| t.output_rows));
+        extra[0]
+            .append_option((f.state() == crate::format::JobState::Failed).then_some(l.job_status));
+        ints[6].append_value(f.dropped_records() as i64);
+        extra[1].append_option(l.totals.and_then(|t| t.scheduler_id.as_deref()));
+        ints[7].append_option(l.log_size.map(|s| s as i64));
+        extra[2].append_option(
+            (f.query_hash() != 0).then(|| crate::format::query_hash::hash_text(f.query_hash())),
+        );
+    }
+    let [id, name, status] = text;
+    let [queued, start, end] = times;
+    let [
+        duration,
+        stages,
+        completed,
+        tasks,
+        failed,
+        rows,
+        dropped,
+        size,
+        _,
+    ] = ints;
+    let [error, scheduler, hash] = extra;
+    finish(
+        &JOBS,
+        vec![
+            Arc::new({ id }.finish()),
+            Arc::new({ name }.finish()),
+            Arc::new({ status }.finish()),
+            Arc::new(with_utc(queued)),
+            Arc::new(with_utc(start)),
+            Arc::new(with_utc(end)),
+            Arc::new({ duration }.finish()),
+            Arc::new({ stages }.finish()),
+            Arc::new({ completed }.finish()),
+            Arc::new({ tasks }.finish()),
+            Arc::new({ failed }.finish()),
+            Arc::new({ rows }.finish()),
+            Arc::new({ error }.finish()),
+            Arc::new({ dropped }.finish()),
+            Arc::new({ scheduler }.finish()),
+            Arc::new({ size }.finish()),
+            Arc::new({ hash }.finish()),
+        ],
+    )
+}
