@@ -18,5 +18,6 @@ mod library;
 mod live;
 mod record;
 mod security;
+mod sql;
 mod tidy;
 mod ui;

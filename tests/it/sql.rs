@@ -1,0 +1,444 @@
+//! `POST /api/sql`, the columnar history behind it and `--export-parquet`,
+//! against real jobs (a real scheduler, executor and client), upstream's
+//! logs, and a real Ballista cluster reading the export.
+
+use crate::harness::*;
+use serde_json::Value;
+use std::path::Path;
+
+/// `sql` answered as JSON rows; panics on anything but a 200.
+async fn sql(proc: &Proc, sql: &str) -> Vec<Value> {
+    let (status, body) = sql_raw(proc, sql, "application/json").await;
+    assert_eq!(status, 200, "{sql}: {body}");
+    serde_json::from_str::<Value>(&body)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+async fn sql_raw(proc: &Proc, sql: &str, accept: &str) -> (u16, String) {
+    let r = http_client()
+        .post(proc.url("/api/sql"))
+        .header("accept", accept)
+        .body(sql.to_string())
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// One number of a one-row answer.
+async fn number(proc: &Proc, query: &str) -> i64 {
+    let rows = sql(proc, query).await;
+    assert_eq!(rows.len(), 1, "{query}: {rows:?}");
+    let v = rows[0]
+        .as_object()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap()
+        .clone();
+    v.as_i64().unwrap_or_else(|| panic!("{query}: {v}"))
+}
+
+/// The task records in the log of each job of `dir`, counted line by line.
+fn task_lines(dir: &Path) -> std::collections::BTreeMap<String, i64> {
+    let mut out = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let Some(id) = name.strip_suffix(".eventlog") else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&path).unwrap();
+        let n = text
+            .lines()
+            .filter(|l| l.starts_with(r#"{"ev":"TaskEnd""#))
+            .count();
+        out.insert(id.to_string(), n as i64);
+    }
+    out
+}
+
+/// The SQL blocks of `docs/sql.md`.
+fn documented_questions() -> Vec<String> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/sql.md")).unwrap();
+    doc.split("```sql\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap().trim().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_tables_hold_what_the_logs_hold() {
+    let mut cluster = Cluster::start(&[]).await;
+    let sched = &cluster.sched;
+    let (agg, ok) = run_job(
+        sched,
+        &cluster.ctx,
+        "SELECT k, count(*), sum(v) FROM t GROUP BY k ORDER BY k",
+    )
+    .await;
+    assert_eq!(ok, Ok(100));
+    let (failed, err) = run_job(sched, &cluster.ctx, "SELECT CAST(s AS INT) FROM t").await;
+    assert!(err.is_err());
+    let (join, ok) = run_job(
+        sched,
+        &cluster.ctx,
+        "SELECT a.k, count(*) FROM t a JOIN t b ON a.k = b.k GROUP BY a.k",
+    )
+    .await;
+    assert_eq!(ok, Ok(100));
+    for id in [&agg, &failed, &join] {
+        completed_log(&cluster.logs, id).await;
+    }
+
+    // Tasks: one row per TaskEnd record, per job.
+    let lines = task_lines(&cluster.logs);
+    assert_eq!(lines.len(), 3);
+    let per_job = sql(
+        sched,
+        "SELECT job_id, count(*) AS n FROM tasks GROUP BY job_id ORDER BY job_id",
+    )
+    .await;
+    let got: std::collections::BTreeMap<String, i64> = per_job
+        .iter()
+        .map(|r| {
+            (
+                r["job_id"].as_str().unwrap().to_string(),
+                r["n"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, lines);
+    // Stages: one row per stage of the scheduler's own answer.
+    for id in [&agg, &join] {
+        let stages = get_json(&sched.url(&format!("/api/job/{id}/stages"))).await;
+        let n = stages["stages"].as_array().unwrap().len() as i64;
+        assert_eq!(
+            number(
+                sched,
+                &format!("SELECT count(*) FROM stages WHERE job_id = '{id}'")
+            )
+            .await,
+            n,
+            "{id}"
+        );
+        // Each stage's successful task count is the scheduler's.
+        for s in stages["stages"].as_array().unwrap() {
+            let stage = s["stage_id"].as_str().unwrap();
+            let tasks = s["tasks"].as_array().unwrap().len() as i64;
+            assert_eq!(
+                number(
+                    sched,
+                    &format!(
+                        "SELECT tasks FROM stages WHERE job_id = '{id}' AND stage_id = {stage}"
+                    )
+                )
+                .await,
+                tasks
+            );
+        }
+    }
+    // Jobs: the list's jobs, with their status words.
+    let listed = get_json(&sched.url("/api/jobs")).await;
+    let listed = listed.as_array().unwrap();
+    let rows = sql(
+        sched,
+        "SELECT job_id, status, error_message, tasks FROM jobs ORDER BY job_id",
+    )
+    .await;
+    assert_eq!(rows.len(), listed.len());
+    for job in listed {
+        let id = job["job_id"].as_str().unwrap();
+        let row = rows.iter().find(|r| r["job_id"] == id).unwrap();
+        assert_eq!(row["status"], job["status"], "{id}");
+        assert_eq!(row["tasks"].as_i64(), lines.get(id).copied(), "{id}");
+    }
+    let failed_row = rows
+        .iter()
+        .find(|r| r["job_id"] == failed.as_str())
+        .unwrap();
+    assert!(
+        failed_row["error_message"]
+            .as_str()
+            .unwrap()
+            .contains("Cannot cast"),
+        "{failed_row}"
+    );
+    assert_eq!(
+        number(
+            sched,
+            "SELECT count(*) FROM jobs WHERE error_message IS NOT NULL"
+        )
+        .await,
+        1
+    );
+    // Operators: a row group per plan line that carries metrics.
+    let metrics = get_json(&sched.url(&format!("/api/job/{agg}/stages?plan_format=metrics"))).await;
+    let with_metrics = metrics["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            s["stage_plan"]
+                .as_str()
+                .unwrap()
+                .lines()
+                .filter(|l| l.contains("metrics=[") && !l.contains("metrics=[]"))
+                .count() as i64
+        })
+        .sum::<i64>();
+    assert!(with_metrics > 0);
+    assert_eq!(
+        number(
+            sched,
+            &format!(
+                "SELECT count(*) FROM (SELECT DISTINCT stage_id, position FROM operators \
+                 WHERE job_id = '{agg}')"
+            )
+        )
+        .await,
+        with_metrics
+    );
+    // Types as documented.
+    let types = sql(
+        sched,
+        "SELECT arrow_typeof(start_time) AS ts, arrow_typeof(duration_ms) AS d, \
+         arrow_typeof(stage_id) AS s FROM tasks LIMIT 1",
+    )
+    .await;
+    assert_eq!(types[0]["d"], "Int64");
+    assert_eq!(types[0]["s"], "UInt32");
+    assert!(
+        types[0]["ts"].as_str().unwrap().contains("UTC"),
+        "{types:?}"
+    );
+
+    // The same answer as CSV and as an Arrow stream.
+    let query = "SELECT job_id, stage_id, partition, duration_ms FROM tasks ORDER BY 1, 2, 3";
+    let json = sql(sched, query).await;
+    let (status, csv) = sql_raw(sched, query, "text/csv").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        csv.lines().next().unwrap(),
+        "job_id,stage_id,partition,duration_ms"
+    );
+    assert_eq!(csv.lines().count(), json.len() + 1);
+    let r = http_client()
+        .post(sched.url("/api/sql"))
+        .header("accept", "application/vnd.apache.arrow.stream")
+        .body(query)
+        .send()
+        .await
+        .unwrap();
+    let bytes = r.bytes().await.unwrap();
+    let reader =
+        datafusion::arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
+            .unwrap();
+    let rows: usize = reader.map(|b| b.unwrap().num_rows()).sum();
+    assert_eq!(rows, json.len());
+
+    // Every question of docs/sql.md runs against these jobs.
+    let questions = documented_questions();
+    assert!(questions.len() >= 10, "{}", questions.len());
+    for q in &questions {
+        let (status, body) = sql_raw(sched, q, "application/json").await;
+        assert_eq!(status, 200, "{q}\n{body}");
+    }
+    cluster.sched.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hostile_sql_is_refused_or_stopped_and_the_server_stays_healthy() {
+    let tmp = tempfile::tempdir().unwrap();
+    crate::history::copy_fixtures(tmp.path());
+    let mut server = Proc::history(
+        tmp.path(),
+        &[
+            "--sql-timeout-seconds",
+            "2",
+            "--sql-memory-limit",
+            "32MiB",
+            "--sql-max-rows",
+            "5",
+        ],
+    );
+    server.wait_healthy().await;
+    let deep = format!("SELECT {}1{}", "(".repeat(5000), ")".repeat(5000));
+    for (query, says) in [
+        ("DROP TABLE jobs", "DDL not supported"),
+        ("CREATE TABLE x AS SELECT 1", "DDL not supported"),
+        (
+            "CREATE EXTERNAL TABLE x STORED AS CSV LOCATION '/etc/'",
+            "DDL not supported",
+        ),
+        ("CREATE VIEW v AS SELECT 1", "DDL not supported"),
+        ("INSERT INTO jobs SELECT * FROM jobs", "DML not supported"),
+        ("DELETE FROM jobs", "DML not supported"),
+        ("COPY (SELECT 1) TO '/tmp/out.csv'", "DML not supported"),
+        ("SET datafusion.execution.batch_size = 1", "not supported"),
+        ("SELECT * FROM '/etc/passwd'", "not found"),
+        ("SELECT * FROM other.public.jobs", "not found"),
+        ("SELECT * FROM nope", "not found"),
+        (&deep, "RecursionLimitExceeded"),
+        (
+            "SELECT count(*) FROM generate_series(1, 1000000000) a \
+             CROSS JOIN generate_series(1, 1000000000) b",
+            "stopped after 2 s",
+        ),
+        (
+            "SELECT array_agg(value ORDER BY value) FROM generate_series(1, 100000000)",
+            "Resources exhausted",
+        ),
+        ("", "request body"),
+    ] {
+        let (status, body) = sql_raw(&server, query, "application/json").await;
+        assert_eq!(status, 400, "{}: {body}", &query[..query.len().min(80)]);
+        assert!(
+            body.contains(says),
+            "{}: {body}",
+            &query[..query.len().min(80)]
+        );
+        let error: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(error["http_code"], 400);
+    }
+    // Nothing was written, and the server answers as before.
+    assert!(!Path::new("/tmp/out.csv").exists());
+    assert_eq!(get(&server.url("/healthz")).await.0, 200);
+    assert_eq!(number(&server, "SELECT count(*) FROM jobs").await, 6);
+    // The row limit cuts and says so.
+    let r = http_client()
+        .post(server.url("/api/sql"))
+        .body("SELECT * FROM generate_series(1, 100)")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-ballista-sql-truncated"], "5");
+    let rows: Vec<Value> = r.json().await.unwrap();
+    assert_eq!(rows.len(), 5);
+    server.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retention_and_damage_leave_the_tables_as_the_logs_are() {
+    let tmp = tempfile::tempdir().unwrap();
+    crate::history::copy_fixtures(tmp.path());
+    let mut server = Proc::history(tmp.path(), &["--update-interval-seconds", "1"]);
+    server.wait_healthy().await;
+    let all = "SELECT job_id, count(*) AS n, sum(duration_ms) AS d FROM tasks GROUP BY job_id \
+               ORDER BY job_id";
+    let before = sql(&server, all).await;
+    let lines = task_lines(tmp.path());
+    assert_eq!(
+        before.iter().map(|r| r["n"].as_i64().unwrap()).sum::<i64>(),
+        lines.values().sum::<i64>()
+    );
+    // A damaged file: the next query reads the logs again, same answer.
+    let columnar = tmp.path().join(".ballista-job-history.columnar");
+    let damaged: Vec<_> = std::fs::read_dir(columnar.join("tasks"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(damaged.len(), 1);
+    std::fs::write(&damaged[0], b"PAR1 not parquet").unwrap();
+    assert_eq!(sql(&server, all).await, before);
+    // A missing folder: rebuilt.
+    std::fs::remove_dir_all(&columnar).unwrap();
+    assert_eq!(sql(&server, all).await, before);
+    // A job deleted (as retention deletes it) leaves every table.
+    let gone = "038HEXYE9M000";
+    std::fs::remove_file(tmp.path().join(format!("{gone}.eventlog"))).unwrap();
+    eventually("the job leaves the list", || async {
+        get_json(&server.url("/api/jobs"))
+            .await
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|j| j["job_id"] != gone)
+    })
+    .await;
+    for table in ["jobs", "stages", "tasks", "operators"] {
+        assert_eq!(
+            number(
+                &server,
+                &format!("SELECT count(*) FROM {table} WHERE job_id = '{gone}'")
+            )
+            .await,
+            0,
+            "{table}"
+        );
+    }
+    let after = sql(&server, all).await;
+    let expected: Vec<Value> = before.into_iter().filter(|r| r["job_id"] != gone).collect();
+    assert_eq!(after, expected);
+    server.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_ballista_cluster_answers_the_export_as_the_server_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let logs = tmp.path().join("logs");
+    crate::history::copy_fixtures(&logs);
+    let out = tmp.path().join("export");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_ballista-scheduler"))
+        .args(["--history-only", "--event-log-dir"])
+        .arg(&logs)
+        .arg("--export-parquet")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for table in ["jobs", "stages", "tasks", "operators"] {
+        assert!(
+            out.join(table).join("part-00000.parquet").exists(),
+            "{table}"
+        );
+    }
+    let mut server = Proc::history(&logs, &[]);
+    server.wait_healthy().await;
+    // A real cluster reads the export.
+    let cluster = Cluster::start(&[]).await;
+    for table in ["jobs", "stages", "tasks", "operators"] {
+        cluster
+            .ctx
+            .sql(&format!(
+                "CREATE EXTERNAL TABLE {table} STORED AS PARQUET LOCATION '{}/'",
+                out.join(table).display()
+            ))
+            .await
+            .unwrap();
+    }
+    for query in [
+        "SELECT executor, count(*) AS n, sum(duration_ms) AS d FROM tasks GROUP BY executor \
+         ORDER BY executor",
+        "SELECT job_id, status, tasks FROM jobs ORDER BY job_id",
+        "SELECT job_id, stage_id, tasks, task_duration_p50_ms FROM stages ORDER BY 1, 2",
+    ] {
+        let batches = cluster
+            .ctx
+            .sql(query)
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let mut json = Vec::new();
+        {
+            let mut w = datafusion::arrow::json::ArrayWriter::new(&mut json);
+            for b in &batches {
+                w.write(b).unwrap();
+            }
+            w.finish().unwrap();
+        }
+        let ballista: Vec<Value> = if json.is_empty() {
+            Vec::new()
+        } else {
+            serde_json::from_slice(&json).unwrap()
+        };
+        assert!(!ballista.is_empty(), "{query}");
+        assert_eq!(ballista, sql(&server, query).await, "{query}");
+    }
+    server.terminate();
+}
