@@ -60,7 +60,7 @@ async fn jobs_page(n: usize) {
     )
     .with_index_file(Some(index));
     assert_eq!(store.load_persisted(), n);
-    let router = history_router(Arc::new(store), None, None, dir.path().join("columnar"));
+    let router = history_router(Arc::new(store), None, None);
     let mid = format!("0{:012X}", n / 2);
     let failed = n / 20;
     let cases: Vec<(String, String, usize)> = vec![
@@ -143,7 +143,7 @@ async fn drawn_pages() {
     assert_eq!(store.len(), 2);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let router = history_router(store, None, None, dir.path().join("columnar"));
+    let router = history_router(store, None, None);
     tokio::spawn(async move { axum::serve(listener, router).await });
     let b = browser::Browser::start().await;
     println!(

@@ -443,7 +443,15 @@ pub async fn run_scheduler(
 
     let token = history.as_ref().and_then(|h| h.api_token.clone());
     let sql = match (&history, &source) {
-        (Some(options), Some(source)) => Some(options.sql_engine(source.clone())),
+        (Some(options), Some(source)) => {
+            let engine = options.sql_engine(source.clone());
+            background.push(tokio::spawn(
+                engine
+                    .clone()
+                    .keep_fresh(options.update_interval, stop.stopped()),
+            ));
+            Some(engine)
+        }
         _ => None,
     };
     let router = crate::serving::auth::protect(
@@ -572,26 +580,17 @@ fn live_router(
 }
 
 /// What a history-only server answers over `store`: the job routes, state,
-/// version, executors (none), metrics, health, the web pages and, with
-/// `sql` limits, `POST /api/sql` (its columnar history in `columnar_dir`),
-/// behind `token` when there is one. [`run_history`] serves it; an embedding
+/// version, executors (none), metrics, health, the web pages and, with an
+/// `sql` engine, `POST /api/sql`, behind `token` when there is one. [`run_history`] serves it; an embedding
 /// process may serve it itself.
 pub fn history_router(
     store: Arc<LogStore>,
     token: Option<crate::serving::auth::ApiToken>,
-    sql: Option<crate::serving::sql::SqlLimits>,
-    columnar_dir: PathBuf,
+    sql: Option<Arc<crate::serving::sql::SqlEngine>>,
 ) -> Router {
     let started = u128::from(crate::format::now_millis());
     let ready_store = store.clone();
     let source: Arc<dyn JobSource> = Arc::new(DiskSource::new(store));
-    let sql = sql.map(|limits| {
-        Arc::new(crate::serving::sql::SqlEngine::new(
-            source.clone(),
-            columnar_dir,
-            limits,
-        ))
-    });
     let router = router::job_routes(source.clone())
         .merge(
             sql.map(crate::serving::sql::route::routes)
@@ -635,12 +634,12 @@ pub async fn run_history(
         let cleaner = Cleaner::new(store.clone(), policy.clone(), None, metrics);
         background.push(tokio::spawn(cleaner.run(stop.stopped())));
     }
-    let router = history_router(
-        store,
-        options.api_token.clone(),
-        Some(options.sql),
-        options.columnar_dir(),
-    );
+    let sql = options.sql_engine(Arc::new(DiskSource::new(store.clone())));
+    background.push(tokio::spawn(
+        sql.clone()
+            .keep_fresh(options.update_interval, stop.stopped()),
+    ));
+    let router = history_router(store, options.api_token.clone(), Some(sql));
     log::info!(
         "Ballista job history server listening on {:?}, serving {}",
         listener.local_addr().ok(),

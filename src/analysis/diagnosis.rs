@@ -93,7 +93,7 @@ pub enum Severity {
     Critical,
 }
 
-pub use crate::analysis::plan_metrics::operator_memory;
+pub use crate::analysis::plan_metrics::{OperatorMemory, operator_memory};
 
 /// One finding.
 #[derive(Debug, Clone, Serialize)]
@@ -142,21 +142,6 @@ pub struct Diagnosis {
     pub thresholds: Thresholds,
     /// What was found, most severe first.
     pub findings: Vec<Finding>,
-}
-
-/// One operator's memory and spill metrics, from a metrics plan.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct OperatorMemory {
-    /// Stage.
-    pub stage_id: u32,
-    /// Operator name (e.g. `SortExec`).
-    pub operator: String,
-    /// Spills.
-    pub spill_count: u64,
-    /// Bytes spilled.
-    pub spilled_bytes: u64,
-    /// Peak memory (bytes).
-    pub peak_mem_used: u64,
 }
 
 fn finding(kind: &'static str, severity: Severity, message: String) -> Finding {

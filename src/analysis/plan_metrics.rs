@@ -3,7 +3,20 @@
 //! read back into numbers: the memory and spill of each operator for the
 //! diagnosis, and every metric for the `operators` table.
 
-use crate::analysis::diagnosis::OperatorMemory;
+/// One operator's memory and spill metrics, from a metrics plan.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OperatorMemory {
+    /// Stage.
+    pub stage_id: u32,
+    /// Operator name (e.g. `SortExec`).
+    pub operator: String,
+    /// Spills.
+    pub spill_count: u64,
+    /// Bytes spilled.
+    pub spilled_bytes: u64,
+    /// Peak memory (bytes).
+    pub peak_mem_used: u64,
+}
 
 /// The operators' memory metrics in a `?plan_format=metrics` stages
 /// response: each plan line's `metrics=[...]`, read for `spill_count`,
@@ -184,4 +197,56 @@ fn parse_amount(text: &str) -> Option<u64> {
         _ => return None,
     };
     Some((number * scale).round() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_of_a_real_plan_line_is_read_with_its_unit() {
+        // A line as the scheduler printed it in a real run.
+        let plan = "SortShuffleWriterExec: partitioning=Hash([k@0], 16), metrics=[output_rows=2.00 K, \
+                    input_rows=2.00 K, spill_bytes=0, spill_count=0, repart_time=140.88µs, \
+                    spill_time=2ns, write_time=1.20s, peak_mem_used=1.5 MB]\n  \
+                    DataSourceExec: file_groups={1 group}, metrics=[output_rows=2000, elapsed_compute=3.58ms]\n";
+        let stages = serde_json::json!({"stages": [{"stage_id": "3", "stage_plan": plan}]});
+        let got = operator_metrics(stages.to_string().as_bytes());
+        let find = |op: &str, m: &str| {
+            got.iter()
+                .find(|x| x.operator == op && x.metric == m)
+                .map(|x| (x.value, x.unit, x.position, x.stage_id))
+        };
+        assert_eq!(
+            find("SortShuffleWriterExec", "output_rows"),
+            Some((2000.0, "count", 0, 3))
+        );
+        assert_eq!(
+            find("SortShuffleWriterExec", "spill_bytes"),
+            Some((0.0, "count", 0, 3))
+        );
+        assert_eq!(
+            find("SortShuffleWriterExec", "repart_time").map(|x| x.1),
+            Some("ns")
+        );
+        assert!((find("SortShuffleWriterExec", "repart_time").unwrap().0 - 140_880.0).abs() < 1e-6);
+        assert_eq!(
+            find("SortShuffleWriterExec", "spill_time"),
+            Some((2.0, "ns", 0, 3))
+        );
+        assert_eq!(
+            find("SortShuffleWriterExec", "write_time"),
+            Some((1.2e9, "ns", 0, 3))
+        );
+        assert_eq!(
+            find("SortShuffleWriterExec", "peak_mem_used"),
+            Some((1_572_864.0, "bytes", 0, 3))
+        );
+        assert_eq!(
+            find("DataSourceExec", "elapsed_compute"),
+            Some((3_580_000.0, "ns", 1, 3))
+        );
+        assert_eq!(got.len(), 10);
+        assert!(operator_metrics(b"{").is_empty());
+    }
 }

@@ -51,6 +51,10 @@ fn flags_that_would_do_nothing_are_refused_with_the_fix() {
         ("--retain-max-jobs", Some("5")),
         ("--event-log-compression", Some("zstd")),
         ("--object-store-timeout", Some("5s")),
+        ("--sql-timeout-seconds", Some("5")),
+        ("--sql-memory-limit", Some("64MiB")),
+        ("--sql-max-rows", Some("10")),
+        ("--export-parquet", Some("/tmp/out")),
     ] {
         let mut args = vec![flag];
         args.extend(value);
@@ -77,6 +81,15 @@ fn flags_that_would_do_nothing_are_refused_with_the_fix() {
             &[flag, "--history-only"],
         );
     }
+    // The export is a history server's one-shot.
+    refused(
+        &["--event-log-dir", dir, "--export-parquet", "/tmp/out"],
+        &["--export-parquet", "--history-only"],
+    );
+    refused(
+        &["--event-log-dir", dir, "--sql-memory-limit", "lots"],
+        &["--sql-memory-limit"],
+    );
     // Object-store flags on a local directory.
     refused(
         &["--event-log-dir", dir, "--object-store-timeout", "5s"],

@@ -154,6 +154,11 @@ impl Columnar {
     /// the generation to query.
     pub async fn refresh(&self, source: &dyn JobSource) -> Result<Arc<Generation>, String> {
         let mut state = self.state.lock().await;
+        // Before the first index pass the store lists too little: what the
+        // files hold stays as it is.
+        if source.store().is_some_and(|s| !s.is_ready()) {
+            return Ok(state.current.clone());
+        }
         let completed: HashSet<String> = match source.store() {
             Some(store) => store.with_completed(|jobs| {
                 jobs.map(|j| crate::store::query::JobFacts::job_id(j).to_string())
@@ -432,7 +437,7 @@ fn merge_segments(
     keep: &HashSet<String>,
     seq: u64,
 ) -> Result<Option<Segment>, String> {
-    use datafusion::arrow::array::{Array, StringArray};
+    use datafusion::arrow::array::{Array, StringViewArray};
     let mut seg = Segment {
         seq,
         ..Segment::default()
@@ -460,7 +465,7 @@ fn merge_segments(
                 let ids = batch
                     .column(0)
                     .as_any()
-                    .downcast_ref::<StringArray>()
+                    .downcast_ref::<StringViewArray>()
                     .ok_or("the job_id column is not text")?;
                 let mask: datafusion::arrow::array::BooleanArray = (0..ids.len())
                     .map(|i| Some(keep.contains(ids.value(i))))

@@ -122,6 +122,32 @@ impl SqlEngine {
             .map_err(|e| ApiError::Internal(format!("the columnar history cannot be built: {e}")))
     }
 
+    /// Brings the columnar history up to date every `interval` (once when
+    /// zero) until `stop` resolves, so jobs are in it soon after they
+    /// complete and a query seldom waits for their logs to be read.
+    pub async fn keep_fresh(
+        self: Arc<Self>,
+        interval: Duration,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::pin!(stop);
+        let mut ticker = tokio::time::interval(interval.max(Duration::from_secs(1)));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {
+                    if let Err(e) = self.refresh().await {
+                        log::warn!("history: {e}");
+                    }
+                    if interval.is_zero() {
+                        return;
+                    }
+                }
+                () = &mut stop => return,
+            }
+        }
+    }
+
     /// The `jobs` table now.
     pub async fn jobs(&self, generation: &Generation) -> Result<RecordBatch, ApiError> {
         let query = ListQuery {
@@ -206,10 +232,7 @@ impl SqlEngine {
             .0
             .as_ref()
             .expect("the runtime lives as long as the engine")
-            .spawn(async move {
-                let ctx = context(limits, &held, jobs)?;
-                run(&ctx, &sql, limits.max_rows).await
-            });
+            .spawn(async move { query_files(&held, jobs, &sql, limits).await });
         let abort = handle.abort_handle();
         let answer = match tokio::time::timeout(limits.timeout, handle).await {
             Ok(Ok(answer)) => answer,
@@ -225,6 +248,19 @@ impl SqlEngine {
         drop(generation);
         answer
     }
+}
+
+/// Runs `sql` over the files of `generation` (and `jobs`, when given) in
+/// this runtime, without the time limit: what a query does once the
+/// engine has its tables (the SQL bench times it).
+pub async fn query_files(
+    generation: &Generation,
+    jobs: Option<RecordBatch>,
+    sql: &str,
+    limits: SqlLimits,
+) -> Result<Answer, ApiError> {
+    let ctx = context(limits, generation, jobs)?;
+    run(&ctx, sql, limits.max_rows).await
 }
 
 /// A session over the tables, with the limits; nothing else registered.

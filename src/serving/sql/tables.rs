@@ -10,7 +10,7 @@ use crate::analysis::records::JobRecords;
 use crate::analysis::stats::quantile;
 use crate::store::query::JobFacts;
 use datafusion::arrow::array::{
-    ArrayRef, Float64Builder, Int64Builder, RecordBatch, StringBuilder,
+    ArrayRef, Float64Builder, Int64Builder, RecordBatch, StringViewBuilder,
     TimestampMillisecondBuilder, UInt32Builder,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
@@ -28,9 +28,9 @@ fn field(name: &str, t: DataType, nullable: bool) -> Field {
 /// `jobs`: one row per job.
 pub static JOBS: LazyLock<SchemaRef> = LazyLock::new(|| {
     Arc::new(Schema::new(vec![
-        field("job_id", DataType::Utf8, false),
-        field("job_name", DataType::Utf8, false),
-        field("status", DataType::Utf8, false),
+        field("job_id", DataType::Utf8View, false),
+        field("job_name", DataType::Utf8View, false),
+        field("status", DataType::Utf8View, false),
         field("queued_time", ts(), true),
         field("start_time", ts(), true),
         field("end_time", ts(), true),
@@ -40,20 +40,20 @@ pub static JOBS: LazyLock<SchemaRef> = LazyLock::new(|| {
         field("tasks", DataType::Int64, true),
         field("failed_tasks", DataType::Int64, true),
         field("output_rows", DataType::Int64, true),
-        field("error_message", DataType::Utf8, true),
+        field("error_message", DataType::Utf8View, true),
         field("dropped_records", DataType::Int64, true),
-        field("scheduler_id", DataType::Utf8, true),
+        field("scheduler_id", DataType::Utf8View, true),
         field("log_size", DataType::Int64, true),
-        field("query_hash", DataType::Utf8, true),
+        field("query_hash", DataType::Utf8View, true),
     ]))
 });
 
 /// `stages`: one row per stage of a job.
 pub static STAGES: LazyLock<SchemaRef> = LazyLock::new(|| {
     Arc::new(Schema::new(vec![
-        field("job_id", DataType::Utf8, false),
+        field("job_id", DataType::Utf8View, false),
         field("stage_id", DataType::UInt32, false),
-        field("status", DataType::Utf8, true),
+        field("status", DataType::Utf8View, true),
         field("start_time", ts(), true),
         field("end_time", ts(), true),
         field("duration_ms", DataType::Int64, true),
@@ -73,13 +73,13 @@ pub static STAGES: LazyLock<SchemaRef> = LazyLock::new(|| {
 /// `tasks`: one row per task attempt.
 pub static TASKS: LazyLock<SchemaRef> = LazyLock::new(|| {
     Arc::new(Schema::new(vec![
-        field("job_id", DataType::Utf8, false),
+        field("job_id", DataType::Utf8View, false),
         field("stage_id", DataType::UInt32, false),
         field("partition", DataType::UInt32, false),
         field("attempt", DataType::UInt32, false),
-        field("executor", DataType::Utf8, false),
-        field("status", DataType::Utf8, false),
-        field("failure_reason", DataType::Utf8, true),
+        field("executor", DataType::Utf8View, false),
+        field("status", DataType::Utf8View, false),
+        field("failure_reason", DataType::Utf8View, true),
         field("launch_time", ts(), true),
         field("start_time", ts(), true),
         field("end_time", ts(), true),
@@ -94,13 +94,13 @@ pub static TASKS: LazyLock<SchemaRef> = LazyLock::new(|| {
 /// metrics plan was recorded.
 pub static OPERATORS: LazyLock<SchemaRef> = LazyLock::new(|| {
     Arc::new(Schema::new(vec![
-        field("job_id", DataType::Utf8, false),
+        field("job_id", DataType::Utf8View, false),
         field("stage_id", DataType::UInt32, false),
         field("position", DataType::UInt32, false),
-        field("operator", DataType::Utf8, false),
-        field("metric", DataType::Utf8, false),
+        field("operator", DataType::Utf8View, false),
+        field("metric", DataType::Utf8View, false),
         field("value", DataType::Float64, false),
-        field("unit", DataType::Utf8, false),
+        field("unit", DataType::Utf8View, false),
     ]))
 });
 
@@ -148,13 +148,13 @@ pub fn job_rows(
 ) -> JobRows {
     let n = records.tasks.len();
     let mut t = (
-        StringBuilder::with_capacity(n, n * job_id.len()),
+        StringViewBuilder::with_capacity(n),
         UInt32Builder::with_capacity(n),
         UInt32Builder::with_capacity(n),
         UInt32Builder::with_capacity(n),
-        StringBuilder::with_capacity(n, n * 36),
-        StringBuilder::with_capacity(n, n * 10),
-        StringBuilder::new(),
+        StringViewBuilder::with_capacity(n),
+        StringViewBuilder::with_capacity(n),
+        StringViewBuilder::new(),
         [
             TimestampMillisecondBuilder::with_capacity(n),
             TimestampMillisecondBuilder::with_capacity(n),
@@ -294,13 +294,13 @@ pub fn job_rows(
     );
 
     let mut o = (
-        StringBuilder::new(),
+        StringViewBuilder::new(),
         UInt32Builder::new(),
         UInt32Builder::new(),
-        StringBuilder::new(),
-        StringBuilder::new(),
+        StringViewBuilder::new(),
+        StringViewBuilder::new(),
         Float64Builder::new(),
-        StringBuilder::new(),
+        StringViewBuilder::new(),
     );
     for m in metrics {
         o.0.append_value(job_id);
@@ -338,9 +338,9 @@ pub fn job_rows(
 
 #[derive(Default)]
 struct StageColumns {
-    job_id: StringBuilder,
+    job_id: StringViewBuilder,
     stage_id: UInt32Builder,
-    status: StringBuilder,
+    status: StringViewBuilder,
     start: TimestampMillisecondBuilder,
     end: TimestampMillisecondBuilder,
     ints: [Int64Builder; 11],
@@ -371,10 +371,10 @@ pub struct JobLine<'a> {
 /// The `jobs` table of `lines`.
 pub fn jobs_batch(lines: &[JobLine<'_>]) -> RecordBatch {
     let n = lines.len();
-    let mut text: [StringBuilder; 3] = Default::default();
+    let mut text: [StringViewBuilder; 3] = Default::default();
     let mut times: [TimestampMillisecondBuilder; 3] = Default::default();
     let mut ints: [Int64Builder; 9] = Default::default();
-    let mut extra: [StringBuilder; 3] = Default::default();
+    let mut extra: [StringViewBuilder; 3] = Default::default();
     for b in &mut ints {
         *b = Int64Builder::with_capacity(n);
     }
