@@ -558,7 +558,8 @@ fn live_router(
         ),
         Some(source) => router::job_routes(source.clone())
             .merge(
-                sql.map(crate::serving::sql::route::routes)
+                sql.clone()
+                    .map(crate::serving::sql::route::routes)
                     .unwrap_or_default(),
             )
             .layer(cors(config))
@@ -568,6 +569,7 @@ fn live_router(
                 true,
                 scheduler.scheduler_id.clone(),
                 token,
+                sql,
             )),
         None => health,
     };
@@ -593,7 +595,8 @@ pub fn history_router(
     let source: Arc<dyn JobSource> = Arc::new(DiskSource::new(store));
     let router = router::job_routes(source.clone())
         .merge(
-            sql.map(crate::serving::sql::route::routes)
+            sql.clone()
+                .map(crate::serving::sql::route::routes)
                 .unwrap_or_default(),
         )
         .merge(router::history_routes(
@@ -606,6 +609,7 @@ pub fn history_router(
             false,
             "history-server".into(),
             token.clone(),
+            sql,
         ));
     crate::serving::auth::protect(with_version_headers(router), token)
 }

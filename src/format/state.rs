@@ -30,8 +30,9 @@ impl JobState {
         ("abandoned", JobState::Abandoned),
     ];
 
-    /// The position of this state in [`JobState::ALL`].
-    pub(crate) fn index(self) -> usize {
+    /// The position of this state in the counts `LogStore::counts` gives
+    /// (queued, running, completed, failed, cancelled, abandoned).
+    pub fn index(self) -> usize {
         match self {
             JobState::Queued => 0,
             JobState::Running => 1,

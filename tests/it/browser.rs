@@ -87,6 +87,17 @@ impl Browser {
         self.client.goto(url).await.unwrap();
     }
 
+    /// Clicks the element `locator` finds.
+    pub async fn click(&self, locator: Locator<'_>) {
+        self.client
+            .find(locator)
+            .await
+            .unwrap_or_else(|e| panic!("nothing to click at {locator:?}: {e}"))
+            .click()
+            .await
+            .unwrap();
+    }
+
     /// The texts of every element matching `css`.
     pub async fn texts(&self, css: &str) -> Vec<String> {
         let mut out = Vec::new();

@@ -240,6 +240,18 @@ async fn the_tables_hold_what_the_logs_hold() {
     let rows: usize = reader.map(|b| b.unwrap().num_rows()).sum();
     assert_eq!(rows, json.len());
 
+    // The SQL page: the same engine and refusals, an answer as CSV.
+    let (code, _, page) = get(&sched.url("/ui/sql?q=DROP%20TABLE%20jobs")).await;
+    assert_eq!(code, 400);
+    assert!(String::from_utf8_lossy(&page).contains("DDL not supported"));
+    let (code, ct, csv) =
+        get(&sched.url("/ui/sql.csv?q=SELECT%20count(*)%20AS%20n%20FROM%20jobs")).await;
+    assert_eq!((code, ct.as_str()), (200, "text/csv; charset=utf-8"));
+    assert_eq!(
+        String::from_utf8_lossy(&csv),
+        format!("n\n{}\n", listed.len())
+    );
+
     // Every question of docs/sql.md runs against these jobs.
     let questions = documented_questions();
     assert!(questions.len() >= 10, "{}", questions.len());

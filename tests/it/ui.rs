@@ -79,20 +79,10 @@ async fn the_pages_show_real_jobs_in_a_browser() {
     b.shot("jobs").await;
 
     // Filters: the form's status choice becomes the URL and the list.
-    b.client
-        .find(Locator::Css("select[name=status] option[value=failed]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    b.client
-        .find(Locator::Css("form.filters button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(Locator::Css("select[name=status] option[value=failed]"))
+        .await;
+    b.click(Locator::Css("form.filters button[type=submit]"))
+        .await;
     b.until(
         "the filtered list",
         "location.search.includes('status=failed')",
@@ -113,23 +103,11 @@ async fn the_pages_show_real_jobs_in_a_browser() {
     let order = api_ids(sched, "").await;
     b.open(&sched.url("/?limit=1")).await;
     assert_eq!(b.texts("table.jobs tbody td.id").await, [order[0].clone()]);
-    b.client
-        .find(Locator::Css("a[rel=next]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(Locator::Css("a[rel=next]")).await;
     b.until("page 2", "location.search.includes('after=')")
         .await;
     assert_eq!(b.texts("table.jobs tbody td.id").await, [order[1].clone()]);
-    b.client
-        .find(Locator::Css("a[rel=next]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(Locator::Css("a[rel=next]")).await;
     b.until(
         "page 3",
         &format!(
@@ -138,13 +116,7 @@ async fn the_pages_show_real_jobs_in_a_browser() {
         ),
     )
     .await;
-    b.client
-        .find(Locator::Css("a[rel=prev]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(Locator::Css("a[rel=prev]")).await;
     b.until("back to page 2", "location.search.includes('before=')")
         .await;
     assert_eq!(b.texts("table.jobs tbody td.id").await, [order[1].clone()]);
@@ -161,13 +133,7 @@ async fn the_pages_show_real_jobs_in_a_browser() {
 
     // A job page: one click from the list.
     b.open(&sched.url("/")).await;
-    b.client
-        .find(Locator::LinkText(&join_job))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(Locator::LinkText(&join_job)).await;
     b.until("the job page", "location.pathname.startsWith('/ui/job/')")
         .await;
     assert_eq!(b.location().await, format!("/ui/job/{join_job}"));
@@ -243,13 +209,7 @@ async fn the_pages_show_real_jobs_in_a_browser() {
     assert_eq!(downloaded.as_str().unwrap(), file);
 
     // Tabs: plans, config, diagnosis.
-    b.client
-        .find(Locator::LinkText("Plans"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(Locator::LinkText("Plans")).await;
     b.until("plans", "location.search.includes('tab=plans')")
         .await;
     let plans = b.texts("pre.plan").await;
@@ -258,13 +218,7 @@ async fn the_pages_show_real_jobs_in_a_browser() {
         "{plans:?}"
     );
     b.shot("plans").await;
-    b.client
-        .find(Locator::LinkText("Config"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(Locator::LinkText("Config")).await;
     b.until("config", "location.search.includes('tab=config')")
         .await;
     let config = get_json(&sched.url(&format!("/api/job/{join_job}/config"))).await;
@@ -289,13 +243,7 @@ async fn the_pages_show_real_jobs_in_a_browser() {
         .filter(|(k, v)| k.contains("batch_size") || v.to_string().contains("batch_size"))
         .count();
     assert_eq!(visible, expected);
-    b.client
-        .find(Locator::LinkText("Diagnosis"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(Locator::LinkText("Diagnosis")).await;
     b.until("diagnosis", "location.search.includes('tab=diagnosis')")
         .await;
     let api = get_json(&sched.url(&format!("/api/job/{join_job}/diagnosis"))).await;
@@ -309,13 +257,8 @@ async fn the_pages_show_real_jobs_in_a_browser() {
     b.open(&sched.url(&format!("/ui/job/{join_job}"))).await;
     let first = &stages[0];
     let id = first["stage_id"].as_str().unwrap();
-    b.client
-        .find(Locator::Css(&format!("svg.graph a[href$='/stage/{id}']")))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(Locator::Css(&format!("svg.graph a[href$='/stage/{id}']")))
+        .await;
     b.until(
         "the stage page",
         &format!("location.pathname.endsWith('/stage/{id}')"),
@@ -378,13 +321,8 @@ async fn the_pages_show_real_jobs_in_a_browser() {
     assert_eq!(joined, Ok(100));
     completed_log(&cluster.logs, &again).await;
     b.open(&sched.url(&format!("/ui/job/{again}"))).await;
-    b.client
-        .find(Locator::LinkText("Compare with previous run"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(Locator::LinkText("Compare with previous run"))
+        .await;
     b.until("the comparison", "location.pathname === '/ui/compare'")
         .await;
     assert_eq!(
@@ -419,6 +357,29 @@ async fn the_pages_show_real_jobs_in_a_browser() {
         .to_string();
     assert!(rows.iter().any(|r| r.starts_with(&hash)), "{rows:?}");
     b.shot("queries").await;
+
+    // SQL: an example question from the page, answered as the API does.
+    b.open(&sched.url("/ui/sql")).await;
+    b.click(Locator::Css("ul.examples a")).await;
+    b.until(
+        "the answer",
+        "document.querySelector('table.result') !== null",
+    )
+    .await;
+    let q = b
+        .js("return new URLSearchParams(location.search).get('q');")
+        .await;
+    let api: Vec<serde_json::Value> = http_client()
+        .post(sched.url("/api/sql"))
+        .body(q.as_str().unwrap().to_string())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(b.texts("table.result tbody tr").await.len(), api.len());
+    b.shot("sql").await;
 
     // Live: a running job refreshes the list on its own until it ends.
     let heavy = spawn_heavy(&cluster.ctx);
@@ -552,13 +513,7 @@ async fn the_pages_ask_for_the_token_once() {
     assert_eq!(status, 401);
     assert_eq!(b.js("return document.cookie;").await, "");
     // Forgetting the token signs out.
-    b.client
-        .find(Locator::Css("button.link"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    b.click(Locator::Css("button.link")).await;
     b.until("signed out", "location.pathname === '/ui/login'")
         .await;
     b.open(&server.url("/")).await;

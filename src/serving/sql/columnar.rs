@@ -54,8 +54,11 @@ pub const TABLES: [(&str, &std::sync::LazyLock<SchemaRef>); 3] = [
 const ROW_GROUP: usize = 64 * 1024;
 /// Jobs read from their logs at once.
 const READERS: usize = 4;
-/// Segments of fewer rows are merged, when there are more than a few.
+/// Segments of fewer task rows are merged, in groups of at most this many
+/// rows, when there are more than a few.
 const SMALL: u64 = 256 * 1024;
+/// New jobs read into one segment at most.
+const CHUNK: usize = 500;
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 struct Segment {
@@ -192,19 +195,22 @@ impl Columnar {
                 rewrite.push(i);
             }
         }
-        let small: Vec<usize> = (0..state.manifest.segments.len())
-            .filter(|&i| state.manifest.segments[i].rows < SMALL)
+        let merge = small_groups(&state.manifest.segments);
+        // Each rewrite alone (jobs gone), each group of small ones merged.
+        let merged: HashSet<usize> = merge.iter().flatten().copied().collect();
+        let groups: Vec<Vec<usize>> = rewrite
+            .into_iter()
+            .filter(|i| !merged.contains(i))
+            .map(|i| vec![i])
+            .chain(merge)
             .collect();
-        let merge = if small.len() > 4 { small } else { Vec::new() };
-        let mut redo: Vec<usize> = rewrite.into_iter().chain(merge).collect();
-        redo.sort_unstable();
-        redo.dedup();
-        if !redo.is_empty() {
-            let old: Vec<Segment> = redo
-                .iter()
-                .rev()
-                .map(|&i| state.manifest.segments.remove(i))
-                .collect();
+        let mut slots: Vec<Option<Segment>> = state.manifest.segments.drain(..).map(Some).collect();
+        let taken: Vec<Vec<Segment>> = groups
+            .iter()
+            .map(|g| g.iter().filter_map(|&i| slots[i].take()).collect())
+            .collect();
+        state.manifest.segments = slots.into_iter().flatten().collect();
+        for old in taken {
             let seq = state.manifest.next_seq;
             state.manifest.next_seq += 1;
             let keep = completed.clone();
@@ -237,8 +243,9 @@ impl Columnar {
             .cloned()
             .collect();
         new.sort();
-        if !new.is_empty() {
-            let rows: Vec<(String, JobRows)> = futures::stream::iter(new)
+        // In chunks, so memory stays bounded however many jobs are new.
+        for chunk in new.chunks(CHUNK) {
+            let rows: Vec<(String, JobRows)> = futures::stream::iter(chunk.iter().cloned())
                 .map(|id| async move {
                     let rows = rows_of(source, &id).await;
                     (id, rows)
@@ -255,16 +262,17 @@ impl Columnar {
                 })
                 .collect()
                 .await;
-            if !rows.is_empty() {
-                let seq = state.manifest.next_seq;
-                state.manifest.next_seq += 1;
-                let dir = self.dir.clone();
-                let seg = tokio::task::spawn_blocking(move || write_segment(&dir, seq, rows))
-                    .await
-                    .map_err(|e| e.to_string())??;
-                state.manifest.segments.push(seg);
-                changed = true;
+            if rows.is_empty() {
+                continue;
             }
+            let seq = state.manifest.next_seq;
+            state.manifest.next_seq += 1;
+            let dir = self.dir.clone();
+            let seg = tokio::task::spawn_blocking(move || write_segment(&dir, seq, rows))
+                .await
+                .map_err(|e| e.to_string())??;
+            state.manifest.segments.push(seg);
+            changed = true;
         }
         if changed {
             state.manifest.version = 1;
@@ -290,6 +298,31 @@ impl Columnar {
             false
         });
     }
+}
+
+/// Groups of two or more small segments (by index) whose rows together stay
+/// within [`SMALL`], when more than four segments are small.
+fn small_groups(segments: &[Segment]) -> Vec<Vec<usize>> {
+    let small: Vec<usize> = (0..segments.len())
+        .filter(|&i| segments[i].rows < SMALL)
+        .collect();
+    if small.len() <= 4 {
+        return Vec::new();
+    }
+    let mut groups = Vec::new();
+    let mut group: Vec<usize> = Vec::new();
+    let mut rows = 0;
+    for i in small {
+        if rows + segments[i].rows > SMALL && !group.is_empty() {
+            groups.push(std::mem::take(&mut group));
+            rows = 0;
+        }
+        rows += segments[i].rows;
+        group.push(i);
+    }
+    groups.push(group);
+    groups.retain(|g| g.len() > 1);
+    groups
 }
 
 /// Whether `path` is a Parquet file whose footer reads.
@@ -496,4 +529,38 @@ fn write_manifest(dir: &Path, m: &Manifest) -> Result<(), String> {
     std::fs::write(&tmp, serde_json::to_vec(m).map_err(|e| e.to_string())?)
         .map_err(|e| format!("{}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, dir.join("manifest.json")).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segs(rows: &[u64]) -> Vec<Segment> {
+        rows.iter()
+            .enumerate()
+            .map(|(i, &rows)| Segment {
+                seq: i as u64,
+                rows,
+                jobs: BTreeMap::new(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn small_segments_merge_in_bounded_groups_and_never_alone() {
+        assert_eq!(
+            small_groups(&segs(&[100_000; 6])),
+            [vec![0, 1], vec![2, 3], vec![4, 5]]
+        );
+        // Few small ones: left as they are.
+        assert!(small_groups(&segs(&[10, 10, 10, 10, 1_000_000])).is_empty());
+        // Small ones that cannot pair within the bound: no rewrite at all,
+        // so a refresh does not rewrite them again and again.
+        assert!(small_groups(&segs(&[200_000; 6])).is_empty());
+        // Large segments are never merged.
+        assert_eq!(
+            small_groups(&segs(&[5, 1_000_000, 5, 5, 5, 5])),
+            [vec![0, 2, 3, 4, 5]]
+        );
+    }
 }

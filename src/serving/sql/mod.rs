@@ -73,6 +73,9 @@ pub struct SqlEngine {
     columnar: Arc<Columnar>,
     limits: SqlLimits,
     runtime: Runtime,
+    /// Whether a query has been asked: until then nothing is built, so a
+    /// server whose SQL is never used reads no log twice.
+    used: std::sync::atomic::AtomicBool,
 }
 
 /// A runtime of its own for queries, shut down without waiting (it may be
@@ -101,6 +104,7 @@ impl SqlEngine {
             columnar: Arc::new(Columnar::open(dir)),
             limits,
             runtime: Runtime(Some(runtime)),
+            used: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -122,8 +126,9 @@ impl SqlEngine {
             .map_err(|e| ApiError::Internal(format!("the columnar history cannot be built: {e}")))
     }
 
-    /// Brings the columnar history up to date every `interval` (once when
-    /// zero) until `stop` resolves, so jobs are in it soon after they
+    /// Once SQL is in use (a query was asked, or the folder holds files
+    /// from an earlier run), brings the columnar history up to date every
+    /// `interval` until `stop` resolves, so jobs are in it soon after they
     /// complete and a query seldom waits for their logs to be read.
     pub async fn keep_fresh(
         self: Arc<Self>,
@@ -136,11 +141,10 @@ impl SqlEngine {
         loop {
             tokio::select! {
                 _ = ticker.tick() => {
-                    if let Err(e) = self.refresh().await {
+                    let in_use = self.used.load(std::sync::atomic::Ordering::Relaxed)
+                        || self.columnar.dir().join("manifest.json").exists();
+                    if in_use && let Err(e) = self.refresh().await {
                         log::warn!("history: {e}");
-                    }
-                    if interval.is_zero() {
-                        return;
                     }
                 }
                 () = &mut stop => return,
@@ -217,6 +221,7 @@ impl SqlEngine {
 
     /// Runs `sql` (read-only) under the limits.
     pub async fn query(&self, sql: &str) -> Result<Answer, ApiError> {
+        self.used.store(true, std::sync::atomic::Ordering::Relaxed);
         let generation = self.refresh().await?;
         let wants_jobs = sql.to_ascii_lowercase().contains("jobs");
         let jobs = if wants_jobs {

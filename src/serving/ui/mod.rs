@@ -8,6 +8,8 @@
 //!   ([`data`]);
 //! - `/ui/queries` and `/ui/compare?a=&b=`: recurring queries and a
 //!   comparison of two runs ([`insight`]);
+//! - `/ui/sql?q=`: SQL over the history, with the documented questions
+//!   ([`sql`]);
 //! - `/ui/login`: asks for the API token when the server has one;
 //! - `/ui/assets/*`: the one CSS file and the scripts, compiled in.
 //!
@@ -27,6 +29,7 @@ pub(crate) mod insight;
 pub(crate) mod job;
 pub(crate) mod jobs;
 pub(crate) mod page;
+pub(crate) mod sql;
 pub(crate) mod stage;
 
 use crate::serving::auth::ApiToken;
@@ -49,6 +52,8 @@ pub(crate) struct Ui {
     pub(crate) scheduler_id: String,
     /// The API token, when the server has one.
     pub(crate) token: Option<ApiToken>,
+    /// The SQL engine, when the server answers SQL.
+    pub(crate) sql: Option<Arc<crate::serving::sql::SqlEngine>>,
 }
 
 /// The pages over `source`.
@@ -57,12 +62,14 @@ pub(crate) fn routes(
     live: bool,
     scheduler_id: String,
     token: Option<ApiToken>,
+    sql: Option<Arc<crate::serving::sql::SqlEngine>>,
 ) -> Router {
     let ui = Ui {
         source,
         live,
         scheduler_id,
         token,
+        sql,
     };
     Router::new()
         .route("/", get(jobs::page))
@@ -75,6 +82,8 @@ pub(crate) fn routes(
         .route("/ui/job/{job_id}/eventlog", get(data::eventlog))
         .route("/ui/queries", get(insight::queries_page))
         .route("/ui/compare", get(insight::compare_page))
+        .route("/ui/sql", get(sql::page))
+        .route("/ui/sql.csv", get(sql::csv))
         .route("/ui/login", get(login_page).post(login))
         .route("/ui/logout", axum::routing::post(logout))
         .route("/ui/assets/{name}", get(asset))

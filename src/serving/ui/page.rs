@@ -12,6 +12,7 @@ use maud::{DOCTYPE, Markup, html};
 pub(crate) enum Nav {
     Jobs,
     Queries,
+    Sql,
     None,
 }
 
@@ -46,6 +47,9 @@ pub(crate) fn frame(ui: &Ui, title: &str, nav: Nav, refresh: bool, body: Markup)
                     nav aria-label="Pages" {
                         a href="/" aria-current=[(nav == Nav::Jobs).then_some("page")] { "Jobs" }
                         a href="/ui/queries" aria-current=[(nav == Nav::Queries).then_some("page")] { "Recurring queries" }
+                        @if ui.sql.is_some() {
+                            a href="/ui/sql" aria-current=[(nav == Nav::Sql).then_some("page")] { "SQL" }
+                        }
                         @if ui.token.is_some() {
                             form.inline method="post" action="/ui/logout" {
                                 button.link type="submit" { "Forget token" }
