@@ -222,6 +222,56 @@ fn main() {
         scaled.as_secs_f64()
     );
 
+    // `jobs` over a million jobs: built from the list for each query.
+    let n = env_usize("SQL_INDEX_JOBS", 1_000_000);
+    let index_dir = tempfile::tempdir().unwrap();
+    let index = index_dir.path().join("index");
+    std::fs::write(
+        &index,
+        ballista_job_history::store::snapshot::encode(corpus::summaries(n).iter()),
+    )
+    .unwrap();
+    let store = ballista_job_history::store::LogStore::new(
+        index_dir.path().join("empty"),
+        std::sync::Arc::new(ballista_job_history::metrics::HistoryMetrics::unregistered()),
+    )
+    .with_index_file(Some(index));
+    assert_eq!(store.load_persisted(), n);
+    let engine = ballista_job_history::serving::sql::SqlEngine::new(
+        std::sync::Arc::new(ballista_job_history::serving::source::DiskSource::new(
+            std::sync::Arc::new(store),
+        )),
+        index_dir.path().join("columnar"),
+        limits,
+    );
+    let failed = (n / 20) as i64;
+    let mut times = Vec::new();
+    for i in 0..=5 {
+        let t = Instant::now();
+        let answer = runtime
+            .block_on(engine.query("SELECT count(*) AS n FROM jobs WHERE status = 'Failed'"))
+            .unwrap();
+        let got = answer.batches[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::Int64Array>()
+            .unwrap()
+            .value(0);
+        assert!(
+            (got - failed).abs() < failed / 10,
+            "{got} vs about {failed}"
+        );
+        if i > 0 {
+            times.push(t.elapsed());
+        }
+    }
+    println!(
+        "
+`SELECT count(*) FROM jobs WHERE status = 'Failed'` over {n} jobs (the table built \
+         from the index for the query): {} (median of 5)",
+        corpus::ms(median(times))
+    );
+
     // The columnar rows of one job beside writing its log.
     let mut rng = corpus::Rng::new(9);
     let r = records(0, &mut rng);

@@ -296,6 +296,12 @@ impl LogStore {
         }
     }
 
+    /// A number that changes whenever the completed jobs change (one is
+    /// added, replaced or forgotten), so a reader can tell nothing did.
+    pub fn version(&self) -> u64 {
+        self.catalog.read().version
+    }
+
     /// The size of a job's log when it was last indexed.
     pub fn log_len(&self, job_id: &str) -> Option<u64> {
         let index = self.catalog.read();

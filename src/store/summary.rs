@@ -230,6 +230,11 @@ impl JobSummary {
         self.text.get(start..end).unwrap_or("")
     }
 
+    /// The log's size when it was indexed.
+    pub fn log_len(&self) -> u64 {
+        self.len
+    }
+
     /// The long status text.
     pub fn job_status(&self) -> &str {
         self.piece(2)
@@ -456,6 +461,8 @@ pub(super) struct Catalog {
     /// How many completed jobs are in each state (by [`JobState::index`]),
     /// kept with `jobs` so the counts cost nothing to read.
     pub(super) counts: [usize; JobState::ALL.len()],
+    /// Bumped at every change of the completed jobs.
+    pub(super) version: u64,
 }
 
 /// The ordered set, the id set and the odd names of a catalog filled at
@@ -476,6 +483,7 @@ impl Catalog {
         }
         self.order.insert(ByPosition(summary.clone()));
         self.counts[summary.state.index()] += 1;
+        self.version += 1;
         self.jobs.insert(ById(summary));
     }
 
@@ -483,6 +491,7 @@ impl Catalog {
         let ById(old) = self.jobs.take(id)?;
         self.order.remove(&ByPosition(old.clone()));
         self.counts[old.state.index()] -= 1;
+        self.version += 1;
         if old.file == FileKind::Named {
             self.odd_names.remove(&*old.file_name());
         }
@@ -504,11 +513,13 @@ impl Catalog {
         self.order.clear();
         self.odd_names.clear();
         self.counts = Default::default();
+        self.version += 1;
     }
 
     /// Replaces the completed jobs with sets built in bulk.
     pub(super) fn set_completed(&mut self, (order, ids, odd_names): CatalogSets) {
         self.counts = Default::default();
+        self.version += 1;
         for ById(s) in &ids {
             self.counts[s.state.index()] += 1;
         }

@@ -64,6 +64,9 @@ const CHUNK: usize = 500;
 struct Segment {
     seq: u64,
     rows: u64,
+    /// Its files' sizes, by table.
+    #[serde(default)]
+    sizes: Vec<u64>,
     /// Each job it holds, with the totals `jobs` shows.
     jobs: BTreeMap<String, Totals>,
 }
@@ -105,6 +108,11 @@ pub struct Columnar {
 struct State {
     manifest: Manifest,
     current: Arc<Generation>,
+    /// Jobs whose log could not be read into rows: not tried again (and
+    /// not reported again) by this process.
+    unreadable: HashSet<String>,
+    /// The store's version the files were last brought up to.
+    seen: Option<u64>,
 }
 
 fn seg_path(dir: &Path, table: &str, seq: u64) -> PathBuf {
@@ -143,7 +151,12 @@ impl Columnar {
         let current = Arc::new(generation(&dir, &manifest));
         Self {
             dir,
-            state: tokio::sync::Mutex::new(State { manifest, current }),
+            state: tokio::sync::Mutex::new(State {
+                manifest,
+                current,
+                unreadable: HashSet::new(),
+                seen: None,
+            }),
             retired: Mutex::new(Vec::new()),
         }
     }
@@ -162,6 +175,16 @@ impl Columnar {
         if source.store().is_some_and(|s| !s.is_ready()) {
             return Ok(state.current.clone());
         }
+        // Nothing changed in the store and every file is where it was: the
+        // files are up to date.
+        let version = source.store().map(|s| s.version());
+        let dir = self.dir.clone();
+        if version.is_some()
+            && version == state.seen
+            && state.manifest.segments.iter().all(|s| intact(&dir, s))
+        {
+            return Ok(state.current.clone());
+        }
         let completed: HashSet<String> = match source.store() {
             Some(store) => store.with_completed(|jobs| {
                 jobs.map(|j| crate::store::query::JobFacts::job_id(j).to_string())
@@ -172,7 +195,6 @@ impl Columnar {
         let mut changed = false;
         // Damaged or missing files: forget their segments.
         let before = state.manifest.segments.len();
-        let dir = self.dir.clone();
         state.manifest.segments.retain(|s| {
             TABLES.iter().all(|(table, _)| {
                 let path = seg_path(&dir, table, s.seq);
@@ -239,29 +261,32 @@ impl Columnar {
             .collect();
         let mut new: Vec<String> = completed
             .iter()
-            .filter(|id| !held.contains(id))
+            .filter(|id| !held.contains(id) && !state.unreadable.contains(*id))
             .cloned()
             .collect();
         new.sort();
         // In chunks, so memory stays bounded however many jobs are new.
         for chunk in new.chunks(CHUNK) {
-            let rows: Vec<(String, JobRows)> = futures::stream::iter(chunk.iter().cloned())
-                .map(|id| async move {
-                    let rows = rows_of(source, &id).await;
-                    (id, rows)
-                })
-                .buffer_unordered(READERS)
-                .filter_map(|(id, rows)| async move {
-                    match rows {
-                        Ok(r) => Some((id, r)),
-                        Err(e) => {
-                            log::warn!("history: job {id} left out of the SQL tables: {e}");
-                            None
-                        }
+            let rows: Vec<(String, Result<JobRows, String>)> =
+                futures::stream::iter(chunk.iter().cloned())
+                    .map(|id| async move {
+                        let rows = rows_of(source, &id).await;
+                        (id, rows)
+                    })
+                    .buffer_unordered(READERS)
+                    .collect::<Vec<_>>()
+                    .await;
+            let rows: Vec<(String, JobRows)> = rows
+                .into_iter()
+                .filter_map(|(id, rows)| match rows {
+                    Ok(r) => Some((id, r)),
+                    Err(e) => {
+                        log::warn!("history: job {id} left out of the SQL tables: {e}");
+                        state.unreadable.insert(id);
+                        None
                     }
                 })
-                .collect()
-                .await;
+                .collect();
             if rows.is_empty() {
                 continue;
             }
@@ -274,6 +299,7 @@ impl Columnar {
             state.manifest.segments.push(seg);
             changed = true;
         }
+        state.seen = version;
         if changed {
             state.manifest.version = 1;
             write_manifest(&self.dir, &state.manifest)?;
@@ -323,6 +349,15 @@ fn small_groups(segments: &[Segment]) -> Vec<Vec<usize>> {
     groups.push(group);
     groups.retain(|g| g.len() > 1);
     groups
+}
+
+/// Whether a segment's files are there with the sizes they were written
+/// with (a cheap check; [`readable`] reads their footers).
+fn intact(dir: &Path, s: &Segment) -> bool {
+    TABLES.iter().enumerate().all(|(t, (table, _))| {
+        std::fs::metadata(seg_path(dir, table, s.seq))
+            .is_ok_and(|m| s.sizes.get(t).is_none_or(|&size| m.len() == size))
+    })
 }
 
 /// Whether `path` is a Parquet file whose footer reads.
@@ -446,7 +481,10 @@ fn write_segment(
         if t == 1 {
             seg.rows = batch.num_rows() as u64;
         }
-        write_file(&seg_path(dir, table, seq), schema, &batch)?;
+        let path = seg_path(dir, table, seq);
+        write_file(&path, schema, &batch)?;
+        seg.sizes
+            .push(std::fs::metadata(&path).map_or(0, |m| m.len()));
     }
     for (id, r) in rows {
         seg.jobs.insert(
@@ -518,7 +556,10 @@ fn merge_segments(
         if table == "tasks" {
             seg.rows = batch.num_rows() as u64;
         }
-        write_file(&seg_path(dir, table, seq), schema, &batch)?;
+        let path = seg_path(dir, table, seq);
+        write_file(&path, schema, &batch)?;
+        seg.sizes
+            .push(std::fs::metadata(&path).map_or(0, |m| m.len()));
     }
     Ok(Some(seg))
 }
@@ -541,6 +582,7 @@ mod tests {
             .map(|(i, &rows)| Segment {
                 seq: i as u64,
                 rows,
+                sizes: Vec::new(),
                 jobs: BTreeMap::new(),
             })
             .collect()

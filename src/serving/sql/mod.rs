@@ -152,10 +152,35 @@ impl SqlEngine {
         }
     }
 
-    /// The `jobs` table now.
+    /// The `jobs` table now: the completed jobs straight from the store's
+    /// summaries, then the others the source lists (unfinished logs, and
+    /// the live scheduler's jobs not in the store yet).
     pub async fn jobs(&self, generation: &Generation) -> Result<RecordBatch, ApiError> {
+        let store = self.source.store().cloned();
+        let completed = store.as_ref().map(|store| {
+            store.with_completed(|jobs| {
+                let lines: Vec<JobLine<'_>> = jobs
+                    .map(|s| JobLine {
+                        facts: s as &dyn JobFacts,
+                        job_status: s.job_status(),
+                        stages: s.num_stages,
+                        completed_stages: s.completed_stages,
+                        log_size: Some(s.log_len()),
+                        totals: generation.totals.get(JobFacts::job_id(s)),
+                    })
+                    .collect();
+                jobs_batch(&lines)
+            })
+        });
         let query = ListQuery {
             include_unfinished: true,
+            states: store.is_some().then(|| {
+                vec![
+                    crate::format::JobState::Queued,
+                    crate::format::JobState::Running,
+                    crate::format::JobState::Abandoned,
+                ]
+            }),
             ..ListQuery::default()
         };
         let page = self.source.list(&query, None).await?;
@@ -166,29 +191,35 @@ impl SqlEngine {
             num_stages: u32,
             completed_stages: u32,
         }
-        let entries: Vec<Entry> = page
+        let rows: Vec<_> = page
             .rows
+            .iter()
+            .filter(|r| !store.as_ref().is_some_and(|s| s.contains(r.facts.job_id())))
+            .collect();
+        let entries: Vec<Entry> = rows
             .iter()
             .map(|r| serde_json::from_slice(&r.entry).unwrap_or_default())
             .collect();
-        let store = self.source.store();
-        let lines: Vec<JobLine<'_>> = page
-            .rows
+        let lines: Vec<JobLine<'_>> = rows
             .iter()
             .zip(&entries)
-            .map(|(row, e)| {
-                let id = row.facts.job_id();
-                JobLine {
-                    facts: &*row.facts as &dyn JobFacts,
-                    job_status: &e.job_status,
-                    stages: e.num_stages,
-                    completed_stages: e.completed_stages,
-                    log_size: store.and_then(|s| s.log_len(id)),
-                    totals: generation.totals.get(id),
-                }
+            .map(|(row, e)| JobLine {
+                facts: &*row.facts as &dyn JobFacts,
+                job_status: &e.job_status,
+                stages: e.num_stages,
+                completed_stages: e.completed_stages,
+                log_size: store.as_ref().and_then(|s| s.log_len(row.facts.job_id())),
+                totals: generation.totals.get(row.facts.job_id()),
             })
             .collect();
-        Ok(jobs_batch(&lines))
+        let others = jobs_batch(&lines);
+        match completed {
+            Some(batch) => {
+                datafusion::arrow::compute::concat_batches(&tables::JOBS, [&batch, &others])
+                    .map_err(|e| ApiError::Internal(e.to_string()))
+            }
+            None => Ok(others),
+        }
     }
 
     /// Writes the four tables as Parquet under `out`: `jobs/part-00000.parquet`
