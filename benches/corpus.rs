@@ -266,3 +266,22 @@ pub fn percentiles(
 pub fn ms(d: std::time::Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1000.0)
 }
+
+/// A store listing `n` generated jobs (no logs), loaded from a persistent
+/// index written into `dir`.
+#[allow(dead_code)]
+pub fn indexed_store(dir: &Path, n: usize) -> ballista_job_history::store::LogStore {
+    let index = dir.join("index");
+    std::fs::write(
+        &index,
+        ballista_job_history::store::snapshot::encode(summaries(n).iter()),
+    )
+    .unwrap();
+    let store = ballista_job_history::store::LogStore::new(
+        dir.join("empty"),
+        Arc::new(HistoryMetrics::unregistered()),
+    )
+    .with_index_file(Some(index));
+    assert_eq!(store.load_persisted(), n);
+    store
+}

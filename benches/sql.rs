@@ -222,21 +222,10 @@ fn main() {
         scaled.as_secs_f64()
     );
 
-    // `jobs` over a million jobs: built from the list for each query.
+    // `jobs` over a million jobs: built from the summaries for each query.
     let n = env_usize("SQL_INDEX_JOBS", 1_000_000);
     let index_dir = tempfile::tempdir().unwrap();
-    let index = index_dir.path().join("index");
-    std::fs::write(
-        &index,
-        ballista_job_history::store::snapshot::encode(corpus::summaries(n).iter()),
-    )
-    .unwrap();
-    let store = ballista_job_history::store::LogStore::new(
-        index_dir.path().join("empty"),
-        std::sync::Arc::new(ballista_job_history::metrics::HistoryMetrics::unregistered()),
-    )
-    .with_index_file(Some(index));
-    assert_eq!(store.load_persisted(), n);
+    let store = corpus::indexed_store(index_dir.path(), n);
     let engine = ballista_job_history::serving::sql::SqlEngine::new(
         std::sync::Arc::new(ballista_job_history::serving::source::DiskSource::new(
             std::sync::Arc::new(store),

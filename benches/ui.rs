@@ -48,18 +48,7 @@ async fn call(router: &axum::Router, uri: &str) -> (u16, usize, Duration) {
 
 async fn jobs_page(n: usize) {
     let dir = tempfile::tempdir().unwrap();
-    let index = dir.path().join("index");
-    std::fs::write(
-        &index,
-        ballista_job_history::store::snapshot::encode(corpus::summaries(n).iter()),
-    )
-    .unwrap();
-    let store = LogStore::new(
-        dir.path().join("empty"),
-        Arc::new(HistoryMetrics::unregistered()),
-    )
-    .with_index_file(Some(index));
-    assert_eq!(store.load_persisted(), n);
+    let store = corpus::indexed_store(dir.path(), n);
     let router = history_router(Arc::new(store), None, None);
     let mid = format!("0{:012X}", n / 2);
     let failed = n / 20;
