@@ -23,63 +23,39 @@ pub struct OperatorMemory {
 /// `spilled_bytes` (`spill_bytes` on the shuffle writer) and
 /// `peak_mem_used`. Lines without them are left out.
 pub fn operator_memory(stages_json: &[u8]) -> Vec<OperatorMemory> {
-    #[derive(serde::Deserialize)]
-    struct Stages {
-        #[serde(default)]
-        stages: Vec<Stage>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Stage {
-        #[serde(deserialize_with = "crate::analysis::records::stage_id")]
-        stage_id: u32,
-        #[serde(default)]
-        stage_plan: Option<String>,
-    }
-    let Ok(parsed) = serde_json::from_slice::<Stages>(stages_json) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for stage in parsed.stages {
-        let stage_id = stage.stage_id;
-        for line in stage.stage_plan.as_deref().unwrap_or("").lines() {
-            let Some(at) = line.find("metrics=[") else {
-                continue;
-            };
-            let body = &line[at + "metrics=[".len()..];
-            let body = body.rsplit_once(']').map_or(body, |(b, _)| b);
-            let mut op = OperatorMemory {
-                stage_id,
-                operator: line
-                    .trim()
-                    .split([':', ','])
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .to_string(),
-                ..Default::default()
-            };
-            let mut any = false;
-            for pair in body.split(", ") {
-                let Some((key, value)) = pair.split_once('=') else {
-                    continue;
-                };
-                let slot = match key.trim() {
-                    "spill_count" => &mut op.spill_count,
-                    "spilled_bytes" | "spill_bytes" => &mut op.spilled_bytes,
-                    "peak_mem_used" => &mut op.peak_mem_used,
-                    _ => continue,
-                };
-                if let Some(v) = parse_amount(value) {
-                    *slot = (*slot).max(v);
-                    any = true;
-                }
-            }
-            if any {
-                out.push(op);
-            }
+    // Per plan line (stage, position), the largest value of each metric.
+    let mut out: Vec<((u32, u32), OperatorMemory)> = Vec::new();
+    for m in operator_metrics(stages_json) {
+        if m.unit == "ns" || memory_field(&mut OperatorMemory::default(), &m.metric).is_none() {
+            continue;
+        }
+        let key = (m.stage_id, m.position);
+        if out.last().is_none_or(|(k, _)| *k != key) {
+            out.push((
+                key,
+                OperatorMemory {
+                    stage_id: m.stage_id,
+                    operator: m.operator.clone(),
+                    ..Default::default()
+                },
+            ));
+        }
+        let op = &mut out.last_mut().expect("pushed above").1;
+        if let Some(field) = memory_field(op, &m.metric) {
+            *field = (*field).max(m.value.round() as u64);
         }
     }
-    out
+    out.into_iter().map(|(_, op)| op).collect()
+}
+
+/// The field of `op` that `metric` fills, if it is a memory metric.
+fn memory_field<'a>(op: &'a mut OperatorMemory, metric: &str) -> Option<&'a mut u64> {
+    match metric {
+        "spill_count" => Some(&mut op.spill_count),
+        "spilled_bytes" | "spill_bytes" => Some(&mut op.spilled_bytes),
+        "peak_mem_used" => Some(&mut op.peak_mem_used),
+        _ => None,
+    }
 }
 
 /// One metric of one operator of a stage's metrics plan.

@@ -323,7 +323,12 @@ pub fn write_csv(dir: &Path, name: &str, rows: usize) -> PathBuf {
 
 /// Job ids the scheduler lists.
 pub async fn job_ids(proc: &Proc) -> Vec<String> {
-    get_json(&proc.url("/api/jobs"))
+    job_ids_where(proc, "").await
+}
+
+/// The job ids of `/api/jobs?<query>`, in order.
+pub async fn job_ids_where(proc: &Proc, query: &str) -> Vec<String> {
+    get_json(&proc.url(&format!("/api/jobs?{query}")))
         .await
         .as_array()
         .unwrap()

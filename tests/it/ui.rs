@@ -9,17 +9,6 @@ use crate::browser::Browser;
 use crate::harness::*;
 use fantoccini::Locator;
 
-/// The job ids of `/api/jobs?<query>`, in order: the oracle for the list.
-async fn api_ids(proc: &Proc, query: &str) -> Vec<String> {
-    get_json(&proc.url(&format!("/api/jobs?{query}")))
-        .await
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|j| j["job_id"].as_str().unwrap().to_string())
-        .collect()
-}
-
 /// A join of `t` with itself: three stages, one with two inputs.
 const JOIN: &str = "SELECT a.k, count(*) FROM t a JOIN t b ON a.k = b.k GROUP BY a.k";
 
@@ -60,7 +49,7 @@ async fn the_pages_show_real_jobs_in_a_browser() {
     // The list: the same jobs as the API, newest first.
     b.open(&sched.url("/")).await;
     let listed = b.texts("table.jobs tbody td.id").await;
-    assert_eq!(listed, api_ids(sched, "").await);
+    assert_eq!(listed, job_ids_where(sched, "").await);
     assert_eq!(listed.len(), 3);
     // The hostile name is text, never markup, and no script of it ran.
     let names = b.texts("table.jobs tbody td.name").await;
@@ -100,7 +89,7 @@ async fn the_pages_show_real_jobs_in_a_browser() {
     );
 
     // Paging by cursor: next, next, previous, as the API pages.
-    let order = api_ids(sched, "").await;
+    let order = job_ids_where(sched, "").await;
     b.open(&sched.url("/?limit=1")).await;
     assert_eq!(b.texts("table.jobs tbody td.id").await, [order[0].clone()]);
     b.click(Locator::Css("a[rel=next]")).await;
@@ -532,7 +521,7 @@ async fn upstream_logs_are_browsable() {
     let mut server = Proc::history(tmp.path(), &[]);
     server.wait_healthy().await;
     let b = Browser::start().await;
-    for job in api_ids(&server, "").await {
+    for job in job_ids_where(&server, "").await {
         b.open(&server.url(&format!("/ui/job/{job}"))).await;
         b.until(
             "the timeline",
