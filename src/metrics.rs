@@ -33,6 +33,13 @@ pub struct HistoryMetrics {
     /// Of the uploads, those sent as multipart uploads (logs over one
     /// `PUT`).
     pub uploads_in_parts: IntCounter,
+    /// Logs read to build the columnar history (the SQL tables).
+    pub columnar_logs_read: IntCounter,
+    /// Columnar segments taken from the object store instead of being
+    /// built from their logs.
+    pub columnar_segments_fetched: IntCounter,
+    /// Columnar files uploaded to the object store beside the logs.
+    pub columnar_files_published: IntCounter,
 }
 
 fn counter(name: &str, help: &str) -> IntCounter {
@@ -87,6 +94,18 @@ impl HistoryMetrics {
                 "ballista_job_history_upload_errors_total",
                 "Failed attempts to upload an event log to the object store (each is retried)",
             ),
+            columnar_logs_read: counter(
+                "ballista_job_history_columnar_logs_read_total",
+                "Event logs read to build the columnar history of the SQL tables",
+            ),
+            columnar_segments_fetched: counter(
+                "ballista_job_history_columnar_segments_fetched_total",
+                "Columnar segments fetched from the object store instead of built from logs",
+            ),
+            columnar_files_published: counter(
+                "ballista_job_history_columnar_files_published_total",
+                "Columnar history files uploaded to the object store beside the logs",
+            ),
         }
     }
 
@@ -119,6 +138,9 @@ impl HistoryMetrics {
             &self.uploads,
             &self.upload_errors,
             &self.uploads_in_parts,
+            &self.columnar_logs_read,
+            &self.columnar_segments_fetched,
+            &self.columnar_files_published,
         ] {
             registry.register(Box::new(c.clone()))?;
         }

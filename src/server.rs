@@ -167,7 +167,7 @@ impl HistoryOptions {
 }
 
 /// The name of the columnar history's folder.
-pub const COLUMNAR_DIR: &str = ".ballista-job-history.columnar";
+pub use crate::serving::sql::shared::FOLDER as COLUMNAR_DIR;
 
 /// The one-shot export of `--history-only --export-parquet OUT`: indexes
 /// the logs, brings the columnar history up to date and writes the four

@@ -224,6 +224,15 @@ impl RemoteDir {
         (self.inner.store.clone(), self.inner.prefix.clone())
     }
 
+    /// Runs `request` on the runtime the store's client was built on
+    /// (for callers on another runtime).
+    pub(crate) fn spawn<T: Send + 'static>(
+        &self,
+        request: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> tokio::task::JoinHandle<T> {
+        self.inner.runtime.spawn(request)
+    }
+
     fn location(&self, name: &str) -> ObjPath {
         self.inner.prefix.clone().join(name)
     }

@@ -108,6 +108,25 @@ impl Moto {
         keys
     }
 
+    /// An object's bytes.
+    async fn bytes(&self, key: &str) -> Vec<u8> {
+        use object_store::ObjectStoreExt;
+        let got = self
+            .bucket()
+            .get(&object_store::path::Path::from(key))
+            .await;
+        got.unwrap().bytes().await.unwrap().to_vec()
+    }
+
+    /// Replaces an object.
+    async fn put(&self, key: &str, bytes: &'static [u8]) {
+        use object_store::ObjectStoreExt;
+        self.bucket()
+            .put(&object_store::path::Path::from(key), bytes.into())
+            .await
+            .unwrap();
+    }
+
     /// An object's lines.
     async fn lines(&self, key: &str) -> Vec<String> {
         use object_store::ObjectStoreExt;
@@ -425,6 +444,14 @@ async fn two_clusters_record_into_one_bucket_and_two_servers_serve_it() {
     }
     let metrics = String::from_utf8(get(&clusters[0].0.url("/api/metrics")).await.2).unwrap();
     assert_eq!(counter(&metrics, "ballista_job_history_uploads_total"), 2);
+    columnar_history_is_shared(
+        &moto,
+        &servers,
+        &jobs,
+        &endpoint,
+        &tmp.path().join("spool-h3"),
+    )
+    .await;
     drop(servers);
     for (mut sched, _, log) in clusters {
         sched.kill();
@@ -435,6 +462,110 @@ async fn two_clusters_record_into_one_bucket_and_two_servers_serve_it() {
             log.display()
         );
     }
+}
+
+/// SQL over the bucket's jobs: the first server builds the columnar history
+/// from the logs and publishes it beside them (each file named by the
+/// BLAKE3 hash of its bytes); a server with a new spool fetches it and reads
+/// no log; a published file damaged in the bucket is refused, its jobs are
+/// read from their logs, and the file is published whole again. Every answer
+/// equals the `TaskEnd` records counted in the objects.
+async fn columnar_history_is_shared(
+    moto: &Moto,
+    servers: &[Proc],
+    jobs: &[(usize, String)],
+    endpoint: &str,
+    spool: &Path,
+) {
+    use crate::sql::sql;
+    const FOLDER: &str = "logs/.ballista-job-history.columnar";
+    let query = "SELECT job_id, count(*) AS n FROM tasks GROUP BY job_id ORDER BY job_id";
+    let mut want = Vec::new();
+    for (_, id) in jobs {
+        let lines = moto.lines(&format!("logs/{id}.eventlog")).await;
+        let n = lines
+            .iter()
+            .filter(|l| l.starts_with(r#"{"ev":"TaskEnd""#))
+            .count();
+        assert!(n > 0, "{id} ran tasks");
+        want.push((id.clone(), n as i64));
+    }
+    want.sort();
+    let answer = |rows: Vec<serde_json::Value>| -> Vec<(String, i64)> {
+        rows.iter()
+            .map(|r| {
+                (
+                    r["job_id"].as_str().unwrap().to_string(),
+                    r["n"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let counters = |server: &Proc| {
+        let url = server.url("/api/metrics");
+        async move {
+            let text = String::from_utf8(get(&url).await.2).unwrap();
+            [
+                "ballista_job_history_columnar_logs_read_total",
+                "ballista_job_history_columnar_segments_fetched_total",
+            ]
+            .map(|name| counter(&text, name))
+        }
+    };
+    // Every published file is named by the hash of its bytes; one per table.
+    let published_whole = || async {
+        let keys = moto.keys(FOLDER).await;
+        assert!(
+            keys.contains(&format!("{FOLDER}/manifest.json")),
+            "{keys:?}"
+        );
+        let files: Vec<String> = keys
+            .into_iter()
+            .filter(|k| k.ends_with(".parquet"))
+            .collect();
+        assert_eq!(files.len(), 3, "one segment, three tables: {files:?}");
+        for key in &files {
+            let name = key.rsplit('/').next().unwrap().trim_end_matches(".parquet");
+            let bytes = moto.bytes(key).await;
+            assert_eq!(blake3::hash(&bytes).to_hex().as_str(), name, "{key}");
+            assert_eq!(&bytes[..4], b"PAR1", "{key} is Parquet");
+        }
+        files
+    };
+
+    assert!(
+        moto.keys(FOLDER).await.is_empty(),
+        "nothing before SQL is used"
+    );
+    assert_eq!(answer(sql(&servers[0], query).await), want);
+    let files = published_whole().await;
+    assert_eq!(counters(&servers[0]).await, [jobs.len() as u64, 0]);
+
+    // A second server, whose spool never held the columnar history.
+    assert_eq!(answer(sql(&servers[1], query).await), want);
+    assert_eq!(
+        counters(&servers[1]).await,
+        [0, 1],
+        "fetched from the bucket, no log read"
+    );
+
+    // A published file damaged in the bucket.
+    let tasks = files.iter().find(|k| k.contains("/tasks/")).unwrap();
+    moto.put(tasks, b"PAR1 not really").await;
+    let log = spool.with_extension("log");
+    let mut third = history("logs", endpoint, spool, &log);
+    third.wait_healthy().await;
+    let ids: Vec<&String> = jobs.iter().map(|(_, id)| id).collect();
+    wait_listed(&third, &ids).await;
+    assert_eq!(answer(sql(&third, query).await), want);
+    assert_eq!(
+        counters(&third).await,
+        [jobs.len() as u64, 0],
+        "the damaged segment is read from the logs"
+    );
+    published_whole().await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("not used"), "the refusal is logged: {text}");
 }
 
 /// The store hangs mid-upload and the scheduler is killed; then the store

@@ -7,7 +7,7 @@ use serde_json::Value;
 use std::path::Path;
 
 /// `sql` answered as JSON rows; panics on anything but a 200.
-async fn sql(proc: &Proc, sql: &str) -> Vec<Value> {
+pub(crate) async fn sql(proc: &Proc, sql: &str) -> Vec<Value> {
     let (status, body) = sql_raw(proc, sql, "application/json").await;
     assert_eq!(status, 200, "{sql}: {body}");
     serde_json::from_str::<Value>(&body)

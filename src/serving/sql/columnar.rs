@@ -26,7 +26,9 @@
 
 use crate::analysis::plan_metrics::operator_metrics;
 use crate::analysis::records::JobRecords;
+use crate::metrics::HistoryMetrics;
 use crate::serving::source::{JobSource, Resource, read_log};
+use crate::serving::sql::shared::{Hashing, Shared};
 use crate::serving::sql::tables::{JobRows, JobTotals, OPERATORS, STAGES, TASKS, job_rows};
 use ballista_api_types::dto::PlanFormat;
 use datafusion::arrow::array::RecordBatch;
@@ -61,18 +63,21 @@ const SMALL: u64 = 256 * 1024;
 const CHUNK: usize = 500;
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
-struct Segment {
-    seq: u64,
-    rows: u64,
+pub(super) struct Segment {
+    pub(super) seq: u64,
+    pub(super) rows: u64,
     /// Its files' sizes, by table.
     #[serde(default)]
-    sizes: Vec<u64>,
+    pub(super) sizes: Vec<u64>,
+    /// Its files' BLAKE3 hashes, by table (their names in an object store).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) sums: Vec<String>,
     /// Each job it holds, with the totals `jobs` shows.
-    jobs: BTreeMap<String, Totals>,
+    pub(super) jobs: BTreeMap<String, Totals>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
-struct Totals {
+pub(super) struct Totals {
     tasks: i64,
     failed: i64,
     rows: i64,
@@ -81,10 +86,10 @@ struct Totals {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
-struct Manifest {
+pub(super) struct Manifest {
     version: u32,
     next_seq: u64,
-    segments: Vec<Segment>,
+    pub(super) segments: Vec<Segment>,
 }
 
 /// What a query reads: the files of one generation, kept on disk while
@@ -113,9 +118,14 @@ struct State {
     unreadable: HashSet<String>,
     /// The store's version the files were last brought up to.
     seen: Option<u64>,
+    /// Whether the files as they are were published (object stores).
+    published: bool,
+    /// The published files known whole: fetched and checked, or uploaded
+    /// by this process.
+    remote_files: HashSet<String>,
 }
 
-fn seg_path(dir: &Path, table: &str, seq: u64) -> PathBuf {
+pub(super) fn seg_path(dir: &Path, table: &str, seq: u64) -> PathBuf {
     dir.join(table).join(format!("seg-{seq:08}.parquet"))
 }
 
@@ -156,6 +166,8 @@ impl Columnar {
                 current,
                 unreadable: HashSet::new(),
                 seen: None,
+                published: false,
+                remote_files: HashSet::new(),
             }),
             retired: Mutex::new(Vec::new()),
         }
@@ -193,6 +205,19 @@ impl Columnar {
             None => HashSet::new(),
         };
         let mut changed = false;
+        // An object store: a new spool starts from what another server
+        // published, not from every log.
+        let shared = Shared::of(source);
+        if let Some(shared) = &shared
+            && state.seen.is_none()
+            && state.manifest.segments.is_empty()
+        {
+            let mut next = state.manifest.next_seq;
+            let fetched = shared.fetch(&dir, &mut next, &mut state.remote_files).await;
+            state.manifest.next_seq = next;
+            changed |= !fetched.is_empty();
+            state.manifest.segments.extend(fetched);
+        }
         // Damaged or missing files: forget their segments.
         let before = state.manifest.segments.len();
         state.manifest.segments.retain(|s| {
@@ -279,7 +304,10 @@ impl Columnar {
             let rows: Vec<(String, JobRows)> = rows
                 .into_iter()
                 .filter_map(|(id, rows)| match rows {
-                    Ok(r) => Some((id, r)),
+                    Ok(r) => {
+                        HistoryMetrics::global().columnar_logs_read.inc();
+                        Some((id, r))
+                    }
                     Err(e) => {
                         log::warn!("history: job {id} left out of the SQL tables: {e}");
                         state.unreadable.insert(id);
@@ -300,6 +328,30 @@ impl Columnar {
             changed = true;
         }
         state.seen = version;
+        if let Some(shared) = &shared
+            && (changed || !state.published)
+        {
+            // Published after every file is written; a failure is retried
+            // by the next refresh.
+            let State {
+                manifest,
+                remote_files,
+                ..
+            } = &mut *state;
+            match shared.publish(&self.dir, manifest, remote_files).await {
+                Ok(filled) => {
+                    state.published = true;
+                    changed |= filled;
+                }
+                Err(e) => {
+                    state.published = false;
+                    log::warn!(
+                        "history: the columnar history is not published beside the logs \
+                         ({e}); retried at the next refresh"
+                    );
+                }
+            }
+        }
         if changed {
             state.manifest.version = 1;
             write_manifest(&self.dir, &state.manifest)?;
@@ -445,17 +497,25 @@ fn props() -> WriterProperties {
         .build()
 }
 
-/// Writes `batch` as the Parquet file `path` (aside, then renamed).
-pub fn write_file(path: &Path, schema: &SchemaRef, batch: &RecordBatch) -> Result<(), String> {
+/// Writes `batch` as the Parquet file `path` (aside, then renamed); gives
+/// the BLAKE3 hash of its bytes, in hex.
+pub fn write_file(path: &Path, schema: &SchemaRef, batch: &RecordBatch) -> Result<String, String> {
     let parent = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
     let tmp = path.with_extension("parquet.tmp");
     let file = std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    let out = Hashing {
+        inner: std::io::BufWriter::new(file),
+        hasher: blake3::Hasher::new(),
+    };
     let mut writer =
-        ArrowWriter::try_new(file, schema.clone(), Some(props())).map_err(|e| e.to_string())?;
+        ArrowWriter::try_new(out, schema.clone(), Some(props())).map_err(|e| e.to_string())?;
     writer.write(batch).map_err(|e| e.to_string())?;
-    writer.close().map_err(|e| e.to_string())?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+    // Writes the footer, and gives the writer back.
+    let mut out = writer.into_inner().map_err(|e| e.to_string())?;
+    std::io::Write::flush(&mut out).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(out.hasher.finalize().to_hex().to_string())
 }
 
 fn write_segment(
@@ -482,7 +542,7 @@ fn write_segment(
             seg.rows = batch.num_rows() as u64;
         }
         let path = seg_path(dir, table, seq);
-        write_file(&path, schema, &batch)?;
+        seg.sums.push(write_file(&path, schema, &batch)?);
         seg.sizes
             .push(std::fs::metadata(&path).map_or(0, |m| m.len()));
     }
@@ -557,7 +617,7 @@ fn merge_segments(
             seg.rows = batch.num_rows() as u64;
         }
         let path = seg_path(dir, table, seq);
-        write_file(&path, schema, &batch)?;
+        seg.sums.push(write_file(&path, schema, &batch)?);
         seg.sizes
             .push(std::fs::metadata(&path).map_or(0, |m| m.len()));
     }
@@ -583,6 +643,7 @@ mod tests {
                 seq: i as u64,
                 rows,
                 sizes: Vec::new(),
+                sums: Vec::new(),
                 jobs: BTreeMap::new(),
             })
             .collect()

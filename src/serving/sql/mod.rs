@@ -14,6 +14,7 @@
 
 pub mod columnar;
 pub mod route;
+pub mod shared;
 pub mod tables;
 
 use crate::serving::error::ApiError;
@@ -28,6 +29,7 @@ use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
+use datafusion::execution::cache::cache_manager::CacheManagerConfig;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -299,6 +301,26 @@ pub async fn query_files(
     run(&ctx, sql, limits.max_rows).await
 }
 
+/// Parquet footers and file statistics, kept across queries (each query
+/// has its own session and memory pool). An entry is used only while its
+/// file keeps the size and time it was read with, and file names are not
+/// reused while the columnar manifest lives.
+static CACHES: std::sync::LazyLock<CacheManagerConfig> = std::sync::LazyLock::new(|| {
+    use datafusion::execution::cache::cache_manager::{
+        DEFAULT_FILE_STATISTICS_MEMORY_LIMIT, DEFAULT_METADATA_CACHE_LIMIT,
+    };
+    use datafusion::execution::cache::default_cache::DefaultCache;
+    CacheManagerConfig::default()
+        .with_file_statistics_cache(Some(Arc::new(DefaultCache::new(
+            DEFAULT_FILE_STATISTICS_MEMORY_LIMIT,
+        ))))
+        .with_file_metadata_cache(Some(Arc::new(DefaultCache::new(
+            DEFAULT_METADATA_CACHE_LIMIT,
+        ))))
+        // Listings are not kept: a folder's files change between queries.
+        .with_list_files_cache_limit(0)
+});
+
 /// A session over the tables, with the limits; nothing else registered.
 fn context(
     limits: SqlLimits,
@@ -306,6 +328,7 @@ fn context(
     jobs: Option<RecordBatch>,
 ) -> Result<SessionContext, ApiError> {
     let runtime = RuntimeEnvBuilder::new()
+        .with_cache_manager(CACHES.clone())
         .with_memory_limit(limits.memory, 1.0)
         .with_disk_manager_builder(
             DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
