@@ -40,6 +40,9 @@ pub struct HistoryMetrics {
     pub columnar_segments_fetched: IntCounter,
     /// Columnar files uploaded to the object store beside the logs.
     pub columnar_files_published: IntCounter,
+    /// Jobs added to the columnar history from the records the writer
+    /// kept, without reading their logs.
+    pub columnar_jobs_from_writer: IntCounter,
 }
 
 fn counter(name: &str, help: &str) -> IntCounter {
@@ -106,6 +109,10 @@ impl HistoryMetrics {
                 "ballista_job_history_columnar_files_published_total",
                 "Columnar history files uploaded to the object store beside the logs",
             ),
+            columnar_jobs_from_writer: counter(
+                "ballista_job_history_columnar_jobs_from_writer_total",
+                "Jobs added to the columnar history from the records the writer kept",
+            ),
         }
     }
 
@@ -141,6 +148,7 @@ impl HistoryMetrics {
             &self.columnar_logs_read,
             &self.columnar_segments_fetched,
             &self.columnar_files_published,
+            &self.columnar_jobs_from_writer,
         ] {
             registry.register(Box::new(c.clone()))?;
         }

@@ -17,6 +17,7 @@ use crate::recording::redact::Redactor;
 use crate::recording::upload::{Bucket, Uploader, lock_spool, running_logs};
 use crate::recording::writer::{self, Compression, WriterConfig, WriterMsg};
 use crate::serving::source::{DiskSource, JobSource, Layered, LiveSource};
+use crate::serving::sql::fresh::Fresh;
 use crate::serving::{error::ApiError, router};
 use crate::store::LogStore;
 use crate::store::remote::RemoteDir;
@@ -127,12 +128,18 @@ impl HistoryOptions {
         }
     }
 
-    /// The SQL engine over `source`.
-    fn sql_engine(&self, source: Arc<dyn JobSource>) -> Arc<crate::serving::sql::SqlEngine> {
-        Arc::new(crate::serving::sql::SqlEngine::new(
+    /// The SQL engine over `source`; on a recording scheduler, `fresh`
+    /// holds the jobs the writer hands over.
+    fn sql_engine(
+        &self,
+        source: Arc<dyn JobSource>,
+        fresh: Option<Arc<Fresh>>,
+    ) -> Arc<crate::serving::sql::SqlEngine> {
+        Arc::new(crate::serving::sql::SqlEngine::with_fresh(
             source,
             self.columnar_dir(),
             self.sql,
+            fresh.unwrap_or_default(),
         ))
     }
 
@@ -183,7 +190,7 @@ pub async fn export_parquet(options: HistoryOptions, out: &Path) -> Result<Strin
         .await
         .map_err(|e| ServerError::Export(e.to_string()))?;
     let source: Arc<dyn JobSource> = Arc::new(DiskSource::new(store));
-    let engine = options.sql_engine(source);
+    let engine = options.sql_engine(source, None);
     engine
         .export(out)
         .await
@@ -275,6 +282,8 @@ struct Recording {
     /// For an object store: unfinished logs an earlier run left in the
     /// spool.
     orphans: Vec<PathBuf>,
+    /// The jobs the writer hands to the SQL tables.
+    fresh: Arc<Fresh>,
 }
 
 impl Recording {
@@ -300,6 +309,10 @@ impl Recording {
         // run that died: they are uploaded too, to be listed as abandoned.
         let (tx, completed) = tokio::sync::mpsc::unbounded_channel();
         wc.completed = Some(tx);
+        // Once SQL is in use, each completed job's records go to the
+        // columnar history as well, so its log is not read again.
+        let fresh = Arc::new(Fresh::new());
+        wc.written = Some(fresh.clone());
         let orphans = match options.remote {
             Some(_) => running_logs(&options.event_log_dir),
             None => Vec::new(),
@@ -314,6 +327,7 @@ impl Recording {
             metrics,
             completed,
             orphans,
+            fresh,
         })
     }
 
@@ -433,6 +447,7 @@ pub async fn run_scheduler(
 
     let (stop_tx, stop) = Stop::new();
     let mut background = Vec::new();
+    let fresh = recording.as_ref().map(|r| r.fresh.clone());
     let (source, tap, writer_parts) = match (&history, recording) {
         (Some(options), Some(recording)) => {
             let (source, tap, parts) = recording.spawn(options, &api, &stop, &mut background);
@@ -444,7 +459,7 @@ pub async fn run_scheduler(
     let token = history.as_ref().and_then(|h| h.api_token.clone());
     let sql = match (&history, &source) {
         (Some(options), Some(source)) => {
-            let engine = options.sql_engine(source.clone());
+            let engine = options.sql_engine(source.clone(), fresh.clone());
             background.push(tokio::spawn(
                 engine
                     .clone()
@@ -638,7 +653,7 @@ pub async fn run_history(
         let cleaner = Cleaner::new(store.clone(), policy.clone(), None, metrics);
         background.push(tokio::spawn(cleaner.run(stop.stopped())));
     }
-    let sql = options.sql_engine(Arc::new(DiskSource::new(store.clone())));
+    let sql = options.sql_engine(Arc::new(DiskSource::new(store.clone())), None);
     background.push(tokio::spawn(
         sql.clone()
             .keep_fresh(options.update_interval, stop.stopped()),

@@ -188,9 +188,42 @@ impl JobRecords {
     /// Reads the records of the log at `path`.
     pub fn read(log: impl Into<LogRef>) -> Result<Self, StoreError> {
         let path: &LogRef = &log.into();
-        let mut out = JobRecords::default();
-        let mut executors: std::collections::HashMap<String, u32> = Default::default();
-        scan(path, |rec| match rec {
+        let mut out = Gathering::default();
+        scan(path, |rec| out.add(rec))?;
+        Ok(out.records)
+    }
+
+    /// The records a writer kept of a log it completed (the same as
+    /// [`JobRecords::read`] of that log gives, without reading it).
+    pub fn of_written(
+        start: JobStart,
+        stages: Vec<(StageStart, StageEnd)>,
+        tasks: Vec<TaskEnd>,
+    ) -> Self {
+        let mut out = Gathering::default();
+        out.add(Rec::Start(start));
+        for task in tasks {
+            out.add(Rec::Task(task));
+        }
+        for (start, end) in stages {
+            out.add(Rec::StageStart(start));
+            out.add(Rec::StageEnd(end));
+        }
+        out.records
+    }
+}
+
+/// Records gathered one by one, with the executors seen so far.
+#[derive(Default)]
+struct Gathering {
+    records: JobRecords,
+    executors: std::collections::HashMap<String, u32>,
+}
+
+impl Gathering {
+    fn add(&mut self, rec: Rec) {
+        let out = &mut self.records;
+        match rec {
             Rec::Start(s) => out.start = s,
             Rec::StageStart(s) => {
                 let m = out.stages.entry(s.stage_id).or_default();
@@ -203,11 +236,14 @@ impl JobRecords {
                 m.end_time = s.end_time;
             }
             Rec::Task(t) => {
-                let next = executors.len() as u32;
-                let executor = *executors.entry(t.executor_id).or_insert_with_key(|id| {
-                    out.executors.push(id.clone());
-                    next
-                });
+                let next = self.executors.len() as u32;
+                let executor = *self
+                    .executors
+                    .entry(t.executor_id)
+                    .or_insert_with_key(|id| {
+                        out.executors.push(id.clone());
+                        next
+                    });
                 out.tasks.push(Task {
                     stage_id: t.stage_id,
                     stage_attempt: t.stage_attempt,
@@ -225,7 +261,6 @@ impl JobRecords {
                     compute_nanos: t.metrics.elapsed_compute_nanos,
                 });
             }
-        })?;
-        Ok(out)
+        }
     }
 }

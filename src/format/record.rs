@@ -261,6 +261,22 @@ pub struct JobEnd {
     pub responses: Responses,
 }
 
+/// One job's records as the writer wrote them to its completed log, kept
+/// in memory for a reader that would otherwise read the log again (the
+/// SQL tables' columnar history). Task failures are scrubbed of the job's
+/// secrets as the lines were.
+#[derive(Debug)]
+pub struct WrittenJob {
+    /// The `JobStart` written.
+    pub start: JobStart,
+    /// Stage records, in the order written.
+    pub stages: Vec<(StageStart, StageEnd)>,
+    /// `TaskEnd` records, in the order written.
+    pub tasks: Vec<TaskEnd>,
+    /// The terminal record.
+    pub end: Box<JobEnd>,
+}
+
 /// The fields of `JobEnd` needed to list a job, and nothing else: decoding
 /// into this skips the payloads without allocating them.
 #[derive(Debug, Deserialize)]

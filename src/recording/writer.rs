@@ -25,7 +25,7 @@ use crate::format::footer::footer_frame;
 use crate::format::name::{
     COMPLETED_SUFFIX, RUNNING_SUFFIX, ZST_COMPLETED_SUFFIX, ZST_RUNNING_SUFFIX,
 };
-use crate::format::record::{self, Footer, JobEnd, JobStart, TaskEnd, kind};
+use crate::format::record::{self, Footer, JobEnd, JobStart, TaskEnd, WrittenJob, kind};
 use crate::metrics::HistoryMetrics;
 use crate::recording::redact::scrub;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -71,7 +71,24 @@ pub struct WriterConfig {
     /// store takes it in at once (a local directory), or the uploader puts
     /// it (an object store).
     pub completed: Option<tokio::sync::mpsc::UnboundedSender<PathBuf>>,
+    /// Given the records of each job whose log completed, when it wants
+    /// them, so that it need not read the log again.
+    pub written: Option<Arc<dyn WrittenJobs>>,
 }
+
+/// Takes the records of jobs whose logs completed (the SQL tables'
+/// columnar history builds its rows from them instead of reading the logs
+/// again). Called on the writer thread: both calls must be quick.
+pub trait WrittenJobs: Send + Sync + std::fmt::Debug {
+    /// Whether the records of a job whose log opens now are wanted.
+    fn wanted(&self) -> bool;
+    /// The records of a job whose log is now complete and durable.
+    fn completed(&self, job: WrittenJob);
+}
+
+/// Records of one job kept past a job's tasks, beyond which its records
+/// are not kept (its log is read instead).
+const MAX_KEPT_TASKS: usize = 1_000_000;
 
 impl WriterConfig {
     /// Defaults for `dir`: 65,536 queued messages, 256 open files, flushed
@@ -84,6 +101,7 @@ impl WriterConfig {
             flush_interval: Duration::from_millis(500),
             compression: Compression::None,
             completed: None,
+            written: None,
         }
     }
 }
@@ -268,8 +286,18 @@ struct OpenJob {
     secrets: Vec<String>,
     /// Set after a write error: the job's log is abandoned.
     broken: bool,
+    /// The records written, while [`WriterConfig::written`] wants them and
+    /// they are all there.
+    kept: Option<Kept>,
     last_used: u64,
     dirty: bool,
+}
+
+/// One job's records kept for [`WriterConfig::written`].
+#[derive(Default)]
+struct Kept {
+    start: Option<JobStart>,
+    tasks: Vec<TaskEnd>,
 }
 
 /// A task line with the job's secrets scrubbed (the line itself when there
@@ -397,6 +425,15 @@ impl Writer {
                     .filter_map(|t| record::encode_line(kind::TASK_END, t).ok());
                 let lines: Vec<Vec<u8>> = lines.collect();
                 let job = self.job(&job_id);
+                let whole = lines.len() == tasks.len()
+                    && (job.started || job.held.len() + lines.len() <= MAX_HELD_LINES);
+                job.kept = job
+                    .kept
+                    .take()
+                    .filter(|k| whole && k.tasks.len() + tasks.len() <= MAX_KEPT_TASKS);
+                if let Some(kept) = &mut job.kept {
+                    kept.tasks.extend(tasks);
+                }
                 if !job.started {
                     let room = MAX_HELD_LINES.saturating_sub(job.held.len());
                     let dropped = lines.len().saturating_sub(room) as u64;
@@ -437,6 +474,12 @@ impl Writer {
             held: Vec::new(),
             secrets: Vec::new(),
             broken: false,
+            kept: self
+                .config
+                .written
+                .as_ref()
+                .filter(|w| w.wanted())
+                .map(|_| Kept::default()),
             last_used: 0,
             dirty: false,
         })
@@ -452,7 +495,11 @@ impl Writer {
         }
         match record::encode_line(kind::JOB_START, &start) {
             Ok(line) => {
-                self.job(&job_id).started = true;
+                let job = self.job(&job_id);
+                job.started = true;
+                if let Some(kept) = &mut job.kept {
+                    kept.start = Some(start);
+                }
                 self.append(&job_id, &line);
                 let held = std::mem::take(&mut self.job(&job_id).held);
                 for line in held {
@@ -700,12 +747,43 @@ impl Writer {
         let result = self
             .write_terminal(&job_id, &end)
             .and_then(|()| self.complete(&job_id));
+        let path = result.as_ref().ok().cloned();
+        let result = result.map(|_| ());
         self.remember_finished(&job_id);
         self.open.lock().remove(&job_id);
-        if let Some(job) = self.jobs.remove(&job_id)
-            && job.file.is_some()
-        {
+        let job = self.jobs.remove(&job_id);
+        if job.as_ref().is_some_and(|j| j.file.is_some()) {
             self.open_files -= 1;
+        }
+        if result.is_ok()
+            && let Some(written) = &self.config.written
+            && let Some(OpenJob {
+                kept: Some(kept),
+                secrets,
+                ..
+            }) = job
+            && let Some(start) = kept.start
+        {
+            let mut tasks = kept.tasks;
+            // As the lines were: a failure can quote a secret.
+            if !secrets.is_empty() {
+                for task in &mut tasks {
+                    if let record::TaskOutcome::Failed { reason, error } = &mut task.status {
+                        *reason = scrub(reason, &secrets);
+                        *error = scrub(error, &secrets);
+                    }
+                }
+            }
+            written.completed(WrittenJob {
+                start,
+                stages,
+                tasks,
+                end,
+            });
+        }
+        // After the records: whoever lists the job finds them waiting.
+        if let (Some(path), Some(completed)) = (path, &self.config.completed) {
+            let _ = completed.send(path);
         }
         match result {
             Ok(()) => self.metrics.jobs_recorded.inc(),
@@ -718,8 +796,8 @@ impl Writer {
     }
 
     /// Flush, fsync, rename to the completed name, fsync the directory: a
-    /// file named `.eventlog` is always whole and durable.
-    fn complete(&mut self, job_id: &str) -> std::io::Result<()> {
+    /// file named `.eventlog` is always whole and durable. Gives its path.
+    fn complete(&mut self, job_id: &str) -> std::io::Result<PathBuf> {
         let job = self.jobs.get_mut(job_id).expect("job exists");
         if job.broken {
             return Err(std::io::Error::other("an earlier write of this log failed"));
@@ -736,10 +814,7 @@ impl Writer {
         let to = self.path(job_id, self.completed_suffix());
         std::fs::rename(&from, &to)?;
         sync_dir(&self.config.dir)?;
-        if let Some(completed) = &self.config.completed {
-            let _ = completed.send(to);
-        }
-        Ok(())
+        Ok(to)
     }
 
     fn remember_finished(&mut self, job_id: &str) {
@@ -832,6 +907,119 @@ mod tests {
             vec!["\"JobStart\"", "\"TaskEnd\"", "\"JobEnd\"", "\"Footer\""]
         );
         assert!(!dir.path().join("j1.eventlog.running").exists());
+    }
+
+    /// Keeps what it is handed.
+    #[derive(Debug, Default)]
+    struct Collect {
+        off: std::sync::atomic::AtomicBool,
+        jobs: parking_lot::Mutex<Vec<WrittenJob>>,
+    }
+
+    impl WrittenJobs for Collect {
+        fn wanted(&self) -> bool {
+            !self.off.load(Ordering::Relaxed)
+        }
+        fn completed(&self, job: WrittenJob) {
+            self.jobs.lock().push(job);
+        }
+    }
+
+    /// The records handed over are those of the completed log, read back
+    /// by the log reader (failures scrubbed of the job's secrets as the
+    /// lines were); a job with records missing from its log, or opened
+    /// while they were not wanted, is not handed over.
+    #[tokio::test]
+    async fn a_completed_jobs_records_are_handed_over_as_its_log_holds_them() {
+        use crate::analysis::records::JobRecords;
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Arc::new(HistoryMetrics::unregistered());
+        let collect = Arc::new(Collect::default());
+        let mut config = WriterConfig::new(dir.path());
+        config.written = Some(collect.clone());
+        let (handle, thread) = spawn(config, metrics).unwrap();
+        let mut failed = task(2, 7);
+        failed.executor_id = "e2".into();
+        failed.status = ballista_api_types::dto::TaskStatus::Failed {
+            reason: "ExecutionError".into(),
+            error: "bad password hunter2".into(),
+        };
+        handle.send(WriterMsg::Secrets {
+            job_id: "j".into(),
+            values: vec!["hunter2".into()],
+        });
+        // Some before the start (held), some after.
+        handle.try_progress(WriterMsg::Tasks {
+            job_id: "j".into(),
+            tasks: vec![task(1, 0), task(1, 1)],
+        });
+        handle.send(WriterMsg::Start(start("j")));
+        handle.try_progress(WriterMsg::Tasks {
+            job_id: "j".into(),
+            tasks: vec![failed, task(2, 8)],
+        });
+        let stage = |id: u32| {
+            (
+                record::StageStart {
+                    stage_id: id,
+                    partitions: 2,
+                    start_time: 10 + u64::from(id),
+                },
+                record::StageEnd {
+                    stage_id: id,
+                    status: "Successful".into(),
+                    end_time: 20 + u64::from(id),
+                },
+            )
+        };
+        handle.send(WriterMsg::End {
+            job_id: "j".into(),
+            fallback_start: start("j"),
+            stages: vec![stage(1), stage(2)],
+            end: end("j"),
+        });
+        // Held lines beyond the limit: the log lacks some, nothing handed.
+        handle.try_progress(WriterMsg::Tasks {
+            job_id: "over".into(),
+            tasks: (0..MAX_HELD_LINES as u32 + 1).map(|i| task(1, i)).collect(),
+        });
+        handle.send(WriterMsg::Start(start("over")));
+        handle.send(WriterMsg::End {
+            job_id: "over".into(),
+            fallback_start: start("over"),
+            stages: vec![],
+            end: end("over"),
+        });
+        let (tx, rx) = mpsc::channel();
+        handle.send(WriterMsg::Flush(tx));
+        rx.recv().unwrap();
+        // Opened while not wanted: nothing handed.
+        collect.off.store(true, Ordering::Relaxed);
+        handle.send(WriterMsg::Start(start("off")));
+        handle.send(WriterMsg::End {
+            job_id: "off".into(),
+            fallback_start: start("off"),
+            stages: vec![],
+            end: end("off"),
+        });
+        drop(handle);
+        thread.join().unwrap();
+
+        let jobs = std::mem::take(&mut *collect.jobs.lock());
+        let ids: Vec<&str> = jobs.iter().map(|j| j.start.job_id.as_str()).collect();
+        assert_eq!(ids, ["j"]);
+        let job = jobs.into_iter().next().unwrap();
+        let from_log = JobRecords::read(dir.path().join("j.eventlog")).unwrap();
+        let handed = JobRecords::of_written(job.start, job.stages, job.tasks);
+        assert_eq!(handed.tasks.len(), 4);
+        assert_eq!(handed.tasks, from_log.tasks);
+        assert_eq!(handed.executors, from_log.executors);
+        assert_eq!(handed.stages, from_log.stages);
+        assert_eq!(handed.start.job_id, from_log.start.job_id);
+        let failure = handed.tasks.iter().find_map(|t| t.failure.clone()).unwrap();
+        assert!(!failure.1.contains("hunter2"), "{failure:?}");
+        assert!(dir.path().join("over.eventlog").exists());
+        assert!(dir.path().join("off.eventlog").exists());
     }
 
     /// The footer states the query hash of the job's logical plan; a

@@ -266,7 +266,8 @@ impl DiskSource {
     }
 }
 
-fn variant(
+/// The `?plan_format=` variant `format` of a stored response.
+pub(crate) fn variant(
     base: &str,
     stored: &std::collections::BTreeMap<String, Variant>,
     format: PlanFormat,

@@ -262,6 +262,95 @@ async fn the_tables_hold_what_the_logs_hold() {
     cluster.sched.terminate();
 }
 
+/// Once SQL is in use, a recording scheduler adds each job that completes
+/// from the records its writer kept, without reading the log again; those
+/// rows equal, table by table, the rows rebuilt from the logs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn jobs_completed_while_sql_is_in_use_are_added_from_the_writers_records() {
+    let mut cluster = Cluster::start(&[]).await;
+    let sched = &cluster.sched;
+    let counters = || async {
+        let text = String::from_utf8(get(&sched.url("/api/metrics")).await.2).unwrap();
+        [
+            "ballista_job_history_columnar_logs_read_total",
+            "ballista_job_history_columnar_jobs_from_writer_total",
+        ]
+        .map(|name| counter(&text, name))
+    };
+    let (first, ok) = run_job(sched, &cluster.ctx, "SELECT sum(v) FROM t").await;
+    assert_eq!(ok, Ok(1));
+    completed_log(&cluster.logs, &first).await;
+    assert!(number(sched, "SELECT count(*) FROM stages").await > 0);
+    assert_eq!(
+        counters().await,
+        [1, 0],
+        "the job before SQL: read from its log"
+    );
+
+    let (agg, ok) = run_job(
+        sched,
+        &cluster.ctx,
+        "SELECT k, count(*) FROM t GROUP BY k ORDER BY k",
+    )
+    .await;
+    assert_eq!(ok, Ok(100));
+    let (failed, err) = run_job(sched, &cluster.ctx, "SELECT CAST(s AS INT) FROM t").await;
+    assert!(err.is_err());
+    for id in [&agg, &failed] {
+        completed_log(&cluster.logs, id).await;
+    }
+    let per_job = "SELECT job_id, count(*) AS n FROM tasks GROUP BY job_id ORDER BY job_id";
+    let got: std::collections::BTreeMap<String, i64> = sql(sched, per_job)
+        .await
+        .iter()
+        .map(|r| {
+            (
+                r["job_id"].as_str().unwrap().to_string(),
+                r["n"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, task_lines(&cluster.logs));
+    assert_eq!(
+        counters().await,
+        [1, 2],
+        "the two later jobs: from the writer's records"
+    );
+    let ids = format!("('{agg}', '{failed}')");
+    let queries = [
+        format!(
+            "SELECT * FROM tasks WHERE job_id IN {ids} ORDER BY job_id, stage_id, partition, attempt"
+        ),
+        format!("SELECT * FROM stages WHERE job_id IN {ids} ORDER BY job_id, stage_id"),
+        format!(
+            "SELECT * FROM operators WHERE job_id IN {ids} \
+             ORDER BY job_id, stage_id, position, metric"
+        ),
+        format!("SELECT * FROM jobs WHERE job_id IN {ids} ORDER BY job_id"),
+    ];
+    let mut from_writer = Vec::new();
+    for q in &queries {
+        from_writer.push(sql(sched, q).await);
+    }
+    assert!(
+        from_writer[2].iter().any(|r| r["job_id"] == agg.as_str()),
+        "operators recorded"
+    );
+    assert!(
+        from_writer[0]
+            .iter()
+            .any(|r| r["job_id"] == failed.as_str() && r["status"] == "Failed"),
+        "the failed task"
+    );
+    // The same rows, from the logs.
+    std::fs::remove_dir_all(cluster.logs.join(".ballista-job-history.columnar")).unwrap();
+    for (q, want) in queries.iter().zip(&from_writer) {
+        assert_eq!(&sql(sched, q).await, want, "{q}");
+    }
+    assert_eq!(counters().await, [4, 2], "rebuilt from the three logs");
+    cluster.sched.terminate();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hostile_sql_is_refused_or_stopped_and_the_server_stays_healthy() {
     let tmp = tempfile::tempdir().unwrap();

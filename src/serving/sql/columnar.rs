@@ -26,14 +26,16 @@
 
 use crate::analysis::plan_metrics::operator_metrics;
 use crate::analysis::records::JobRecords;
+use crate::format::record::WrittenJob;
 use crate::metrics::HistoryMetrics;
-use crate::serving::source::{JobSource, Resource, read_log};
+use crate::serving::source::{JobSource, Resource, read_log, variant};
+use crate::serving::sql::fresh::Fresh;
 use crate::serving::sql::shared::{Hashing, Shared};
 use crate::serving::sql::tables::{JobRows, JobTotals, OPERATORS, STAGES, TASKS, job_rows};
 use ballista_api_types::dto::PlanFormat;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use datafusion::parquet::basic::{Compression, ZstdLevel};
@@ -106,6 +108,7 @@ pub struct Generation {
 /// The columnar history in one folder.
 pub struct Columnar {
     dir: PathBuf,
+    fresh: Arc<Fresh>,
     state: tokio::sync::Mutex<State>,
     retired: Mutex<Vec<(Weak<Generation>, PathBuf)>>,
 }
@@ -133,6 +136,11 @@ impl Columnar {
     /// The history in `dir` (created when missing; a damaged manifest is
     /// logged and started afresh).
     pub fn open(dir: impl Into<PathBuf>) -> Self {
+        Self::open_with(dir, Arc::new(Fresh::new()))
+    }
+
+    /// [`Columnar::open`], taking jobs the writer hands to `fresh`.
+    pub fn open_with(dir: impl Into<PathBuf>, fresh: Arc<Fresh>) -> Self {
         let mut dir = dir.into();
         // A read-only log directory: keep the files in a folder of this
         // process instead.
@@ -148,7 +156,15 @@ impl Columnar {
             dir = instead;
         }
         let manifest = match std::fs::read(dir.join("manifest.json")) {
-            Ok(bytes) => serde_json::from_slice::<Manifest>(&bytes).unwrap_or_else(|e| {
+            Ok(bytes) => {
+                // In use since an earlier run: keep the writer's records.
+                fresh.start();
+                bytes
+            }
+            Err(_) => Vec::new(),
+        };
+        let manifest = match (!manifest.is_empty()).then_some(manifest) {
+            Some(bytes) => serde_json::from_slice::<Manifest>(&bytes).unwrap_or_else(|e| {
                 log::warn!(
                     "history: the columnar manifest in {} is damaged ({e}); rebuilding it from \
                      the logs",
@@ -156,11 +172,12 @@ impl Columnar {
                 );
                 Manifest::default()
             }),
-            Err(_) => Manifest::default(),
+            None => Manifest::default(),
         };
         let current = Arc::new(generation(&dir, &manifest));
         Self {
             dir,
+            fresh,
             state: tokio::sync::Mutex::new(State {
                 manifest,
                 current,
@@ -181,6 +198,7 @@ impl Columnar {
     /// Brings the files up to the completed jobs `source` lists, and gives
     /// the generation to query.
     pub async fn refresh(&self, source: &dyn JobSource) -> Result<Arc<Generation>, String> {
+        self.fresh.start();
         let mut state = self.state.lock().await;
         // Before the first index pass the store lists too little: what the
         // files hold stays as it is.
@@ -275,6 +293,32 @@ impl Columnar {
                     self.retire(&state.current, seg_path(&self.dir, table, s.seq));
                 }
             }
+            changed = true;
+        }
+        // Jobs the writer handed over: their rows from its records.
+        let written = {
+            let held: HashSet<&String> = state
+                .manifest
+                .segments
+                .iter()
+                .flat_map(|s| s.jobs.keys())
+                .collect();
+            self.fresh
+                .take(|id| completed.contains(id) && !held.contains(&id.to_string()))
+        };
+        if !written.is_empty() {
+            let n = written.len() as u64;
+            let seq = state.manifest.next_seq;
+            state.manifest.next_seq += 1;
+            let dir = self.dir.clone();
+            let seg = tokio::task::spawn_blocking(move || {
+                let rows = written.into_iter().map(rows_of_written).collect();
+                write_segment(&dir, seq, rows)
+            })
+            .await
+            .map_err(|e| e.to_string())??;
+            HistoryMetrics::global().columnar_jobs_from_writer.inc_by(n);
+            state.manifest.segments.push(seg);
             changed = true;
         }
         // New jobs: read their logs, write one segment.
@@ -454,6 +498,33 @@ pub async fn rows_of(source: &dyn JobSource, job_id: &str) -> Result<JobRows, St
     let records = read_log(job_id, move || JobRecords::read(&log))
         .await
         .map_err(|e| e.to_string())?;
+    let metrics = match source
+        .get(job_id, Resource::Stages(PlanFormat::Metrics))
+        .await
+    {
+        Ok(Some(a)) if a.status == http::StatusCode::OK => a.body,
+        _ => Default::default(),
+    };
+    Ok(rows_from(job_id, &records, &metrics))
+}
+
+/// The rows of a job whose records the writer kept.
+pub fn rows_of_written(job: WrittenJob) -> (String, JobRows) {
+    let id = job.start.job_id.clone();
+    let metrics = variant(
+        job.end.stages.get(),
+        &job.end.responses.stages,
+        PlanFormat::Metrics,
+    )
+    .unwrap_or_default();
+    let records = JobRecords::of_written(job.start, job.stages, job.tasks);
+    let rows = rows_from(&id, &records, metrics.as_bytes());
+    (id, rows)
+}
+
+/// The rows of a job from its records and its `/stages?plan_format=metrics`
+/// response (each stage's status, the operators' metrics).
+fn rows_from(job_id: &str, records: &JobRecords, metrics: &[u8]) -> JobRows {
     #[derive(Deserialize)]
     struct Stages {
         #[serde(default)]
@@ -466,14 +537,7 @@ pub async fn rows_of(source: &dyn JobSource, job_id: &str) -> Result<JobRows, St
         #[serde(default)]
         stage_status: String,
     }
-    let metrics = match source
-        .get(job_id, Resource::Stages(PlanFormat::Metrics))
-        .await
-    {
-        Ok(Some(a)) if a.status == http::StatusCode::OK => a.body,
-        _ => Default::default(),
-    };
-    let status: BTreeMap<u32, String> = serde_json::from_slice::<Stages>(&metrics)
+    let status: BTreeMap<u32, String> = serde_json::from_slice::<Stages>(metrics)
         .map(|s| {
             s.stages
                 .into_iter()
@@ -482,19 +546,31 @@ pub async fn rows_of(source: &dyn JobSource, job_id: &str) -> Result<JobRows, St
                 .collect()
         })
         .unwrap_or_default();
-    Ok(job_rows(
-        job_id,
-        &records,
-        &status,
-        &operator_metrics(&metrics),
-    ))
+    job_rows(job_id, records, &status, &operator_metrics(metrics))
 }
 
+/// zstd, row groups of [`ROW_GROUP`] rows; dictionary encoding for text
+/// only (job ids, executors, statuses repeat; numbers and times rarely
+/// do, and trying a dictionary on them cost a third of the write time and
+/// made the files larger).
 fn props() -> WriterProperties {
-    WriterProperties::builder()
+    let mut b = WriterProperties::builder()
         .set_max_row_group_row_count(Some(ROW_GROUP))
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
-        .build()
+        .set_dictionary_enabled(false);
+    let schemas: Vec<SchemaRef> = TABLES
+        .iter()
+        .map(|(_, s)| (**s).clone())
+        .chain([crate::serving::sql::tables::JOBS.clone()])
+        .collect();
+    for schema in schemas {
+        for field in schema.fields() {
+            if matches!(field.data_type(), DataType::Utf8View | DataType::Utf8) {
+                b = b.set_column_dictionary_enabled(field.name().as_str().into(), true);
+            }
+        }
+    }
+    b.build()
 }
 
 /// Writes `batch` as the Parquet file `path` (aside, then renamed); gives

@@ -13,6 +13,7 @@
 //! the time limit, so a hostile query cannot stall the server.
 
 pub mod columnar;
+pub mod fresh;
 pub mod route;
 pub mod shared;
 pub mod tables;
@@ -95,6 +96,17 @@ impl Drop for Runtime {
 impl SqlEngine {
     /// An engine over `source`, keeping its columnar history in `dir`.
     pub fn new(source: Arc<dyn JobSource>, dir: std::path::PathBuf, limits: SqlLimits) -> Self {
+        Self::with_fresh(source, dir, limits, Arc::new(fresh::Fresh::new()))
+    }
+
+    /// [`SqlEngine::new`], adding the jobs a writer hands to `fresh` from
+    /// its records (a recording scheduler: their logs are not read again).
+    pub fn with_fresh(
+        source: Arc<dyn JobSource>,
+        dir: std::path::PathBuf,
+        limits: SqlLimits,
+        fresh: Arc<fresh::Fresh>,
+    ) -> Self {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("history-sql")
@@ -103,7 +115,7 @@ impl SqlEngine {
             .expect("a runtime for SQL queries");
         Self {
             source,
-            columnar: Arc::new(Columnar::open(dir)),
+            columnar: Arc::new(Columnar::open_with(dir, fresh)),
             limits,
             runtime: Runtime(Some(runtime)),
             used: std::sync::atomic::AtomicBool::new(false),
