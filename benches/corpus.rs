@@ -82,8 +82,9 @@ fn config_json(keys: usize) -> String {
     format!("{{{}}}", entries.join(","))
 }
 
-/// Writes one job with `tasks` tasks into `dir` through the writer.
-fn job_messages(id: &str, tasks: usize, start: u64) -> Vec<WriterMsg> {
+/// The writer's messages for one job of `tasks` tasks, with responses
+/// shaped as the scheduler's (the `/stages` answer lists every task).
+pub fn job_messages(id: &str, tasks: usize, start: u64) -> Vec<WriterMsg> {
     let mut out = vec![WriterMsg::Start(JobStart {
         job_id: id.to_string(),
         job_name: format!("query {id}"),

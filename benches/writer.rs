@@ -1,14 +1,23 @@
 //! The recording path: the scheduler-side hook (`TaskTap::observe`, one
 //! finished task per call) and the writer thread's throughput in `TaskEnd`
 //! records per second (batches of 64, 100,000 records per iteration).
+//! Then what the columnar history of the SQL tables costs per job: the
+//! writer's time for a whole job (start, tasks, responses, fsync and
+//! rename) with and without handing its records over, and the work done
+//! off the writer's thread to add the job to the Parquet files, from the
+//! handed records or from its log read again.
 
 mod corpus;
 
 use ballista_core::serde::protobuf::{self as pb, SuccessfulTask, task_status};
+use ballista_job_history::analysis::records::JobRecords;
+use ballista_job_history::format::record::WrittenJob;
 use ballista_job_history::format::record::{JobStart, TaskEnd, TaskMetrics};
 use ballista_job_history::metrics::HistoryMetrics;
 use ballista_job_history::recording::listener::TaskTap;
 use ballista_job_history::recording::writer::{self, WriterConfig, WriterMsg};
+use ballista_job_history::serving::sql::columnar;
+use ballista_job_history::serving::sql::fresh::Fresh;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::sync::Arc;
 
@@ -93,5 +102,115 @@ fn throughput(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, hook, throughput);
+/// Sends one job's messages to a new writer over `dir` (handing its
+/// records to `fresh` when given) and waits for the writer to finish;
+/// gives the time from the first message to the writer done.
+fn record_job(
+    dir: &std::path::Path,
+    tasks: usize,
+    fresh: Option<Arc<Fresh>>,
+) -> std::time::Duration {
+    let mut config = WriterConfig::new(dir);
+    config.queue_capacity = usize::MAX;
+    config.written = fresh.map(|f| f as Arc<dyn writer::WrittenJobs>);
+    let messages = corpus::job_messages("job", tasks, 1_700_000_000_000);
+    let (handle, thread) = writer::spawn(config, Arc::new(HistoryMetrics::unregistered())).unwrap();
+    let started = std::time::Instant::now();
+    for msg in messages {
+        if matches!(msg, WriterMsg::Tasks { .. }) {
+            handle.try_progress(msg);
+        } else {
+            handle.send(msg);
+        }
+    }
+    handle.send(WriterMsg::Shutdown);
+    drop(handle);
+    thread.join().unwrap();
+    started.elapsed()
+}
+
+/// The records a writer hands over for one job of `tasks` tasks, and the
+/// log it wrote in `dir`.
+fn handed(dir: &std::path::Path, tasks: usize) -> WrittenJob {
+    let fresh = Arc::new(Fresh::new());
+    fresh.start();
+    record_job(dir, tasks, Some(fresh.clone()));
+    fresh.take(|_| true).pop().unwrap()
+}
+
+/// Writes one job's rows as the three Parquet files of a segment.
+fn write_rows(dir: &std::path::Path, rows: &ballista_job_history::serving::sql::tables::JobRows) {
+    use ballista_job_history::serving::sql::tables::{OPERATORS, STAGES, TASKS};
+    for (name, schema, batch) in [
+        ("stages", &STAGES, &rows.stages),
+        ("tasks", &TASKS, &rows.tasks),
+        ("operators", &OPERATORS, &rows.operators),
+    ] {
+        columnar::write_file(&dir.join(format!("{name}.parquet")), schema, batch).unwrap();
+    }
+}
+
+fn columnar_cost(c: &mut Criterion) {
+    const TASKS: usize = 50_000;
+    let mut group = c.benchmark_group("columnar");
+    group.sample_size(10);
+    let dir = tempfile::tempdir().unwrap();
+    for (name, kept) in [
+        ("writer: a job of 50,000 tasks, records not kept", false),
+        ("writer: a job of 50,000 tasks, records handed over", true),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| {
+                        let fresh = kept.then(|| {
+                            let f = Arc::new(Fresh::new());
+                            f.start();
+                            f
+                        });
+                        let took = record_job(dir.path(), TASKS, fresh.clone());
+                        // Taken (and freed) by the SQL side, off the writer's time.
+                        drop(fresh);
+                        took
+                    })
+                    .sum()
+            })
+        });
+    }
+    group.bench_function(
+        "off the writer: rows and Parquet of the job, from the handed records",
+        |b| {
+            b.iter_batched(
+                || handed(dir.path(), TASKS),
+                |job| {
+                    let (_, rows) = columnar::rows_of_written(job);
+                    assert_eq!(rows.tasks.num_rows(), TASKS);
+                    write_rows(dir.path(), &rows);
+                },
+                criterion::BatchSize::PerIteration,
+            )
+        },
+    );
+    group.bench_function(
+        "off the writer: rows and Parquet of the job, from its log read again",
+        |b| {
+            record_job(dir.path(), TASKS, None);
+            let log = dir.path().join("job.eventlog");
+            b.iter(|| {
+                let records = JobRecords::read(log.as_path()).unwrap();
+                let rows = ballista_job_history::serving::sql::tables::job_rows(
+                    "job",
+                    &records,
+                    &Default::default(),
+                    &[],
+                );
+                assert_eq!(rows.tasks.num_rows(), TASKS);
+                write_rows(dir.path(), &rows);
+            })
+        },
+    );
+    group.finish();
+}
+
+criterion_group!(benches, hook, throughput, columnar_cost);
 criterion_main!(benches);

@@ -93,15 +93,20 @@ pub fn operator_metrics(stages_json: &[u8]) -> Vec<OperatorMetric> {
     let Ok(parsed) = serde_json::from_slice::<Stages>(stages_json) else {
         return Vec::new();
     };
+    plan_metrics(
+        parsed
+            .stages
+            .iter()
+            .map(|s| (s.stage_id, s.stage_plan.as_deref().unwrap_or(""))),
+    )
+}
+
+/// Every metric of every operator in each stage's metrics plan, given as
+/// (stage id, plan text).
+pub fn plan_metrics<'a>(stages: impl Iterator<Item = (u32, &'a str)>) -> Vec<OperatorMetric> {
     let mut out = Vec::new();
-    for stage in parsed.stages {
-        for (position, line) in stage
-            .stage_plan
-            .as_deref()
-            .unwrap_or("")
-            .lines()
-            .enumerate()
-        {
+    for (stage_id, plan) in stages {
+        for (position, line) in plan.lines().enumerate() {
             let Some(at) = line.find("metrics=[") else {
                 continue;
             };
@@ -122,7 +127,7 @@ pub fn operator_metrics(stages_json: &[u8]) -> Vec<OperatorMetric> {
                 });
                 if let Some((value, unit)) = parsed {
                     out.push(OperatorMetric {
-                        stage_id: stage.stage_id,
+                        stage_id,
                         position: position as u32,
                         operator: operator.to_string(),
                         metric: key.trim().to_string(),

@@ -198,11 +198,12 @@ impl JobRecords {
     pub fn of_written(
         start: JobStart,
         stages: Vec<(StageStart, StageEnd)>,
-        tasks: Vec<TaskEnd>,
+        tasks: Vec<Vec<TaskEnd>>,
     ) -> Self {
         let mut out = Gathering::default();
         out.add(Rec::Start(start));
-        for task in tasks {
+        out.records.tasks.reserve(tasks.iter().map(Vec::len).sum());
+        for task in tasks.into_iter().flatten() {
             out.add(Rec::Task(task));
         }
         for (start, end) in stages {

@@ -271,8 +271,9 @@ pub struct WrittenJob {
     pub start: JobStart,
     /// Stage records, in the order written.
     pub stages: Vec<(StageStart, StageEnd)>,
-    /// `TaskEnd` records, in the order written.
-    pub tasks: Vec<TaskEnd>,
+    /// `TaskEnd` records, in the order written, in the batches they
+    /// arrived in (kept as they came, without copying).
+    pub tasks: Vec<Vec<TaskEnd>>,
     /// The terminal record.
     pub end: Box<JobEnd>,
 }

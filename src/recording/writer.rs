@@ -297,7 +297,8 @@ struct OpenJob {
 #[derive(Default)]
 struct Kept {
     start: Option<JobStart>,
-    tasks: Vec<TaskEnd>,
+    tasks: Vec<Vec<TaskEnd>>,
+    count: usize,
 }
 
 /// A task line with the job's secrets scrubbed (the line itself when there
@@ -430,9 +431,10 @@ impl Writer {
                 job.kept = job
                     .kept
                     .take()
-                    .filter(|k| whole && k.tasks.len() + tasks.len() <= MAX_KEPT_TASKS);
+                    .filter(|k| whole && k.count + tasks.len() <= MAX_KEPT_TASKS);
                 if let Some(kept) = &mut job.kept {
-                    kept.tasks.extend(tasks);
+                    kept.count += tasks.len();
+                    kept.tasks.push(tasks);
                 }
                 if !job.started {
                     let room = MAX_HELD_LINES.saturating_sub(job.held.len());
@@ -767,7 +769,7 @@ impl Writer {
             let mut tasks = kept.tasks;
             // As the lines were: a failure can quote a secret.
             if !secrets.is_empty() {
-                for task in &mut tasks {
+                for task in tasks.iter_mut().flatten() {
                     if let record::TaskOutcome::Failed { reason, error } = &mut task.status {
                         *reason = scrub(reason, &secrets);
                         *error = scrub(error, &secrets);

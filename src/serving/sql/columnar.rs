@@ -24,7 +24,7 @@
 //! **Invariant:** the logs are the truth: deleting the folder loses
 //! nothing, and the next query rebuilds it.
 
-use crate::analysis::plan_metrics::operator_metrics;
+use crate::analysis::plan_metrics::plan_metrics;
 use crate::analysis::records::JobRecords;
 use crate::format::record::WrittenJob;
 use crate::metrics::HistoryMetrics;
@@ -536,17 +536,24 @@ fn rows_from(job_id: &str, records: &JobRecords, metrics: &[u8]) -> JobRows {
         stage_id: u32,
         #[serde(default)]
         stage_status: String,
+        #[serde(default)]
+        stage_plan: Option<String>,
     }
-    let status: BTreeMap<u32, String> = serde_json::from_slice::<Stages>(metrics)
-        .map(|s| {
-            s.stages
-                .into_iter()
-                .filter(|s| !s.stage_status.is_empty())
-                .map(|s| (s.stage_id, s.stage_status))
-                .collect()
-        })
+    // One pass over the answer (it lists every task) for both.
+    let stages = serde_json::from_slice::<Stages>(metrics)
+        .map(|s| s.stages)
         .unwrap_or_default();
-    job_rows(job_id, records, &status, &operator_metrics(metrics))
+    let status: BTreeMap<u32, String> = stages
+        .iter()
+        .filter(|s| !s.stage_status.is_empty())
+        .map(|s| (s.stage_id, s.stage_status.clone()))
+        .collect();
+    let operators = plan_metrics(
+        stages
+            .iter()
+            .map(|s| (s.stage_id, s.stage_plan.as_deref().unwrap_or(""))),
+    );
+    job_rows(job_id, records, &status, &operators)
 }
 
 /// zstd, row groups of [`ROW_GROUP`] rows; dictionary encoding for text

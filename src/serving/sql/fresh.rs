@@ -55,7 +55,7 @@ impl Fresh {
             }
         }
         *queue = kept;
-        let left = queue.iter().map(|(_, j)| j.tasks.len()).sum();
+        let left = queue.iter().map(|(_, j)| tasks_of(j)).sum();
         self.tasks.store(left, Ordering::Relaxed);
         taken
     }
@@ -67,7 +67,7 @@ impl WrittenJobs for Fresh {
     }
 
     fn completed(&self, job: WrittenJob) {
-        let n = job.tasks.len();
+        let n = tasks_of(&job);
         if !self.in_use.load(Ordering::Relaxed)
             || self.tasks.load(Ordering::Relaxed) + n > MAX_QUEUED_TASKS
         {
@@ -76,4 +76,9 @@ impl WrittenJobs for Fresh {
         self.tasks.fetch_add(n, Ordering::Relaxed);
         self.queue.lock().push_back((Instant::now(), job));
     }
+}
+
+/// A job's task records.
+fn tasks_of(job: &WrittenJob) -> usize {
+    job.tasks.iter().map(Vec::len).sum()
 }
