@@ -64,10 +64,36 @@ fn job_id(job: usize) -> String {
     format!("038J{job:09}")
 }
 
-/// Writes the tasks of `jobs` jobs as segments of 20 jobs; gives the files.
-fn write_history(dir: &Path, jobs: usize) -> Vec<PathBuf> {
+/// Writes the same rows with dictionaries for text columns only (the
+/// layout compared against, and not kept: both engines read it slower).
+fn write_text_dictionaries(path: &Path, batch: &datafusion::arrow::array::RecordBatch) {
+    use datafusion::arrow::datatypes::DataType;
+    use datafusion::parquet::basic::{Compression, ZstdLevel};
+    use datafusion::parquet::file::properties::WriterProperties;
+    let mut props = WriterProperties::builder()
+        .set_max_row_group_row_count(Some(64 * 1024))
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_dictionary_enabled(false);
+    for field in TASKS.fields() {
+        if field.data_type() == &DataType::Utf8View {
+            props = props.set_column_dictionary_enabled(field.name().as_str().into(), true);
+        }
+    }
+    let props = props.build();
+    let file = std::fs::File::create(path).unwrap();
+    let mut w =
+        datafusion::parquet::arrow::ArrowWriter::try_new(file, TASKS.clone(), Some(props)).unwrap();
+    w.write(batch).unwrap();
+    w.close().unwrap();
+}
+
+/// Writes the tasks of `jobs` jobs as segments of 20 jobs, as the columnar
+/// history writes them, and again in `alt` with text-only dictionaries;
+/// gives the files of each.
+fn write_history(dir: &Path, alt: &Path, jobs: usize) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let mut rng = corpus::Rng::new(7);
     let mut files = Vec::new();
+    let mut alts = Vec::new();
     for first in (0..jobs).step_by(20) {
         let batches: Vec<_> = (first..(first + 20).min(jobs))
             .map(|j| job_rows(&job_id(j), &records(j, &mut rng), &BTreeMap::new(), &[]).tasks)
@@ -76,8 +102,11 @@ fn write_history(dir: &Path, jobs: usize) -> Vec<PathBuf> {
         let path = dir.join(format!("seg-{:08}.parquet", first / 20));
         write_file(&path, &TASKS, &batch).unwrap();
         files.push(path);
+        let path = alt.join(format!("seg-{:08}.parquet", first / 20));
+        write_text_dictionaries(&path, &batch);
+        alts.push(path);
     }
-    files
+    (files, alts)
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -117,8 +146,13 @@ fn duckdb(glob: &str, query: &str, runs: usize) -> Option<(Duration, String)> {
 fn main() {
     let jobs = env_usize("SQL_JOBS", 200);
     let dir = tempfile::tempdir().unwrap();
+    let alt = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let files = write_history(dir.path(), jobs);
+    let (files, alts) = write_history(dir.path(), alt.path(), jobs);
+    let alt_bytes: u64 = alts
+        .iter()
+        .map(|f| std::fs::metadata(f).unwrap().len())
+        .sum();
     let bytes: u64 = files
         .iter()
         .map(|f| std::fs::metadata(f).unwrap().len())
@@ -130,8 +164,16 @@ fn main() {
         bytes as f64 / 1e6,
         started.elapsed().as_secs_f64()
     );
+    println!(
+        "(and again with dictionaries for text columns only: {:.0} MB)\n",
+        alt_bytes as f64 / 1e6
+    );
     let generation = Generation {
         files: [Vec::new(), files, Vec::new()],
+        totals: Default::default(),
+    };
+    let alt_generation = Generation {
+        files: [Vec::new(), alts, Vec::new()],
         totals: Default::default(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -157,16 +199,24 @@ fn main() {
             TASKS_PER_JOB,
         ),
     ];
-    println!("| query | ours (DataFusion) | DuckDB | ours / DuckDB | runs |");
-    println!("| --- | --- | --- | --- | --- |");
+    println!("| query | files | ours (DataFusion) | DuckDB | ours / DuckDB | runs |");
+    println!("| --- | --- | --- | --- | --- | --- |");
     let glob = format!("{}/*.parquet", dir.path().display());
-    for (what, query, rows) in &cases {
+    let alt_glob = format!("{}/*.parquet", alt.path().display());
+    let layouts = [
+        ("ours", &generation, &glob),
+        ("text-only dictionaries", &alt_generation, &alt_glob),
+    ];
+    for ((what, query, rows), (layout, generation, glob)) in cases
+        .iter()
+        .flat_map(|c| layouts.iter().map(move |l| (c, l)))
+    {
         let runs = 10;
         let mut times = Vec::new();
         for i in 0..=runs {
             let t = Instant::now();
             let answer = runtime
-                .block_on(query_files(&generation, None, query, limits))
+                .block_on(query_files(generation, None, query, limits))
                 .unwrap();
             let n: usize = answer.batches.iter().map(|b| b.num_rows()).sum();
             assert_eq!(n, *rows, "{query}");
@@ -175,18 +225,18 @@ fn main() {
             }
         }
         let ours = median(times);
-        match duckdb(&glob, query, runs) {
+        match duckdb(glob, query, runs) {
             Some((theirs, n)) => {
                 assert_eq!(n, rows.to_string(), "duckdb: {query}");
                 println!(
-                    "| {what} | {} | {} | {:.2} | {runs} |",
+                    "| {what} | {layout} | {} | {} | {:.2} | {runs} |",
                     corpus::ms(ours),
                     corpus::ms(theirs),
                     ours.as_secs_f64() / theirs.as_secs_f64()
                 );
             }
             None => println!(
-                "| {what} | {} | (duckdb not installed) | | {runs} |",
+                "| {what} | {layout} | {} | (duckdb not installed) | | {runs} |",
                 corpus::ms(ours)
             ),
         }

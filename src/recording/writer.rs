@@ -86,8 +86,8 @@ pub trait WrittenJobs: Send + Sync + std::fmt::Debug {
     fn completed(&self, job: WrittenJob);
 }
 
-/// Records of one job kept past a job's tasks, beyond which its records
-/// are not kept (its log is read instead).
+/// The task records kept of one job at most; the records of a job with
+/// more are let go (its log is read instead).
 const MAX_KEPT_TASKS: usize = 1_000_000;
 
 impl WriterConfig {

@@ -35,7 +35,7 @@ use crate::serving::sql::tables::{JobRows, JobTotals, OPERATORS, STAGES, TASKS, 
 use ballista_api_types::dto::PlanFormat;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use datafusion::parquet::basic::{Compression, ZstdLevel};
@@ -556,28 +556,16 @@ fn rows_from(job_id: &str, records: &JobRecords, metrics: &[u8]) -> JobRows {
     job_rows(job_id, records, &status, &operators)
 }
 
-/// zstd, row groups of [`ROW_GROUP`] rows; dictionary encoding for text
-/// only (job ids, executors, statuses repeat; numbers and times rarely
-/// do, and trying a dictionary on them cost a third of the write time and
-/// made the files larger).
+/// zstd, row groups of [`ROW_GROUP`] rows, a dictionary tried on every
+/// column (Parquet's default). Text-only dictionaries wrote a third
+/// faster and smaller files, but both DataFusion and DuckDB then read the
+/// numbers slower (`docs/performance.md`): the files are read far more
+/// often than written.
 fn props() -> WriterProperties {
-    let mut b = WriterProperties::builder()
+    WriterProperties::builder()
         .set_max_row_group_row_count(Some(ROW_GROUP))
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
-        .set_dictionary_enabled(false);
-    let schemas: Vec<SchemaRef> = TABLES
-        .iter()
-        .map(|(_, s)| (**s).clone())
-        .chain([crate::serving::sql::tables::JOBS.clone()])
-        .collect();
-    for schema in schemas {
-        for field in schema.fields() {
-            if matches!(field.data_type(), DataType::Utf8View | DataType::Utf8) {
-                b = b.set_column_dictionary_enabled(field.name().as_str().into(), true);
-            }
-        }
-    }
-    b.build()
+        .build()
 }
 
 /// Writes `batch` as the Parquet file `path` (aside, then renamed); gives

@@ -166,9 +166,10 @@ impl Shared {
         Ok(bytes.len() as u64)
     }
 
-    /// Publishes `m` (the files in `dir`): uploads each file not in
+    /// Publishes `m` (the files in `dir`): uploads each file not both in
     /// `whole_files` (those this process fetched whole or uploaded; a name
-    /// another manifest claims is not trusted), then the manifest, then
+    /// another manifest claims is not trusted) and named by the manifest
+    /// in the store, then the manifest, then
     /// deletes the files only the replaced manifest named. Fills in a
     /// segment's missing hashes (written before they were kept) from its
     /// files, and says whether it did.
@@ -194,7 +195,9 @@ impl Shared {
         for seg in &m.segments {
             for ((table, _), sum) in TABLES.iter().zip(&seg.sums) {
                 let name = format!("{table}/{sum}.parquet");
-                if whole_files.contains(&name) {
+                // Known whole, and named by the manifest in the store (one
+                // it does not name may have been deleted since).
+                if whole_files.contains(&name) && known.contains(&name) {
                     continue;
                 }
                 let bytes = std::fs::read(seg_path(dir, table, seg.seq))
