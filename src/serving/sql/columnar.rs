@@ -205,12 +205,14 @@ impl Columnar {
         if source.store().is_some_and(|s| !s.is_ready()) {
             return Ok(state.current.clone());
         }
-        // Nothing changed in the store and every file is where it was: the
-        // files are up to date.
+        // Nothing changed in the store, every file is where it was and
+        // (object stores) published: the files are up to date.
+        let shared = Shared::of(source);
         let version = source.store().map(|s| s.version());
         let dir = self.dir.clone();
         if version.is_some()
             && version == state.seen
+            && (shared.is_none() || state.published)
             && state.manifest.segments.iter().all(|s| intact(&dir, s))
         {
             return Ok(state.current.clone());
@@ -225,7 +227,6 @@ impl Columnar {
         let mut changed = false;
         // An object store: a new spool starts from what another server
         // published, not from every log.
-        let shared = Shared::of(source);
         if let Some(shared) = &shared
             && state.seen.is_none()
             && state.manifest.segments.is_empty()
