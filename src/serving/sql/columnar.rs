@@ -196,8 +196,13 @@ impl Columnar {
     }
 
     /// Brings the files up to the completed jobs `source` lists, and gives
-    /// the generation to query.
-    pub async fn refresh(&self, source: &dyn JobSource) -> Result<Arc<Generation>, String> {
+    /// the generation to query. With `publish` (and an object store),
+    /// publishes them too; without it, leaves that to a later refresh.
+    pub async fn refresh(
+        &self,
+        source: &dyn JobSource,
+        publish: bool,
+    ) -> Result<Arc<Generation>, String> {
         self.fresh.start();
         let mut state = self.state.lock().await;
         // Before the first index pass the store lists too little: what the
@@ -212,7 +217,7 @@ impl Columnar {
         let dir = self.dir.clone();
         if version.is_some()
             && version == state.seen
-            && (shared.is_none() || state.published)
+            && (shared.is_none() || state.published || !publish)
             && state.manifest.segments.iter().all(|s| intact(&dir, s))
         {
             return Ok(state.current.clone());
@@ -373,8 +378,12 @@ impl Columnar {
             changed = true;
         }
         state.seen = version;
+        if changed {
+            state.published = false;
+        }
         if let Some(shared) = &shared
-            && (changed || !state.published)
+            && publish
+            && !state.published
         {
             // Published after every file is written; a failure is retried
             // by the next refresh.

@@ -132,10 +132,12 @@ impl SqlEngine {
         &self.columnar
     }
 
-    /// Brings the columnar history up to date.
-    pub async fn refresh(&self) -> Result<Arc<Generation>, ApiError> {
+    /// Brings the columnar history up to date; with `publish`, also
+    /// publishes it beside the logs in an object store (done by the
+    /// background refresh and the export, never on a query's path).
+    pub async fn refresh(&self, publish: bool) -> Result<Arc<Generation>, ApiError> {
         self.columnar
-            .refresh(&*self.source)
+            .refresh(&*self.source, publish)
             .await
             .map_err(|e| ApiError::Internal(format!("the columnar history cannot be built: {e}")))
     }
@@ -157,7 +159,7 @@ impl SqlEngine {
                 _ = ticker.tick() => {
                     let in_use = self.used.load(std::sync::atomic::Ordering::Relaxed)
                         || self.columnar.dir().join("manifest.json").exists();
-                    if in_use && let Err(e) = self.refresh().await {
+                    if in_use && let Err(e) = self.refresh(true).await {
                         log::warn!("history: {e}");
                     }
                 }
@@ -240,7 +242,7 @@ impl SqlEngine {
     /// and, per table, one `part-NNNNN.parquet` per segment of the
     /// columnar history (rows sorted by job id). Says what it wrote.
     pub async fn export(&self, out: &std::path::Path) -> Result<String, ApiError> {
-        let generation = self.refresh().await?;
+        let generation = self.refresh(true).await?;
         let jobs = self.jobs(&generation).await?;
         let io = |e: std::io::Error| ApiError::Internal(format!("{}: {e}", out.display()));
         let jobs_dir = out.join("jobs");
@@ -267,7 +269,7 @@ impl SqlEngine {
     /// Runs `sql` (read-only) under the limits.
     pub async fn query(&self, sql: &str) -> Result<Answer, ApiError> {
         self.used.store(true, std::sync::atomic::Ordering::Relaxed);
-        let generation = self.refresh().await?;
+        let generation = self.refresh(false).await?;
         let wants_jobs = sql.to_ascii_lowercase().contains("jobs");
         let jobs = if wants_jobs {
             Some(self.jobs(&generation).await?)

@@ -1,7 +1,8 @@
 //! The columnar history shared through an object store, beside the logs.
 //!
 //! With an object-store `--event-log-dir`, each server keeps its columnar
-//! history in its local spool, and publishes it under the prefix:
+//! history in its local spool, and its background refresh publishes it
+//! under the prefix (a query never waits for an upload):
 //!
 //! ```text
 //! <prefix>/.ballista-job-history.columnar/manifest.json
