@@ -166,6 +166,18 @@ pub fn job_messages(id: &str, tasks: usize, start: u64) -> Vec<WriterMsg> {
     out
 }
 
+/// Sends `messages` to the writer: progress as progress (never blocking),
+/// the rest as they must arrive.
+pub fn send_all(handle: &writer::WriterHandle, messages: Vec<WriterMsg>) {
+    for msg in messages {
+        if matches!(msg, WriterMsg::Tasks { .. }) {
+            handle.try_progress(msg);
+        } else {
+            handle.send(msg);
+        }
+    }
+}
+
 /// Writes `jobs` plain logs into `dir`, with task counts from `tasks_of`.
 #[allow(dead_code)]
 pub fn write_corpus(dir: &Path, jobs: usize, seed: u64, tasks_of: impl FnMut(&mut Rng) -> usize) {
@@ -188,17 +200,14 @@ pub fn write_corpus_with(
     let (handle, thread) = writer::spawn(config, Arc::new(HistoryMetrics::unregistered())).unwrap();
     for j in 0..jobs {
         let tasks = tasks_of(&mut rng);
-        for msg in job_messages(
-            &format!("job{j:07}"),
-            tasks,
-            1_700_000_000_000 + j as u64 * 1000,
-        ) {
-            if matches!(msg, WriterMsg::Tasks { .. }) {
-                handle.try_progress(msg);
-            } else {
-                handle.send(msg);
-            }
-        }
+        send_all(
+            &handle,
+            job_messages(
+                &format!("job{j:07}"),
+                tasks,
+                1_700_000_000_000 + j as u64 * 1000,
+            ),
+        );
     }
     handle.send(WriterMsg::Shutdown);
     drop(handle);

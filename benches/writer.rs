@@ -116,13 +116,7 @@ fn record_job(
     let messages = corpus::job_messages("job", tasks, 1_700_000_000_000);
     let (handle, thread) = writer::spawn(config, Arc::new(HistoryMetrics::unregistered())).unwrap();
     let started = std::time::Instant::now();
-    for msg in messages {
-        if matches!(msg, WriterMsg::Tasks { .. }) {
-            handle.try_progress(msg);
-        } else {
-            handle.send(msg);
-        }
-    }
+    corpus::send_all(&handle, messages);
     handle.send(WriterMsg::Shutdown);
     drop(handle);
     thread.join().unwrap();

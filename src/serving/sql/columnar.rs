@@ -303,14 +303,9 @@ impl Columnar {
         }
         // Jobs the writer handed over: their rows from its records.
         let written = {
-            let held: HashSet<&String> = state
-                .manifest
-                .segments
-                .iter()
-                .flat_map(|s| s.jobs.keys())
-                .collect();
+            let held = held_jobs(&state.manifest);
             self.fresh
-                .take(|id| completed.contains(id) && !held.contains(&id.to_string()))
+                .take(|id| completed.contains(id) && !held.contains(id))
         };
         if !written.is_empty() {
             let n = written.len() as u64;
@@ -328,15 +323,10 @@ impl Columnar {
             changed = true;
         }
         // New jobs: read their logs, write one segment.
-        let held: HashSet<&String> = state
-            .manifest
-            .segments
-            .iter()
-            .flat_map(|s| s.jobs.keys())
-            .collect();
+        let held = held_jobs(&state.manifest);
         let mut new: Vec<String> = completed
             .iter()
-            .filter(|id| !held.contains(id) && !state.unreadable.contains(*id))
+            .filter(|id| !held.contains(id.as_str()) && !state.unreadable.contains(*id))
             .cloned()
             .collect();
         new.sort();
@@ -430,6 +420,14 @@ impl Columnar {
             false
         });
     }
+}
+
+/// The jobs the segments of `m` hold.
+fn held_jobs(m: &Manifest) -> HashSet<&str> {
+    m.segments
+        .iter()
+        .flat_map(|s| s.jobs.keys().map(String::as_str))
+        .collect()
 }
 
 /// Groups of two or more small segments (by index) whose rows together stay
