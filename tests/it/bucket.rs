@@ -696,14 +696,14 @@ async fn a_kill_mid_upload_and_an_outage_lose_nothing_and_duplicate_nothing() {
     );
     let job = get_json(&server.url(&format!("/api/job/{second}"))).await;
     assert_eq!(job["job_id"], second.as_str());
-    // The orphan is listed as abandoned, with its plans.
-    let abandoned = get_json(&server.url("/api/jobs?status=abandoned")).await;
-    let abandoned: Vec<&str> = abandoned
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|j| j["job_id"].as_str().unwrap())
-        .collect();
+    // The orphan is listed as abandoned, with its plans. It was uploaded
+    // after the second log, so the listing that found that log may have
+    // come before it: wait for the next one.
+    let abandoned = wait_for("the orphan is listed", || async {
+        let ids = job_ids_where(&server, "status=abandoned").await;
+        (!ids.is_empty()).then_some(ids)
+    })
+    .await;
     assert_eq!(abandoned, ["orphan1"]);
     let orphan = get_json(&server.url("/api/job/orphan1")).await;
     assert_eq!(orphan["job_id"], "orphan1");
