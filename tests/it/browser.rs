@@ -5,6 +5,7 @@
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use std::path::Path;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -24,7 +25,14 @@ pub struct Browser {
 }
 
 impl Drop for Browser {
+    /// Kills chromedriver with the Chromium it started: the driver runs in
+    /// a process group of its own, and the whole group goes (killing the
+    /// driver alone would leave the browser running).
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.driver.id())])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
@@ -37,6 +45,7 @@ impl Browser {
         let driver_bin = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into());
         let driver = Command::new(&driver_bin)
             .arg(format!("--port={port}"))
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
