@@ -421,9 +421,16 @@ impl LogStore {
         } else {
             Vec::new()
         };
-        let jobs = index
-            .order
-            .iter()
+        // Only unfinished states asked for: no completed job can match,
+        // so they are not walked (the `jobs` table asks this per query).
+        let completed = q
+            .states
+            .as_ref()
+            .is_none_or(|w| w.iter().any(|s| !s.is_unfinished()))
+            .then(|| index.order.iter())
+            .into_iter()
+            .flatten();
+        let jobs = completed
             .map(|ByPosition(s)| &**s as &dyn JobFacts)
             .chain(states.iter().map(|f| f as &dyn JobFacts))
             .filter(|j| skip.is_empty() || !skip.contains(j.job_id()));

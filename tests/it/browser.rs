@@ -4,8 +4,8 @@
 //! binaries.
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use std::path::Path;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 

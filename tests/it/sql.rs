@@ -448,8 +448,21 @@ async fn retention_and_damage_leave_the_tables_as_the_logs_are() {
     // A missing folder: rebuilt.
     std::fs::remove_dir_all(&columnar).unwrap();
     assert_eq!(sql(&server, all).await, before);
-    // A job deleted (as retention deletes it) leaves every table.
+    // A job deleted (as retention deletes it) leaves every table, the
+    // `jobs` rows kept since the last query too.
     let gone = "038HEXYE9M000";
+    let jobs = "SELECT count(*) FROM jobs";
+    let listed = get_json(&server.url("/api/jobs")).await;
+    let listed = listed.as_array().unwrap().len() as i64;
+    assert_eq!(number(&server, jobs).await, listed);
+    assert_eq!(
+        number(
+            &server,
+            &format!("SELECT count(*) FROM jobs WHERE job_id = '{gone}'")
+        )
+        .await,
+        1
+    );
     std::fs::remove_file(tmp.path().join(format!("{gone}.eventlog"))).unwrap();
     eventually("the job leaves the list", || async {
         get_json(&server.url("/api/jobs"))
@@ -471,6 +484,7 @@ async fn retention_and_damage_leave_the_tables_as_the_logs_are() {
             "{table}"
         );
     }
+    assert_eq!(number(&server, jobs).await, listed - 1);
     let after = sql(&server, all).await;
     let expected: Vec<Value> = before.into_iter().filter(|r| r["job_id"] != gone).collect();
     assert_eq!(after, expected);

@@ -79,7 +79,23 @@ pub struct SqlEngine {
     /// Whether a query has been asked: until then nothing is built, so a
     /// server whose SQL is never used reads no log twice.
     used: std::sync::atomic::AtomicBool,
+    /// The completed jobs' rows of the `jobs` table, kept between queries.
+    kept_jobs: parking_lot::Mutex<Option<KeptJobs>>,
 }
+
+/// The completed jobs' rows of the last `jobs` table asked for: used while
+/// the store's completed jobs and the columnar generation are those they
+/// were built from, and dropped after [`KEPT_JOBS_IDLE`] without a query
+/// (at a million jobs they take about as much memory as the index).
+struct KeptJobs {
+    version: u64,
+    generation: std::sync::Weak<Generation>,
+    batch: RecordBatch,
+    used: std::time::Instant,
+}
+
+/// How long the `jobs` rows are kept without a query asking for them.
+const KEPT_JOBS_IDLE: Duration = Duration::from_secs(300);
 
 /// A runtime of its own for queries, shut down without waiting (it may be
 /// dropped inside the server's runtime).
@@ -119,6 +135,7 @@ impl SqlEngine {
             limits,
             runtime: Runtime(Some(runtime)),
             used: std::sync::atomic::AtomicBool::new(false),
+            kept_jobs: parking_lot::Mutex::new(None),
         }
     }
 
@@ -157,6 +174,7 @@ impl SqlEngine {
         loop {
             tokio::select! {
                 _ = ticker.tick() => {
+                    self.forget_idle_jobs();
                     let in_use = self.used.load(std::sync::atomic::Ordering::Relaxed)
                         || self.columnar.dir().join("manifest.json").exists();
                     if in_use && let Err(e) = self.refresh(true).await {
@@ -168,26 +186,68 @@ impl SqlEngine {
         }
     }
 
-    /// The `jobs` table now: the completed jobs straight from the store's
-    /// summaries, then the others the source lists (unfinished logs, and
-    /// the live scheduler's jobs not in the store yet).
-    pub async fn jobs(&self, generation: &Generation) -> Result<RecordBatch, ApiError> {
-        let store = self.source.store().cloned();
-        let completed = store.as_ref().map(|store| {
-            store.with_completed(|jobs| {
-                let lines: Vec<JobLine<'_>> = jobs
-                    .map(|s| JobLine {
-                        facts: s as &dyn JobFacts,
-                        job_status: s.job_status(),
-                        stages: s.num_stages,
-                        completed_stages: s.completed_stages,
-                        log_size: Some(s.log_len()),
-                        totals: generation.totals.get(JobFacts::job_id(s)),
-                    })
-                    .collect();
-                jobs_batch(&lines)
-            })
+    /// Drops the kept `jobs` rows once no query asked for them for
+    /// [`KEPT_JOBS_IDLE`].
+    fn forget_idle_jobs(&self) {
+        let mut kept = self.kept_jobs.lock();
+        if kept
+            .as_ref()
+            .is_some_and(|k| k.used.elapsed() > KEPT_JOBS_IDLE)
+        {
+            *kept = None;
+        }
+    }
+
+    /// The completed jobs' rows of the `jobs` table, from the store's
+    /// summaries: the kept ones while nothing they were built from changed.
+    fn completed_jobs(
+        &self,
+        store: &crate::store::LogStore,
+        generation: &Arc<Generation>,
+    ) -> RecordBatch {
+        // Read before building: a change while building makes the next
+        // query build again, never keeps stale rows under a newer number.
+        let version = store.version();
+        let weak = Arc::downgrade(generation);
+        let mut kept = self.kept_jobs.lock();
+        if let Some(k) = kept.as_mut()
+            && k.version == version
+            && k.generation.ptr_eq(&weak)
+        {
+            k.used = std::time::Instant::now();
+            return k.batch.clone();
+        }
+        let batch = store.with_completed(|jobs| {
+            let lines: Vec<JobLine<'_>> = jobs
+                .map(|s| JobLine {
+                    facts: s as &dyn JobFacts,
+                    job_status: s.job_status(),
+                    stages: s.num_stages,
+                    completed_stages: s.completed_stages,
+                    log_size: Some(s.log_len()),
+                    totals: generation.totals.get(JobFacts::job_id(s)),
+                })
+                .collect();
+            jobs_batch(&lines)
         });
+        *kept = Some(KeptJobs {
+            version,
+            generation: weak,
+            batch: batch.clone(),
+            used: std::time::Instant::now(),
+        });
+        batch
+    }
+
+    /// The `jobs` table now: the completed jobs straight from the store's
+    /// summaries (kept between queries while they do not change), then the
+    /// others the source lists (unfinished logs, and the live scheduler's
+    /// jobs not in the store yet).
+    pub async fn jobs(&self, generation: &Arc<Generation>) -> Result<Vec<RecordBatch>, ApiError> {
+        let store = self.source.store().cloned();
+        let completed = store
+            .as_ref()
+            .map(|store| self.completed_jobs(store, generation));
         let query = ListQuery {
             include_unfinished: true,
             states: store.is_some().then(|| {
@@ -229,13 +289,8 @@ impl SqlEngine {
             })
             .collect();
         let others = jobs_batch(&lines);
-        match completed {
-            Some(batch) => {
-                datafusion::arrow::compute::concat_batches(&tables::JOBS, [&batch, &others])
-                    .map_err(|e| ApiError::Internal(e.to_string()))
-            }
-            None => Ok(others),
-        }
+        // Two batches, not one: joining them would copy every row.
+        Ok(completed.into_iter().chain([others]).collect())
     }
 
     /// Writes the four tables as Parquet under `out`: `jobs/part-00000.parquet`
@@ -243,7 +298,11 @@ impl SqlEngine {
     /// columnar history (rows sorted by job id). Says what it wrote.
     pub async fn export(&self, out: &std::path::Path) -> Result<String, ApiError> {
         let generation = self.refresh(true).await?;
-        let jobs = self.jobs(&generation).await?;
+        let jobs = datafusion::arrow::compute::concat_batches(
+            &tables::JOBS,
+            &self.jobs(&generation).await?,
+        )
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
         let io = |e: std::io::Error| ApiError::Internal(format!("{}: {e}", out.display()));
         let jobs_dir = out.join("jobs");
         std::fs::create_dir_all(&jobs_dir).map_err(io)?;
@@ -307,7 +366,7 @@ impl SqlEngine {
 /// engine has its tables (the SQL bench times it).
 pub async fn query_files(
     generation: &Generation,
-    jobs: Option<RecordBatch>,
+    jobs: Option<Vec<RecordBatch>>,
     sql: &str,
     limits: SqlLimits,
 ) -> Result<Answer, ApiError> {
@@ -339,7 +398,7 @@ static CACHES: std::sync::LazyLock<CacheManagerConfig> = std::sync::LazyLock::ne
 fn context(
     limits: SqlLimits,
     generation: &Generation,
-    jobs: Option<RecordBatch>,
+    jobs: Option<Vec<RecordBatch>>,
 ) -> Result<SessionContext, ApiError> {
     let runtime = RuntimeEnvBuilder::new()
         .with_cache_manager(CACHES.clone())
@@ -356,8 +415,8 @@ fn context(
     config.options_mut().execution.parquet.reorder_filters = true;
     let ctx = SessionContext::new_with_config_rt(config, runtime);
     let internal = |e: datafusion::error::DataFusionError| ApiError::Internal(e.to_string());
-    if let Some(batch) = jobs {
-        let table = MemTable::try_new(batch.schema(), vec![vec![batch]]).map_err(internal)?;
+    if let Some(batches) = jobs {
+        let table = MemTable::try_new(tables::JOBS.clone(), vec![batches]).map_err(internal)?;
         ctx.register_table("jobs", Arc::new(table))
             .map_err(internal)?;
     } else {
