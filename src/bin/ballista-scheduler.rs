@@ -415,11 +415,8 @@ async fn run(cli: Cli, matches: &ArgMatches) -> Result<(), Box<dyn std::error::E
         }
         options
     });
-    let addr = format!("{}:{}", cli.upstream.bind_host, cli.upstream.bind_port);
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-
+    // A one-shot export serves nothing: it listens on no port, so it runs
+    // beside a scheduler or history server on the same machine.
     if cli.history_only
         && let Some(out) = &cli.export_parquet
     {
@@ -428,6 +425,10 @@ async fn run(cli: Cli, matches: &ArgMatches) -> Result<(), Box<dyn std::error::E
         println!("{written}");
         return Ok(());
     }
+    let addr = format!("{}:{}", cli.upstream.bind_host, cli.upstream.bind_port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     if cli.history_only {
         let history = history.ok_or("--history-only needs --event-log-dir DIR")?;
         run_history(listener, history, shutdown_signal()).await?;

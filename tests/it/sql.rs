@@ -497,14 +497,19 @@ async fn a_ballista_cluster_answers_the_export_as_the_server_does() {
     let logs = tmp.path().join("logs");
     crate::history::copy_fixtures(&logs);
     let out = tmp.path().join("export");
+    // The export listens on no port: it runs while its port is taken (as
+    // beside a running scheduler).
+    let taken = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_ballista-scheduler"))
-        .args(["--history-only", "--event-log-dir"])
+        .args(["--history-only", "--bind-port", &port, "--event-log-dir"])
         .arg(&logs)
         .arg("--export-parquet")
         .arg(&out)
         .status()
         .unwrap();
     assert!(status.success());
+    drop(taken);
     for table in ["jobs", "stages", "tasks", "operators"] {
         assert!(
             out.join(table).join("part-00000.parquet").exists(),
