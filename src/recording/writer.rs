@@ -881,6 +881,21 @@ mod tests {
         }
     }
 
+    /// The message that ends `job_id` with `stages` and [`end`].
+    fn ended_with(job_id: &str, stages: Vec<(record::StageStart, record::StageEnd)>) -> WriterMsg {
+        WriterMsg::End {
+            job_id: job_id.into(),
+            fallback_start: start(job_id),
+            stages,
+            end: end(job_id),
+        }
+    }
+
+    /// The message that ends `job_id` with no stages.
+    fn ended(job_id: &str) -> WriterMsg {
+        ended_with(job_id, vec![])
+    }
+
     #[tokio::test]
     async fn tasks_before_job_start_are_written_after_it() {
         let dir = tempfile::tempdir().unwrap();
@@ -891,12 +906,7 @@ mod tests {
             tasks: vec![task(1, 0)],
         });
         handle.send(WriterMsg::Start(start("j1")));
-        handle.send(WriterMsg::End {
-            job_id: "j1".into(),
-            fallback_start: start("j1"),
-            stages: vec![],
-            end: end("j1"),
-        });
+        handle.send(ended("j1"));
         drop(handle);
         thread.join().unwrap();
         let text = std::fs::read_to_string(dir.path().join("j1.eventlog")).unwrap();
@@ -974,36 +984,21 @@ mod tests {
                 },
             )
         };
-        handle.send(WriterMsg::End {
-            job_id: "j".into(),
-            fallback_start: start("j"),
-            stages: vec![stage(1), stage(2)],
-            end: end("j"),
-        });
+        handle.send(ended_with("j", vec![stage(1), stage(2)]));
         // Held lines beyond the limit: the log lacks some, nothing handed.
         handle.try_progress(WriterMsg::Tasks {
             job_id: "over".into(),
             tasks: (0..MAX_HELD_LINES as u32 + 1).map(|i| task(1, i)).collect(),
         });
         handle.send(WriterMsg::Start(start("over")));
-        handle.send(WriterMsg::End {
-            job_id: "over".into(),
-            fallback_start: start("over"),
-            stages: vec![],
-            end: end("over"),
-        });
+        handle.send(ended("over"));
         let (tx, rx) = mpsc::channel();
         handle.send(WriterMsg::Flush(tx));
         rx.recv().unwrap();
         // Opened while not wanted: nothing handed.
         collect.off.store(true, Ordering::Relaxed);
         handle.send(WriterMsg::Start(start("off")));
-        handle.send(WriterMsg::End {
-            job_id: "off".into(),
-            fallback_start: start("off"),
-            stages: vec![],
-            end: end("off"),
-        });
+        handle.send(ended("off"));
         drop(handle);
         thread.join().unwrap();
 
@@ -1100,12 +1095,7 @@ mod tests {
             })
             .collect();
         assert_eq!(accepted, vec![true, false, false, false, false]);
-        assert!(handle.send(WriterMsg::End {
-            job_id: "j".into(),
-            fallback_start: start("j"),
-            stages: vec![],
-            end: end("j"),
-        }));
+        assert!(handle.send(ended("j")));
         let mut writer = Writer::new(config, metrics.clone(), handle.drops.clone());
         let queued = handle.queued.clone();
         drop(handle);
@@ -1205,12 +1195,7 @@ mod tests {
         let rss_growth_mib = rss_kib().saturating_sub(rss_before) / 1024;
         for j in 0..JOBS {
             let id = format!("job{j}");
-            handle.send(WriterMsg::End {
-                job_id: id.clone(),
-                fallback_start: start(&id),
-                stages: vec![],
-                end: end(&id),
-            });
+            handle.send(ended(&id));
         }
         drop(handle);
         thread.join().unwrap();
@@ -1256,12 +1241,7 @@ mod tests {
             }
             for j in 0..10 {
                 let id = format!("job{j}");
-                handle.send(WriterMsg::End {
-                    job_id: id.clone(),
-                    fallback_start: start(&id),
-                    stages: vec![],
-                    end: end(&id),
-                });
+                handle.send(ended(&id));
             }
             drop(handle);
             thread.join().unwrap();
@@ -1312,12 +1292,7 @@ mod tests {
         let metrics = Arc::new(HistoryMetrics::unregistered());
         let (handle, thread) = spawn(WriterConfig::new(&blocker), metrics.clone()).unwrap();
         handle.send(WriterMsg::Start(start("j")));
-        handle.send(WriterMsg::End {
-            job_id: "j".into(),
-            fallback_start: start("j"),
-            stages: vec![],
-            end: end("j"),
-        });
+        handle.send(ended("j"));
         handle.flush().await;
         assert!(metrics.write_errors.get() >= 1);
         drop(handle);
@@ -1330,12 +1305,7 @@ mod tests {
         let metrics = Arc::new(HistoryMetrics::unregistered());
         let (handle, thread) = spawn(WriterConfig::new(dir.path()), metrics).unwrap();
         handle.send(WriterMsg::Start(start("j")));
-        handle.send(WriterMsg::End {
-            job_id: "j".into(),
-            fallback_start: start("j"),
-            stages: vec![],
-            end: end("j"),
-        });
+        handle.send(ended("j"));
         handle.try_progress(WriterMsg::Tasks {
             job_id: "j".into(),
             tasks: vec![task(1, 9)],

@@ -70,19 +70,25 @@ fn documented_questions() -> Vec<String> {
         .collect()
 }
 
+/// Runs `grouped` (100 groups) and a query that fails on the executor;
+/// gives their job ids.
+async fn grouped_and_failed(cluster: &Cluster, grouped: &str) -> (String, String) {
+    let (agg, ok) = run_job(&cluster.sched, &cluster.ctx, grouped).await;
+    assert_eq!(ok, Ok(100));
+    let (failed, err) = run_job(&cluster.sched, &cluster.ctx, "SELECT CAST(s AS INT) FROM t").await;
+    assert!(err.is_err());
+    (agg, failed)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_tables_hold_what_the_logs_hold() {
     let mut cluster = Cluster::start(&[]).await;
     let sched = &cluster.sched;
-    let (agg, ok) = run_job(
-        sched,
-        &cluster.ctx,
+    let (agg, failed) = grouped_and_failed(
+        &cluster,
         "SELECT k, count(*), sum(v) FROM t GROUP BY k ORDER BY k",
     )
     .await;
-    assert_eq!(ok, Ok(100));
-    let (failed, err) = run_job(sched, &cluster.ctx, "SELECT CAST(s AS INT) FROM t").await;
-    assert!(err.is_err());
     let (join, ok) = run_job(
         sched,
         &cluster.ctx,
@@ -287,15 +293,8 @@ async fn jobs_completed_while_sql_is_in_use_are_added_from_the_writers_records()
         "the job before SQL: read from its log"
     );
 
-    let (agg, ok) = run_job(
-        sched,
-        &cluster.ctx,
-        "SELECT k, count(*) FROM t GROUP BY k ORDER BY k",
-    )
-    .await;
-    assert_eq!(ok, Ok(100));
-    let (failed, err) = run_job(sched, &cluster.ctx, "SELECT CAST(s AS INT) FROM t").await;
-    assert!(err.is_err());
+    let (agg, failed) =
+        grouped_and_failed(&cluster, "SELECT k, count(*) FROM t GROUP BY k ORDER BY k").await;
     for id in [&agg, &failed] {
         completed_log(&cluster.logs, id).await;
     }
