@@ -118,6 +118,18 @@ async fn the_tables_hold_what_the_logs_hold() {
         })
         .collect();
     assert_eq!(got, lines);
+    // That count went through the string grouping operator.
+    let plan = sql(
+        sched,
+        "EXPLAIN SELECT job_id, count(*) AS n FROM tasks GROUP BY job_id",
+    )
+    .await;
+    assert!(
+        plan.iter().any(|r| r["plan"]
+            .as_str()
+            .is_some_and(|p| p.contains("StringGroupsExec"))),
+        "{plan:?}"
+    );
     // Stages: one row per stage of the scheduler's own answer.
     for id in [&agg, &join] {
         let stages = get_json(&sched.url(&format!("/api/job/{id}/stages"))).await;

@@ -14,6 +14,7 @@
 
 pub mod columnar;
 pub mod fresh;
+pub mod grouping;
 pub mod route;
 pub mod shared;
 pub mod tables;
@@ -33,6 +34,7 @@ use datafusion::datasource::listing::{
 use datafusion::execution::cache::cache_manager::CacheManagerConfig;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::StreamExt;
 use std::sync::Arc;
@@ -413,7 +415,13 @@ fn context(
         .with_information_schema(false);
     config.options_mut().execution.parquet.pushdown_filters = true;
     config.options_mut().execution.parquet.reorder_filters = true;
-    let ctx = SessionContext::new_with_config_rt(config, runtime);
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_runtime_env(runtime)
+        .with_default_features()
+        .with_physical_optimizer_rule(Arc::new(grouping::StringGrouping))
+        .build();
+    let ctx = SessionContext::new_with_state(state);
     let internal = |e: datafusion::error::DataFusionError| ApiError::Internal(e.to_string());
     if let Some(batches) = jobs {
         let table = MemTable::try_new(tables::JOBS.clone(), vec![batches]).map_err(internal)?;
