@@ -82,7 +82,7 @@ pub struct SqlEngine {
     /// server whose SQL is never used reads no log twice.
     used: std::sync::atomic::AtomicBool,
     /// The completed jobs' rows of the `jobs` table, kept between queries.
-    kept_jobs: parking_lot::Mutex<Option<KeptJobs>>,
+    kept_jobs: Arc<parking_lot::Mutex<Option<KeptJobs>>>,
 }
 
 /// The completed jobs' rows of the last `jobs` table asked for: used while
@@ -137,7 +137,7 @@ impl SqlEngine {
             limits,
             runtime: Runtime(Some(runtime)),
             used: std::sync::atomic::AtomicBool::new(false),
-            kept_jobs: parking_lot::Mutex::new(None),
+            kept_jobs: Arc::new(parking_lot::Mutex::new(None)),
         }
     }
 
@@ -200,56 +200,24 @@ impl SqlEngine {
         }
     }
 
-    /// The completed jobs' rows of the `jobs` table, from the store's
-    /// summaries: the kept ones while nothing they were built from changed.
-    fn completed_jobs(
-        &self,
-        store: &crate::store::LogStore,
-        generation: &Arc<Generation>,
-    ) -> RecordBatch {
-        // Read before building: a change while building makes the next
-        // query build again, never keeps stale rows under a newer number.
-        let version = store.version();
-        let weak = Arc::downgrade(generation);
-        let mut kept = self.kept_jobs.lock();
-        if let Some(k) = kept.as_mut()
-            && k.version == version
-            && k.generation.ptr_eq(&weak)
-        {
-            k.used = std::time::Instant::now();
-            return k.batch.clone();
-        }
-        let batch = store.with_completed(|jobs| {
-            let lines: Vec<JobLine<'_>> = jobs
-                .map(|s| JobLine {
-                    facts: s as &dyn JobFacts,
-                    job_status: s.job_status(),
-                    stages: s.num_stages,
-                    completed_stages: s.completed_stages,
-                    log_size: Some(s.log_len()),
-                    totals: generation.totals.get(JobFacts::job_id(s)),
-                })
-                .collect();
-            jobs_batch(&lines)
-        });
-        *kept = Some(KeptJobs {
-            version,
-            generation: weak,
-            batch: batch.clone(),
-            used: std::time::Instant::now(),
-        });
-        batch
-    }
-
     /// The `jobs` table now: the completed jobs straight from the store's
     /// summaries (kept between queries while they do not change), then the
     /// others the source lists (unfinished logs, and the live scheduler's
     /// jobs not in the store yet).
     pub async fn jobs(&self, generation: &Arc<Generation>) -> Result<Vec<RecordBatch>, ApiError> {
         let store = self.source.store().cloned();
-        let completed = store
-            .as_ref()
-            .map(|store| self.completed_jobs(store, generation));
+        let completed = match &store {
+            Some(store) => {
+                let (kept, store, generation) =
+                    (self.kept_jobs.clone(), store.clone(), generation.clone());
+                let built =
+                    tokio::task::spawn_blocking(move || completed_jobs(&kept, &store, &generation));
+                Some(built.await.map_err(|e| {
+                    ApiError::Internal(format!("the jobs table cannot be built: {e}"))
+                })?)
+            }
+            None => None,
+        };
         let query = ListQuery {
             include_unfinished: true,
             states: store.is_some().then(|| {
@@ -361,6 +329,49 @@ impl SqlEngine {
         drop(generation);
         answer
     }
+}
+
+/// The completed jobs' rows of the `jobs` table, from the store's
+/// summaries: the kept ones while nothing they were built from changed.
+/// Building them takes a fraction of a second at a million jobs: it runs
+/// on a blocking thread, never on the server's runtime.
+fn completed_jobs(
+    kept_jobs: &parking_lot::Mutex<Option<KeptJobs>>,
+    store: &crate::store::LogStore,
+    generation: &Arc<Generation>,
+) -> RecordBatch {
+    // Read before building: a change while building makes the next
+    // query build again, never keeps stale rows under a newer number.
+    let version = store.version();
+    let weak = Arc::downgrade(generation);
+    let mut kept = kept_jobs.lock();
+    if let Some(k) = kept.as_mut()
+        && k.version == version
+        && k.generation.ptr_eq(&weak)
+    {
+        k.used = std::time::Instant::now();
+        return k.batch.clone();
+    }
+    let batch = store.with_completed(|jobs| {
+        let lines: Vec<JobLine<'_>> = jobs
+            .map(|s| JobLine {
+                facts: s as &dyn JobFacts,
+                job_status: s.job_status(),
+                stages: s.num_stages,
+                completed_stages: s.completed_stages,
+                log_size: Some(s.log_len()),
+                totals: generation.totals.get(JobFacts::job_id(s)),
+            })
+            .collect();
+        jobs_batch(&lines)
+    });
+    *kept = Some(KeptJobs {
+        version,
+        generation: weak,
+        batch: batch.clone(),
+        used: std::time::Instant::now(),
+    });
+    batch
 }
 
 /// Runs `sql` over the files of `generation` (and `jobs`, when given) in
@@ -481,4 +492,56 @@ async fn run(ctx: &SessionContext, sql: &str, max_rows: usize) -> Result<Answer,
         batches,
         truncated,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_jobs_rows_are_built_off_the_runtime_that_asks_for_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(crate::store::LogStore::new(
+            dir.path().join("logs"),
+            Arc::new(crate::metrics::HistoryMetrics::unregistered()),
+        ));
+        let engine = Arc::new(SqlEngine::new(
+            Arc::new(crate::serving::source::DiskSource::new(store)),
+            dir.path().join("columnar"),
+            SqlLimits::default(),
+        ));
+        // The build cannot finish while this is held.
+        let held = engine.kept_jobs.lock();
+        let (told, heard) = std::sync::mpsc::channel();
+        let asking = engine.clone();
+        let thread = std::thread::spawn(move || {
+            // One thread: were the rows built on it, nothing else would run
+            // on it until they were.
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let building = tokio::spawn(async move {
+                    let generation = Arc::new(Generation {
+                        files: Default::default(),
+                        totals: Default::default(),
+                    });
+                    asking.jobs(&generation).await.map(|b| b.len())
+                });
+                // Runs once `building` has started and waits for the build.
+                tokio::task::yield_now().await;
+                told.send(()).unwrap();
+                building.await.unwrap()
+            })
+        });
+        let ran = heard.recv_timeout(std::time::Duration::from_secs(60));
+        drop(held);
+        assert!(
+            ran.is_ok(),
+            "the runtime was held while the rows were built"
+        );
+        // The completed jobs' rows (none), then the others'.
+        assert_eq!(thread.join().unwrap().unwrap(), 2);
+    }
 }
