@@ -22,8 +22,9 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::config::ConfigOptions;
+use datafusion::common::hash_utils::RandomState;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
-use datafusion::common::{HashMap, Result, internal_datafusion_err};
+use datafusion::common::{Result, internal_datafusion_err};
 use datafusion::execution::TaskContext;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::logical_expr::{EmitTo, GroupsAccumulator};
@@ -39,7 +40,9 @@ use datafusion::physical_plan::{
     SendableRecordBatchStream,
 };
 use futures::StreamExt;
+use hashbrown::HashTable;
 use std::collections::VecDeque;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 /// Replaces each partial aggregate grouped by one string column whose
@@ -310,9 +313,9 @@ impl Run {
     fn emit(&mut self) -> Result<()> {
         let elapsed = self.metrics.elapsed_compute().clone();
         let _timer = elapsed.timer();
-        let mut groups = std::mem::replace(&mut self.groups, Groups::new());
+        let groups = std::mem::replace(&mut self.groups, Groups::new());
         if groups.len > 0 {
-            let mut columns: Vec<ArrayRef> = vec![Arc::new(groups.values.finish())];
+            let mut columns: Vec<ArrayRef> = vec![Arc::new(groups.values()?)];
             for accumulator in &mut self.accumulators {
                 columns.extend(accumulator.state(EmitTo::All)?);
             }
@@ -351,13 +354,15 @@ struct Slot {
 
 /// The groups: each distinct string (and null) numbered in the order seen.
 struct Groups {
-    /// Each group's string, in group order.
-    values: StringViewBuilder,
-    numbers: HashMap<Box<str>, usize>,
+    /// The groups' strings, one after another.
+    bytes: Vec<u8>,
+    /// Each group's string in `bytes` (start, length).
+    spans: Vec<(usize, usize)>,
+    /// Each string's hash and group.
+    table: HashTable<(u64, usize)>,
+    hasher: RandomState,
     null: Option<usize>,
     len: usize,
-    /// Bytes of the strings held.
-    bytes: usize,
     /// Made by the first batch.
     cache: Option<Box<[Slot; SLOTS]>>,
     /// The batch being assigned, counted from 1.
@@ -369,15 +374,31 @@ struct Groups {
 impl Groups {
     fn new() -> Self {
         Self {
-            values: StringViewBuilder::new(),
-            numbers: HashMap::default(),
+            bytes: Vec::new(),
+            spans: Vec::new(),
+            table: HashTable::new(),
+            hasher: RandomState::default(),
             null: None,
             len: 0,
-            bytes: 0,
             cache: None,
             batch: ANY_BATCH,
             indices: Vec::new(),
         }
+    }
+
+    /// The groups' strings, in group order.
+    fn values(&self) -> Result<StringViewArray> {
+        let mut values = StringViewBuilder::with_capacity(self.len);
+        for (group, &(start, len)) in self.spans.iter().enumerate() {
+            if self.null == Some(group) {
+                values.append_null();
+            } else {
+                let value = std::str::from_utf8(&self.bytes[start..start + len])
+                    .map_err(|e| internal_datafusion_err!("StringGroupsExec: {e}"))?;
+                values.append_value(value);
+            }
+        }
+        Ok(values.finish())
     }
 
     /// Numbers each row of `strings` by its group, in `indices`.
@@ -457,32 +478,37 @@ impl Groups {
         if let Some(group) = self.null {
             return group;
         }
-        self.values.append_null();
         self.null = Some(self.len);
+        self.spans.push((0, 0));
         self.len += 1;
         self.len - 1
     }
 
     /// The group of `value`, new if it has none.
     fn number(&mut self, value: &str) -> usize {
-        if let Some(&group) = self.numbers.get(value) {
+        let value = value.as_bytes();
+        let hash = self.hasher.hash_one(value);
+        let (bytes, spans) = (&self.bytes, &self.spans);
+        let found = self.table.find(hash, |&(h, group)| {
+            let (start, len) = spans[group];
+            h == hash && &bytes[start..start + len] == value
+        });
+        if let Some(&(_, group)) = found {
             return group;
         }
         let group = self.len;
         self.len += 1;
-        self.bytes += value.len();
-        self.values.append_value(value);
-        self.numbers.insert(value.into(), group);
+        self.spans.push((self.bytes.len(), value.len()));
+        self.bytes.extend_from_slice(value);
+        self.table.insert_unique(hash, (hash, group), |&(h, _)| h);
         group
     }
 
     /// Bytes held, about.
     fn size(&self) -> usize {
-        // Each string is held twice (the map's key and the builder's),
-        // with a view, a map entry and a slice pointer each.
-        2 * self.bytes
-            + self.numbers.capacity() * (size_of::<(Box<str>, usize)>() + 1)
-            + self.len * size_of::<u128>()
+        self.bytes.capacity()
+            + self.spans.capacity() * size_of::<(usize, usize)>()
+            + self.table.capacity() * (size_of::<(u64, usize)>() + 1)
             + size_of::<[Slot; SLOTS]>()
             + self.indices.capacity() * size_of::<usize>()
     }
