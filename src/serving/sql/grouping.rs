@@ -18,8 +18,9 @@
 //! final aggregate above merges it unchanged.
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, RecordBatch, StringViewArray, StringViewBuilder,
+    Array, ArrayRef, AsArray, BooleanBufferBuilder, LargeStringArray, RecordBatch, StringViewArray,
 };
+use datafusion::arrow::buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::hash_utils::RandomState;
@@ -33,7 +34,9 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode, aggregate_expressions};
 use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
-use datafusion::physical_plan::metrics::{BaselineMetrics, ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::metrics::{
+    BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, InputOrderMode, PlanProperties,
@@ -213,6 +216,17 @@ impl ExecutionPlan for StringGroupsExec {
         let reservation = MemoryConsumer::new(format!("StringGroupsExec[{partition}]"))
             .register(context.memory_pool());
         let schema = aggregate.schema();
+        let options = &context.session_config().options().execution;
+        let ratio = options.skip_partial_aggregation_probe_ratio_threshold;
+        // As DataFusion's partial aggregate: a ratio of 1 or more never
+        // skips.
+        let probe = (ratio < 1.0).then(|| Probe {
+            rows_threshold: options.skip_partial_aggregation_probe_rows_threshold,
+            ratio,
+            rows: 0,
+            skipped: MetricBuilder::new(&self.metrics)
+                .counter("skipped_aggregation_rows", partition),
+        });
         let run = Run {
             input,
             group: Arc::clone(&aggregate.group_expr().expr()[0].0),
@@ -224,6 +238,8 @@ impl ExecutionPlan for StringGroupsExec {
             batch_size: context.session_config().batch_size(),
             reservation,
             out: VecDeque::new(),
+            probe,
+            skipping: false,
             done: false,
             metrics: BaselineMetrics::new(&self.metrics, partition),
         };
@@ -253,6 +269,11 @@ struct Run {
     reservation: MemoryReservation,
     /// Batches emitted, not yet given.
     out: VecDeque<RecordBatch>,
+    /// Whether to stop grouping, as DataFusion's partial aggregate does:
+    /// `None` if the session says never.
+    probe: Option<Probe>,
+    /// Whether each batch is now given as it is, one group per row.
+    skipping: bool,
     done: bool,
     metrics: BaselineMetrics,
 }
@@ -269,6 +290,7 @@ impl Run {
                 return None;
             }
             let step = match self.input.next().await {
+                Some(Ok(batch)) if self.skipping => self.pass(&batch),
                 Some(Ok(batch)) => self.update(&batch),
                 Some(Err(e)) => Err(e),
                 None => {
@@ -286,7 +308,8 @@ impl Run {
 
     fn update(&mut self, batch: &RecordBatch) -> Result<()> {
         let elapsed = self.metrics.elapsed_compute().clone();
-        let _timer = elapsed.timer();
+        // Stopped before emitting, which times itself.
+        let timer = elapsed.timer();
         let rows = batch.num_rows();
         let column = self.group.evaluate(batch)?.into_array(rows)?;
         let strings = column
@@ -298,14 +321,49 @@ impl Run {
                 .iter()
                 .map(|e| e.evaluate(batch).and_then(|v| v.into_array(rows)))
                 .collect::<Result<Vec<_>>>()?;
-            accumulator.update_batch(&values, &self.groups.indices, None, self.groups.len)?;
+            accumulator.update_batch(&values, &self.groups.indices, None, self.groups.len())?;
+        }
+        if let Some(probe) = &mut self.probe {
+            probe.rows += rows;
+            if probe.rows >= probe.rows_threshold
+                && self.groups.len() as f64 / probe.rows as f64 > probe.ratio
+            {
+                // Nearly every row is a group of its own: grouping here
+                // only delays the final aggregate.
+                self.skipping = true;
+                timer.done();
+                return self.emit();
+            }
         }
         let size = self.groups.size() + self.accumulators.iter().map(|a| a.size()).sum::<usize>();
         if self.reservation.try_resize(size).is_err() {
             // A partial aggregate may give its groups early: the final
             // aggregate merges them with the later ones.
+            timer.done();
             self.emit()?;
         }
+        Ok(())
+    }
+
+    /// Gives `batch` as it is, each row a group of its own, with each
+    /// aggregate's state of that one row.
+    fn pass(&mut self, batch: &RecordBatch) -> Result<()> {
+        let elapsed = self.metrics.elapsed_compute().clone();
+        let _timer = elapsed.timer();
+        let rows = batch.num_rows();
+        let mut columns = vec![self.group.evaluate(batch)?.into_array(rows)?];
+        for (accumulator, args) in self.accumulators.iter().zip(&self.args) {
+            let values = args
+                .iter()
+                .map(|e| e.evaluate(batch).and_then(|v| v.into_array(rows)))
+                .collect::<Result<Vec<_>>>()?;
+            columns.extend(accumulator.convert_to_state(&values, None)?);
+        }
+        if let Some(probe) = &self.probe {
+            probe.skipped.add(rows);
+        }
+        self.out
+            .push_back(RecordBatch::try_new(Arc::clone(&self.schema), columns)?);
         Ok(())
     }
 
@@ -314,8 +372,8 @@ impl Run {
         let elapsed = self.metrics.elapsed_compute().clone();
         let _timer = elapsed.timer();
         let groups = std::mem::replace(&mut self.groups, Groups::new());
-        if groups.len > 0 {
-            let mut columns: Vec<ArrayRef> = vec![Arc::new(groups.values()?)];
+        if groups.len() > 0 {
+            let mut columns: Vec<ArrayRef> = vec![Arc::new(groups.into_values()?)];
             for accumulator in &mut self.accumulators {
                 columns.extend(accumulator.state(EmitTo::All)?);
             }
@@ -327,15 +385,29 @@ impl Run {
             }
         }
         // Emitting leaves the accumulators empty, but some keep their
-        // allocations: new ones start from nothing.
-        self.accumulators = self
-            .aggregates
-            .iter()
-            .map(|a| a.create_groups_accumulator())
-            .collect::<Result<Vec<_>>>()?;
+        // allocations: new ones start from nothing (if there is more input).
+        if !self.done {
+            self.accumulators = self
+                .aggregates
+                .iter()
+                .map(|a| a.create_groups_accumulator())
+                .collect::<Result<Vec<_>>>()?;
+        }
         self.reservation.free();
         Ok(())
     }
+}
+
+/// When to stop grouping: after `rows_threshold` rows, if more than
+/// `ratio` of them are groups of their own (DataFusion's
+/// `skip_partial_aggregation_probe_*` settings).
+struct Probe {
+    rows_threshold: usize,
+    ratio: f64,
+    /// Rows grouped so far.
+    rows: usize,
+    /// Rows given without grouping.
+    skipped: Count,
 }
 
 /// Cache slots; a power of two.
@@ -356,13 +428,14 @@ struct Slot {
 struct Groups {
     /// The groups' strings, one after another.
     bytes: Vec<u8>,
-    /// Each group's string in `bytes` (start, length).
-    spans: Vec<(usize, usize)>,
+    /// Where each group's string starts in `bytes`, then where the last
+    /// ends: group `g` is `bytes[offsets[g]..offsets[g + 1]]` (the null
+    /// group's is empty).
+    offsets: Vec<i64>,
     /// Each string's hash and group.
     table: HashTable<(u64, usize)>,
     hasher: RandomState,
     null: Option<usize>,
-    len: usize,
     /// Made by the first batch.
     cache: Option<Box<[Slot; SLOTS]>>,
     /// The batch being assigned, counted from 1.
@@ -375,30 +448,36 @@ impl Groups {
     fn new() -> Self {
         Self {
             bytes: Vec::new(),
-            spans: Vec::new(),
+            offsets: vec![0],
             table: HashTable::new(),
             hasher: RandomState::default(),
             null: None,
-            len: 0,
             cache: None,
             batch: ANY_BATCH,
             indices: Vec::new(),
         }
     }
 
-    /// The groups' strings, in group order.
-    fn values(&self) -> Result<StringViewArray> {
-        let mut values = StringViewBuilder::with_capacity(self.len);
-        for (group, &(start, len)) in self.spans.iter().enumerate() {
-            if self.null == Some(group) {
-                values.append_null();
-            } else {
-                let value = std::str::from_utf8(&self.bytes[start..start + len])
-                    .map_err(|e| internal_datafusion_err!("StringGroupsExec: {e}"))?;
-                values.append_value(value);
-            }
-        }
-        Ok(values.finish())
+    /// How many groups there are.
+    fn len(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    /// The groups' strings, in group order. The views point into the
+    /// strings' buffer, which is not copied.
+    fn into_values(self) -> Result<StringViewArray> {
+        let nulls = self.null.map(|null| {
+            let mut valid = BooleanBufferBuilder::new(self.len());
+            valid.append_n(self.len(), true);
+            valid.set_bit(null, false);
+            NullBuffer::new(valid.finish())
+        });
+        let strings = LargeStringArray::try_new(
+            OffsetBuffer::new(ScalarBuffer::from(self.offsets)),
+            Buffer::from_vec(self.bytes),
+            nulls,
+        )?;
+        Ok(StringViewArray::from(&strings))
     }
 
     /// Numbers each row of `strings` by its group, in `indices`.
@@ -478,28 +557,26 @@ impl Groups {
         if let Some(group) = self.null {
             return group;
         }
-        self.null = Some(self.len);
-        self.spans.push((0, 0));
-        self.len += 1;
-        self.len - 1
+        let group = self.len();
+        self.null = Some(group);
+        self.offsets.push(self.bytes.len() as i64);
+        group
     }
 
     /// The group of `value`, new if it has none.
     fn number(&mut self, value: &str) -> usize {
         let value = value.as_bytes();
         let hash = self.hasher.hash_one(value);
-        let (bytes, spans) = (&self.bytes, &self.spans);
+        let (bytes, offsets) = (&self.bytes, &self.offsets);
         let found = self.table.find(hash, |&(h, group)| {
-            let (start, len) = spans[group];
-            h == hash && &bytes[start..start + len] == value
+            h == hash && &bytes[offsets[group] as usize..offsets[group + 1] as usize] == value
         });
         if let Some(&(_, group)) = found {
             return group;
         }
-        let group = self.len;
-        self.len += 1;
-        self.spans.push((self.bytes.len(), value.len()));
+        let group = self.len();
         self.bytes.extend_from_slice(value);
+        self.offsets.push(self.bytes.len() as i64);
         self.table.insert_unique(hash, (hash, group), |&(h, _)| h);
         group
     }
@@ -507,7 +584,7 @@ impl Groups {
     /// Bytes held, about.
     fn size(&self) -> usize {
         self.bytes.capacity()
-            + self.spans.capacity() * size_of::<(usize, usize)>()
+            + self.offsets.capacity() * size_of::<i64>()
             + self.table.capacity() * (size_of::<(u64, usize)>() + 1)
             + size_of::<[Slot; SLOTS]>()
             + self.indices.capacity() * size_of::<usize>()
@@ -551,10 +628,21 @@ mod tests {
     /// Two sessions of two partitions over the same table: DataFusion's
     /// own, and one with the rule.
     fn sessions() -> (SessionContext, SessionContext) {
+        sessions_probing_after(100_000)
+    }
+
+    /// [`sessions`], whose partial aggregates decide whether to stop
+    /// grouping after `rows` rows (DataFusion's default: 100,000).
+    fn sessions_probing_after(rows: usize) -> (SessionContext, SessionContext) {
         let config = || {
-            SessionConfig::new()
+            let mut config = SessionConfig::new()
                 .with_target_partitions(2)
-                .with_batch_size(1000)
+                .with_batch_size(1000);
+            config
+                .options_mut()
+                .execution
+                .skip_partial_aggregation_probe_rows_threshold = rows;
+            config
         };
         let theirs = SessionContext::new_with_config(config());
         let state = datafusion::execution::session_state::SessionStateBuilder::new()
@@ -594,7 +682,12 @@ mod tests {
     /// Asks each question of both sessions: the same answers, and the
     /// operator in the plan of the one with the rule.
     async fn same_answers(theirs: &SessionContext, ours: &SessionContext) {
-        for sql in QUESTIONS {
+        same_answers_to(&QUESTIONS, theirs, ours).await
+    }
+
+    /// [`same_answers`] to `questions`.
+    async fn same_answers_to(questions: &[&str], theirs: &SessionContext, ours: &SessionContext) {
+        for &sql in questions {
             let (expected, plan) = answer(theirs, sql).await;
             assert!(!plan.contains("StringGroupsExec"), "{plan}");
             let (got, plan) = answer(ours, sql).await;
@@ -734,6 +827,77 @@ mod tests {
             expected.len()
         );
         assert_eq!(counted, expected);
+    }
+
+    /// The rows each partial aggregate of the operator gave without
+    /// grouping them, after running `sql` to its end.
+    async fn skipped_rows(ctx: &SessionContext, sql: &str) -> usize {
+        let plan = ctx
+            .sql(sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        datafusion::physical_plan::collect(Arc::clone(&plan), ctx.task_ctx())
+            .await
+            .unwrap();
+        let mut skipped = None;
+        plan.apply(|node| {
+            if node.downcast_ref::<StringGroupsExec>().is_some() {
+                let metrics = node.metrics().unwrap();
+                skipped = metrics.sum_by_name("skipped_aggregation_rows");
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        skipped
+            .expect("the operator counts the rows it skips")
+            .as_usize()
+    }
+
+    #[tokio::test]
+    async fn where_nearly_every_row_is_a_group_the_rows_pass_ungrouped_as_in_datafusion() {
+        // Two partitions of 3,000 rows in batches of 500: 5,000 distinct
+        // strings and nulls, then 16 strings; probed after 1,000 rows.
+        let table = |group: fn(usize) -> Option<String>| {
+            let batches: Vec<Vec<RecordBatch>> = [0, 3_000]
+                .into_iter()
+                .map(|first| {
+                    (first..first + 3_000)
+                        .step_by(500)
+                        .map(|start| {
+                            let rows = start..start + 500;
+                            batch(
+                                rows.clone().map(group).collect(),
+                                rows.map(|i| Some((i % 97) as i64)).collect(),
+                            )
+                        })
+                        .collect()
+                })
+                .collect();
+            Arc::new(MemTable::try_new(schema(), batches).unwrap())
+        };
+        let many = table(|i| (!i.is_multiple_of(13)).then(|| format!("a-string-of-its-own-{i}")));
+        let few = table(|i| Some(format!("one-of-sixteen-strings-{}", i % 16)));
+        // Answers that do not depend on the order in which the final
+        // aggregate merges the rows' states (a float sum of squares
+        // would): in both engines that is the order in which the two
+        // partitions' batches arrive.
+        let exact = [
+            QUESTIONS[0],
+            QUESTIONS[1],
+            "SELECT g, approx_distinct(v), bool_or(v > 50), bool_and(v < 90) FROM t GROUP BY g",
+        ];
+        for (rows, expected) in [(many, 6_000 - 2 * 1_000), (few, 0)] {
+            let (theirs, ours) = sessions_probing_after(1_000);
+            theirs.register_table("t", rows.clone()).unwrap();
+            ours.register_table("t", rows).unwrap();
+            same_answers_to(&exact, &theirs, &ours).await;
+            // Each partition groups its first two batches, then finds
+            // more than 80% of its rows to be groups (or not).
+            assert_eq!(skipped_rows(&ours, QUESTIONS[0]).await, expected);
+        }
     }
 
     #[test]
