@@ -15,7 +15,10 @@
 //!
 //! The accumulators are DataFusion's own and the output is the replaced
 //! operator's (each group's string, then each aggregate's state), so the
-//! final aggregate above merges it unchanged.
+//! final aggregate above merges it unchanged. Where most rows are groups
+//! of their own, it stops grouping as DataFusion's partial aggregate does
+//! (the session's `skip_partial_aggregation_probe_*` settings) and gives
+//! each later row as a group, with its state.
 
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanBufferBuilder, LargeStringArray, RecordBatch, StringViewArray,
