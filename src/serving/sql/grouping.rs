@@ -320,10 +320,7 @@ impl Run {
             .ok_or_else(|| internal_datafusion_err!("StringGroupsExec: group is not a string"))?;
         self.groups.assign(strings);
         for (accumulator, args) in self.accumulators.iter_mut().zip(&self.args) {
-            let values = args
-                .iter()
-                .map(|e| e.evaluate(batch).and_then(|v| v.into_array(rows)))
-                .collect::<Result<Vec<_>>>()?;
+            let values = evaluate(args, batch)?;
             accumulator.update_batch(&values, &self.groups.indices, None, self.groups.len())?;
         }
         if let Some(probe) = &mut self.probe {
@@ -356,10 +353,7 @@ impl Run {
         let rows = batch.num_rows();
         let mut columns = vec![self.group.evaluate(batch)?.into_array(rows)?];
         for (accumulator, args) in self.accumulators.iter().zip(&self.args) {
-            let values = args
-                .iter()
-                .map(|e| e.evaluate(batch).and_then(|v| v.into_array(rows)))
-                .collect::<Result<Vec<_>>>()?;
+            let values = evaluate(args, batch)?;
             columns.extend(accumulator.convert_to_state(&values, None)?);
         }
         if let Some(probe) = &self.probe {
@@ -399,6 +393,14 @@ impl Run {
         self.reservation.free();
         Ok(())
     }
+}
+
+/// Each of `exprs` over `batch`, as an array of its rows.
+fn evaluate(exprs: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+    exprs
+        .iter()
+        .map(|e| e.evaluate(batch)?.into_array(batch.num_rows()))
+        .collect()
 }
 
 /// When to stop grouping: after `rows_threshold` rows, if more than
