@@ -8,6 +8,10 @@
 //! the aggregate against reading the JSON logs per query. Also what
 //! building the columnar rows of one job costs beside writing its log.
 //!
+//! Then a one-row query (`SELECT 1`) end to end as the server runs it:
+//! in its worker process against the same query answered in this process
+//! (as the server did before queries had workers of their own).
+//!
 //! `cargo bench --bench sql`; `SQL_JOBS` changes the 200 jobs, `SQL_RUNS`
 //! the 15 rounds. The Python engines are run by `python3` (`pip install
 //! duckdb datafusion`); without one its columns say so.
@@ -15,9 +19,10 @@
 mod corpus;
 
 use ballista_job_history::analysis::records::{JobRecords, Task};
+use ballista_job_history::serving::sql::SqlLimits;
 use ballista_job_history::serving::sql::columnar::{Generation, write_file};
 use ballista_job_history::serving::sql::tables::{TASKS, job_rows};
-use ballista_job_history::serving::sql::{SqlLimits, query_files};
+use ballista_job_history::serving::sql::worker::answer_in_process;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -241,14 +246,16 @@ fn main() {
         size(&files),
         size(&alts),
     );
-    let generation = Generation {
-        files: [Vec::new(), files, Vec::new()],
-        totals: Default::default(),
+    // The tables' files as a worker is handed them: relative to a root.
+    let relative = |root: &Path, files: &[PathBuf]| -> [Vec<String>; 3] {
+        let tasks = files
+            .iter()
+            .map(|f| f.strip_prefix(root).unwrap().to_string_lossy().into_owned())
+            .collect();
+        [Vec::new(), tasks, Vec::new()]
     };
-    let alt_generation = Generation {
-        files: [Vec::new(), alts, Vec::new()],
-        totals: Default::default(),
-    };
+    let generation = relative(dir.path(), &files);
+    let alt_generation = relative(alt.path(), &alts);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -308,13 +315,18 @@ fn main() {
         let mut logs_read = Vec::new();
         let mut per_executor = BTreeMap::new();
         for round in 0..=runs {
-            for (l, (_, generation, _)) in layouts.iter().enumerate() {
+            for (l, (_, generation, root)) in layouts.iter().enumerate() {
                 let t = Instant::now();
-                let answer = runtime
-                    .block_on(query_files(generation, None, query, limits))
+                let n = runtime
+                    .block_on(answer_in_process(
+                        root.to_path_buf(),
+                        (*generation).clone(),
+                        None,
+                        query,
+                        limits.memory,
+                    ))
                     .unwrap();
                 let took = t.elapsed();
-                let n: usize = answer.batches.iter().map(|b| b.num_rows()).sum();
                 assert_eq!(n, *rows, "{query}");
                 let (duck, python) = &mut engines[l];
                 let duck = duck.as_mut().map(|d| d.run(query));
@@ -386,11 +398,14 @@ fn main() {
         )),
         index_dir.path().join("columnar"),
         limits,
+        env!("CARGO_BIN_EXE_ballista-scheduler").into(),
     );
     let failed = (n / 20) as i64;
     let count = |engine: &ballista_job_history::serving::sql::SqlEngine| {
         let answer = runtime
-            .block_on(engine.query("SELECT count(*) AS n FROM jobs WHERE status = 'Failed'"))
+            .block_on(
+                engine.query_rows("SELECT count(*) AS n FROM jobs WHERE status = 'Failed'", 10),
+            )
             .unwrap();
         let got = answer.batches[0]
             .column(0)
@@ -433,6 +448,60 @@ fn main() {
         corpus::ms(median(queries)),
         corpus::ms(median(builds)),
         bytes as f64 / 1e6
+    );
+
+    // One row end to end: in a worker, and in this process as before.
+    let empty = tempfile::tempdir().unwrap();
+    let small = ballista_job_history::serving::sql::SqlEngine::new(
+        std::sync::Arc::new(ballista_job_history::serving::source::DiskSource::new(
+            std::sync::Arc::new(ballista_job_history::store::LogStore::new(
+                empty.path(),
+                std::sync::Arc::new(ballista_job_history::metrics::HistoryMetrics::unregistered()),
+            )),
+        )),
+        empty.path().join("columnar"),
+        SqlLimits::default(),
+        env!("CARGO_BIN_EXE_ballista-scheduler").into(),
+    );
+    let mut in_worker = Vec::new();
+    let mut in_process = Vec::new();
+    for round in 0..=50 {
+        let t = Instant::now();
+        let answer = runtime.block_on(small.query_rows("SELECT 1", 10)).unwrap();
+        let worker = t.elapsed();
+        assert_eq!(
+            answer.batches.iter().map(|b| b.num_rows()).sum::<usize>(),
+            1
+        );
+        let t = Instant::now();
+        let rows = runtime
+            .block_on(answer_in_process(
+                empty.path().to_path_buf(),
+                Default::default(),
+                None,
+                "SELECT 1",
+                SqlLimits::default().memory,
+            ))
+            .unwrap();
+        let here = t.elapsed();
+        assert_eq!(rows, 1);
+        if round > 0 {
+            in_worker.push(worker);
+            in_process.push(here);
+        }
+    }
+    let quantile = |mut v: Vec<Duration>, q: f64| {
+        v.sort();
+        v[((v.len() - 1) as f64 * q).round() as usize]
+    };
+    println!(
+        "\n`SELECT 1` end to end, 50 rounds by turns: in its worker process p50 {} (p90 {}), \
+         in this process p50 {} (p90 {}); the worker adds {} at p50",
+        corpus::ms(quantile(in_worker.clone(), 0.5)),
+        corpus::ms(quantile(in_worker.clone(), 0.9)),
+        corpus::ms(quantile(in_process.clone(), 0.5)),
+        corpus::ms(quantile(in_process.clone(), 0.9)),
+        corpus::ms(quantile(in_worker, 0.5).saturating_sub(quantile(in_process, 0.5))),
     );
 
     // The columnar rows of one job beside writing its log.

@@ -4,7 +4,7 @@
 //! They live in Prometheus' default registry, which is the one the
 //! scheduler's collector gathers from, so no second endpoint is needed.
 
-use prometheus::{IntCounter, Opts, Registry};
+use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 
 /// The counters. One instance per process is registered; tests use
 /// [`HistoryMetrics::unregistered`].
@@ -43,6 +43,10 @@ pub struct HistoryMetrics {
     /// Jobs added to the columnar history from the records the writer
     /// kept, without reading their logs.
     pub columnar_jobs_from_writer: IntCounter,
+    /// SQL queries by how they ended (`outcome`: answered, refused,
+    /// too_large, timeout, memory_limit, cpu_limit, crashed, busy,
+    /// client_gone).
+    pub sql_queries: IntCounterVec,
 }
 
 fn counter(name: &str, help: &str) -> IntCounter {
@@ -113,6 +117,21 @@ impl HistoryMetrics {
                 "ballista_job_history_columnar_jobs_from_writer_total",
                 "Jobs added to the columnar history from the records the writer kept",
             ),
+            sql_queries: {
+                let vec = IntCounterVec::new(
+                    Opts::new(
+                        "ballista_job_history_sql_queries_total",
+                        "SQL queries by how they ended",
+                    ),
+                    &["outcome"],
+                )
+                .expect("valid metric name");
+                // Every outcome is exported from the start, at zero.
+                for outcome in crate::serving::sql::pool::Outcome::ALL {
+                    vec.with_label_values(&[outcome.label()]);
+                }
+                vec
+            },
         }
     }
 
@@ -152,6 +171,7 @@ impl HistoryMetrics {
         ] {
             registry.register(Box::new(c.clone()))?;
         }
+        registry.register(Box::new(self.sql_queries.clone()))?;
         Ok(())
     }
 }

@@ -93,6 +93,10 @@ pub struct HistoryOptions {
     pub remote: Option<RemoteDir>,
     /// The limits of `POST /api/sql`.
     pub sql: crate::serving::sql::SqlLimits,
+    /// The executable SQL queries run in (its `main` calls
+    /// [`crate::serving::sql::worker::run_if_worker`] first); `None` is
+    /// this process's own executable.
+    pub sql_worker: Option<PathBuf>,
 }
 
 impl HistoryOptions {
@@ -113,6 +117,7 @@ impl HistoryOptions {
             api_token: None,
             remote: None,
             sql: crate::serving::sql::SqlLimits::default(),
+            sql_worker: None,
         }
     }
 
@@ -135,10 +140,14 @@ impl HistoryOptions {
         source: Arc<dyn JobSource>,
         fresh: Option<Arc<Fresh>>,
     ) -> Arc<crate::serving::sql::SqlEngine> {
+        let worker = self.sql_worker.clone().unwrap_or_else(|| {
+            std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"))
+        });
         Arc::new(crate::serving::sql::SqlEngine::with_fresh(
             source,
             self.columnar_dir(),
             self.sql,
+            worker,
             fresh.unwrap_or_default(),
         ))
     }
@@ -572,12 +581,13 @@ fn live_router(
             }),
         ),
         Some(source) => router::job_routes(source.clone())
+            .layer(cors(config))
+            // Outside the CORS layer: no origin is granted SQL.
             .merge(
                 sql.clone()
                     .map(crate::serving::sql::route::routes)
                     .unwrap_or_default(),
             )
-            .layer(cors(config))
             .merge(health)
             .merge(crate::serving::ui::routes(
                 source,
@@ -609,16 +619,17 @@ pub fn history_router(
     let ready_store = store.clone();
     let source: Arc<dyn JobSource> = Arc::new(DiskSource::new(store));
     let router = router::job_routes(source.clone())
-        .merge(
-            sql.clone()
-                .map(crate::serving::sql::route::routes)
-                .unwrap_or_default(),
-        )
         .merge(router::history_routes(
             started,
             Arc::new(move || ready_store.is_ready()),
         ))
         .layer(cors(&SchedulerConfig::default()))
+        // Outside the CORS layer: no origin is granted SQL.
+        .merge(
+            sql.clone()
+                .map(crate::serving::sql::route::routes)
+                .unwrap_or_default(),
+        )
         .merge(crate::serving::ui::routes(
             source,
             false,

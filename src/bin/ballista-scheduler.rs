@@ -147,6 +147,18 @@ struct Cli {
     /// the answer carries `x-ballista-sql-truncated`.
     #[arg(long, default_value_t = 100_000)]
     sql_max_rows: usize,
+    /// `POST /api/sql`: answer at most this many bytes (e.g. 64MiB); a
+    /// larger answer is refused with a 400.
+    #[arg(long, value_parser = parse_bytes, default_value = "64MiB")]
+    sql_max_answer_bytes: u64,
+    /// `POST /api/sql`: queries run at once, each in a worker process of
+    /// its own.
+    #[arg(long, default_value_t = 2)]
+    sql_workers: usize,
+    /// `POST /api/sql`: queries that may wait for a worker; more are
+    /// answered 503 at once.
+    #[arg(long, default_value_t = 8)]
+    sql_queue: usize,
     /// With --history-only: write the SQL tables (jobs, stages, tasks,
     /// operators) as Parquet under this directory, then exit (see
     /// docs/sql.md for the layout).
@@ -206,6 +218,9 @@ const NEED_EVENT_LOG_DIR: &[&str] = &[
     "sql_timeout_seconds",
     "sql_memory_limit",
     "sql_max_rows",
+    "sql_max_answer_bytes",
+    "sql_workers",
+    "sql_queue",
     "export_parquet",
 ];
 
@@ -299,6 +314,10 @@ fn refuse_idle_flags(cli: &Cli, matches: &ArgMatches, remote: bool) -> Result<()
 }
 
 fn main() -> ExitCode {
+    // A SQL worker started by the server answers its one query and exits.
+    if let Some(code) = ballista_job_history::serving::sql::worker::run_if_worker() {
+        return code;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_stack_size(32 * 1024 * 1024)
@@ -407,6 +426,9 @@ async fn run(cli: Cli, matches: &ArgMatches) -> Result<(), Box<dyn std::error::E
             timeout: Duration::from_secs(cli.sql_timeout_seconds.max(1)),
             memory: usize::try_from(cli.sql_memory_limit).unwrap_or(usize::MAX),
             max_rows: cli.sql_max_rows.max(1),
+            max_answer_bytes: usize::try_from(cli.sql_max_answer_bytes).unwrap_or(usize::MAX),
+            workers: cli.sql_workers.max(1),
+            queue: cli.sql_queue,
         };
         if cli.no_history_index {
             options.index_file = None;

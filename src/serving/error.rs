@@ -25,6 +25,12 @@ pub enum ApiError {
     /// The API is protected by a token and the request did not carry it.
     #[error("{0}")]
     Unauthorized(&'static str),
+    /// Too much work already under way; the client may try again soon.
+    #[error("{0}")]
+    Busy(String),
+    /// A request body of a type the route does not take.
+    #[error("{0}")]
+    UnsupportedType(String),
 }
 
 #[derive(serde::Serialize)]
@@ -42,6 +48,8 @@ impl ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::UnsupportedType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         }
     }
 }
@@ -51,7 +59,11 @@ impl IntoResponse for ApiError {
         let status = self.status();
         let error = match self {
             ApiError::NotFound => None,
-            ApiError::Missing(e) | ApiError::BadRequest(e) | ApiError::Internal(e) => Some(e),
+            ApiError::Missing(e)
+            | ApiError::BadRequest(e)
+            | ApiError::Internal(e)
+            | ApiError::Busy(e)
+            | ApiError::UnsupportedType(e) => Some(e),
             ApiError::Unauthorized(e) => Some(e.to_string()),
         };
         let body = ErrorBody {
@@ -60,6 +72,11 @@ impl IntoResponse for ApiError {
             error,
         };
         let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+        }
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,

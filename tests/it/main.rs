@@ -14,6 +14,7 @@ mod flags;
 mod harness;
 mod history;
 mod hostile;
+mod isolation;
 mod library;
 mod live;
 mod record;

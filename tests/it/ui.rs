@@ -360,6 +360,7 @@ async fn the_pages_show_real_jobs_in_a_browser() {
         .await;
     let api: Vec<serde_json::Value> = http_client()
         .post(sched.url("/api/sql"))
+        .header("content-type", "application/sql")
         .body(q.as_str().unwrap().to_string())
         .send()
         .await

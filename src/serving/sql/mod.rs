@@ -6,36 +6,34 @@
 //! the Parquet files of the columnar history (`columnar`), brought up to
 //! date before each query.
 //!
+//! A query runs in a worker process (`worker`, started and limited by
+//! `pool`), never in the server: whatever it does (an allocation that
+//! aborts, a function that never yields, an answer of a gigabyte), the
+//! server and a live scheduler beside it keep serving.
+//!
 //! **Invariants:** a query only reads: DDL, DML, `COPY`, `SET` and other
 //! statements are refused before planning, URL tables are off and no other
-//! catalog, file or object store is registered; it runs on its own
-//! runtime, under a memory pool with spilling disabled, and is stopped at
-//! the time limit, so a hostile query cannot stall the server.
+//! catalog, file or object store is registered; it runs in a process of
+//! its own under the kernel's limits (address space, CPU time, no files
+//! written) and a memory pool with spilling disabled, and that process is
+//! killed at the time limit or when the client goes away.
 
 pub mod columnar;
 pub mod fresh;
-pub mod grouping;
+pub(crate) mod pool;
 pub mod route;
 pub mod shared;
 pub mod tables;
+pub mod worker;
 
 use crate::serving::error::ApiError;
 use crate::serving::source::JobSource;
 use crate::serving::sql::columnar::{Columnar, Generation, TABLES};
 use crate::serving::sql::tables::{JobLine, jobs_batch};
+use crate::serving::sql::worker::{Format, Request};
 use crate::store::query::{JobFacts, ListQuery};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::datasource::MemTable;
-use datafusion::datasource::file_format::parquet::ParquetFormat;
-use datafusion::datasource::listing::{
-    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
-};
-use datafusion::execution::cache::cache_manager::CacheManagerConfig;
-use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
-use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-use datafusion::execution::session_state::SessionStateBuilder;
-use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,12 +41,19 @@ use std::time::Duration;
 /// The limits every query runs under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SqlLimits {
-    /// Stopped after this long.
+    /// Stopped after this long (its worker killed), counted from its
+    /// arrival: waiting in the queue counts.
     pub timeout: Duration,
     /// Memory the query's operators may hold (bytes).
     pub memory: usize,
     /// Rows answered at most; more are cut off (and the answer says so).
     pub max_rows: usize,
+    /// Bytes of encoded answer at most; a larger answer is refused.
+    pub max_answer_bytes: usize,
+    /// Queries run at once, each in a worker process of its own.
+    pub workers: usize,
+    /// Queries waiting for a worker at most; more are answered 503.
+    pub queue: usize,
 }
 
 impl Default for SqlLimits {
@@ -57,11 +62,14 @@ impl Default for SqlLimits {
             timeout: Duration::from_secs(30),
             memory: 512 * 1024 * 1024,
             max_rows: 100_000,
+            max_answer_bytes: 64 * 1024 * 1024,
+            workers: 2,
+            queue: 8,
         }
     }
 }
 
-/// A query's answer.
+/// A query's answer, decoded (for the pages).
 #[derive(Debug)]
 pub struct Answer {
     /// Its columns.
@@ -72,12 +80,25 @@ pub struct Answer {
     pub truncated: bool,
 }
 
+/// An answer on its way from its worker: how many rows, whether they were
+/// cut, its length, and its bytes.
+pub struct Streaming {
+    /// Rows in the answer.
+    pub rows: usize,
+    /// Whether rows were cut off at the row limit.
+    pub truncated: bool,
+    /// The answer's length in bytes.
+    pub bytes: usize,
+    /// The bytes, as the worker sends them.
+    pub body: futures::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>,
+}
+
 /// The SQL engine of one server.
 pub struct SqlEngine {
     source: Arc<dyn JobSource>,
     columnar: Arc<Columnar>,
     limits: SqlLimits,
-    runtime: Runtime,
+    workers: pool::Workers,
     /// Whether a query has been asked: until then nothing is built, so a
     /// server whose SQL is never used reads no log twice.
     used: std::sync::atomic::AtomicBool,
@@ -99,22 +120,17 @@ struct KeptJobs {
 /// How long the `jobs` rows are kept without a query asking for them.
 const KEPT_JOBS_IDLE: Duration = Duration::from_secs(300);
 
-/// A runtime of its own for queries, shut down without waiting (it may be
-/// dropped inside the server's runtime).
-struct Runtime(Option<tokio::runtime::Runtime>);
-
-impl Drop for Runtime {
-    fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
-            rt.shutdown_background();
-        }
-    }
-}
-
 impl SqlEngine {
-    /// An engine over `source`, keeping its columnar history in `dir`.
-    pub fn new(source: Arc<dyn JobSource>, dir: std::path::PathBuf, limits: SqlLimits) -> Self {
-        Self::with_fresh(source, dir, limits, Arc::new(fresh::Fresh::new()))
+    /// An engine over `source`, keeping its columnar history in `dir`,
+    /// running queries in `worker` processes (an executable whose `main`
+    /// calls [`worker::run_if_worker`] first: this crate's binary).
+    pub fn new(
+        source: Arc<dyn JobSource>,
+        dir: std::path::PathBuf,
+        limits: SqlLimits,
+        worker: std::path::PathBuf,
+    ) -> Self {
+        Self::with_fresh(source, dir, limits, worker, Arc::new(fresh::Fresh::new()))
     }
 
     /// [`SqlEngine::new`], adding the jobs a writer hands to `fresh` from
@@ -123,19 +139,14 @@ impl SqlEngine {
         source: Arc<dyn JobSource>,
         dir: std::path::PathBuf,
         limits: SqlLimits,
+        worker: std::path::PathBuf,
         fresh: Arc<fresh::Fresh>,
     ) -> Self {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("history-sql")
-            .enable_all()
-            .build()
-            .expect("a runtime for SQL queries");
         Self {
             source,
             columnar: Arc::new(Columnar::open_with(dir, fresh)),
             limits,
-            runtime: Runtime(Some(runtime)),
+            workers: pool::Workers::new(worker, limits, crate::metrics::HistoryMetrics::global()),
             used: std::sync::atomic::AtomicBool::new(false),
             kept_jobs: Arc::new(parking_lot::Mutex::new(None)),
         }
@@ -295,39 +306,85 @@ impl SqlEngine {
         ))
     }
 
-    /// Runs `sql` (read-only) under the limits.
-    pub async fn query(&self, sql: &str) -> Result<Answer, ApiError> {
+    /// Runs `sql` (read-only) in a worker under the limits, answering at
+    /// most `max_rows` rows (and never more than the limit) in `format`.
+    pub async fn query(
+        &self,
+        sql: &str,
+        format: Format,
+        max_rows: usize,
+    ) -> Result<Streaming, ApiError> {
+        let started = tokio::time::Instant::now();
         self.used.store(true, std::sync::atomic::Ordering::Relaxed);
         let generation = self.refresh(false).await?;
-        let wants_jobs = sql.to_ascii_lowercase().contains("jobs");
-        let jobs = if wants_jobs {
-            Some(self.jobs(&generation).await?)
+        let with_jobs = sql.to_ascii_lowercase().contains("jobs");
+        let jobs = if with_jobs {
+            self.jobs(&generation).await?
         } else {
-            None
+            Vec::new()
         };
-        let limits = self.limits;
-        let sql = sql.to_string();
-        let held = generation.clone();
-        let handle = self
-            .runtime
-            .0
-            .as_ref()
-            .expect("the runtime lives as long as the engine")
-            .spawn(async move { query_files(&held, jobs, &sql, limits).await });
-        let abort = handle.abort_handle();
-        let answer = match tokio::time::timeout(limits.timeout, handle).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(e)) => Err(ApiError::Internal(format!("the query failed: {e}"))),
-            Err(_) => {
-                abort.abort();
-                Err(ApiError::BadRequest(format!(
-                    "the query was stopped after {} s (--sql-timeout-seconds)",
-                    limits.timeout.as_secs_f64()
-                )))
-            }
+        let root = self.columnar.dir().to_path_buf();
+        let files = generation.files.each_ref().map(|files| {
+            files
+                .iter()
+                .filter_map(|f| f.strip_prefix(&root).ok())
+                .map(|f| f.to_string_lossy().into_owned())
+                .collect()
+        });
+        let request = Request {
+            sql: sql.to_string(),
+            format,
+            max_rows: max_rows.min(self.limits.max_rows),
+            memory: self.limits.memory,
+            max_answer_bytes: self.limits.max_answer_bytes,
+            root,
+            files,
+            with_jobs,
         };
-        drop(generation);
-        answer
+        let answer = self.workers.ask(request, jobs, started).await?;
+        // The generation is held until the worker has read its files: a
+        // refresh deletes replaced files only once no query holds them.
+        let body = answer
+            .body
+            .map(move |chunk| {
+                let _held = &generation;
+                chunk
+            })
+            .boxed();
+        Ok(Streaming {
+            rows: answer.head.rows,
+            truncated: answer.head.truncated,
+            bytes: answer.head.bytes,
+            body,
+        })
+    }
+
+    /// Counts a query refused before it was run (its body's type, or a
+    /// page of another site asking).
+    pub(crate) fn refused(&self, outcome: pool::Outcome) {
+        self.workers.count(outcome);
+    }
+
+    /// [`SqlEngine::query`] decoded, for a page: at most `max_rows` rows.
+    pub async fn query_rows(&self, sql: &str, max_rows: usize) -> Result<Answer, ApiError> {
+        let mut answer = self.query(sql, Format::Arrow, max_rows).await?;
+        let mut bytes = Vec::with_capacity(answer.bytes);
+        while let Some(chunk) = answer.body.next().await {
+            bytes.extend_from_slice(&chunk.map_err(|e| ApiError::Internal(e.to_string()))?);
+        }
+        let internal = |e: datafusion::arrow::error::ArrowError| ApiError::Internal(e.to_string());
+        let reader = datafusion::arrow::ipc::reader::StreamReader::try_new(
+            std::io::Cursor::new(bytes),
+            None,
+        )
+        .map_err(internal)?;
+        let schema = reader.schema();
+        let batches = reader.collect::<Result<Vec<_>, _>>().map_err(internal)?;
+        Ok(Answer {
+            schema,
+            batches,
+            truncated: answer.truncated,
+        })
     }
 }
 
@@ -374,126 +431,6 @@ fn completed_jobs(
     batch
 }
 
-/// Runs `sql` over the files of `generation` (and `jobs`, when given) in
-/// this runtime, without the time limit: what a query does once the
-/// engine has its tables (the SQL bench times it).
-pub async fn query_files(
-    generation: &Generation,
-    jobs: Option<Vec<RecordBatch>>,
-    sql: &str,
-    limits: SqlLimits,
-) -> Result<Answer, ApiError> {
-    let ctx = context(limits, generation, jobs)?;
-    run(&ctx, sql, limits.max_rows).await
-}
-
-/// Parquet footers and file statistics, kept across queries (each query
-/// has its own session and memory pool). An entry is used only while its
-/// file keeps the size and time it was read with, and file names are not
-/// reused while the columnar manifest lives.
-static CACHES: std::sync::LazyLock<CacheManagerConfig> = std::sync::LazyLock::new(|| {
-    use datafusion::execution::cache::cache_manager::{
-        DEFAULT_FILE_STATISTICS_MEMORY_LIMIT, DEFAULT_METADATA_CACHE_LIMIT,
-    };
-    use datafusion::execution::cache::default_cache::DefaultCache;
-    CacheManagerConfig::default()
-        .with_file_statistics_cache(Some(Arc::new(DefaultCache::new(
-            DEFAULT_FILE_STATISTICS_MEMORY_LIMIT,
-        ))))
-        .with_file_metadata_cache(Some(Arc::new(DefaultCache::new(
-            DEFAULT_METADATA_CACHE_LIMIT,
-        ))))
-        // Listings are not kept: a folder's files change between queries.
-        .with_list_files_cache_limit(0)
-});
-
-/// A session over the tables, with the limits; nothing else registered.
-fn context(
-    limits: SqlLimits,
-    generation: &Generation,
-    jobs: Option<Vec<RecordBatch>>,
-) -> Result<SessionContext, ApiError> {
-    let runtime = RuntimeEnvBuilder::new()
-        .with_cache_manager(CACHES.clone())
-        .with_memory_limit(limits.memory, 1.0)
-        .with_disk_manager_builder(
-            DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
-        )
-        .build_arc()
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let mut config = SessionConfig::new()
-        .with_target_partitions(2)
-        .with_information_schema(false);
-    config.options_mut().execution.parquet.pushdown_filters = true;
-    config.options_mut().execution.parquet.reorder_filters = true;
-    let state = SessionStateBuilder::new()
-        .with_config(config)
-        .with_runtime_env(runtime)
-        .with_default_features()
-        .with_physical_optimizer_rule(Arc::new(grouping::StringGrouping))
-        .build();
-    let ctx = SessionContext::new_with_state(state);
-    let internal = |e: datafusion::error::DataFusionError| ApiError::Internal(e.to_string());
-    if let Some(batches) = jobs {
-        let table = MemTable::try_new(tables::JOBS.clone(), vec![batches]).map_err(internal)?;
-        ctx.register_table("jobs", Arc::new(table))
-            .map_err(internal)?;
-    } else {
-        let empty = MemTable::try_new(tables::JOBS.clone(), vec![vec![]]).map_err(internal)?;
-        ctx.register_table("jobs", Arc::new(empty))
-            .map_err(internal)?;
-    }
-    for (t, (name, schema)) in TABLES.iter().enumerate() {
-        let files = &generation.files[t];
-        let provider: Arc<dyn datafusion::catalog::TableProvider> = if files.is_empty() {
-            Arc::new(MemTable::try_new((**schema).clone(), vec![vec![]]).map_err(internal)?)
-        } else {
-            let urls = files
-                .iter()
-                .map(|p| ListingTableUrl::parse(p.to_string_lossy()))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(internal)?;
-            let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
-                .with_file_extension(".parquet");
-            let config = ListingTableConfig::new_with_multi_paths(urls)
-                .with_listing_options(options)
-                .with_schema((**schema).clone());
-            Arc::new(ListingTable::try_new(config).map_err(internal)?)
-        };
-        ctx.register_table(*name, provider).map_err(internal)?;
-    }
-    Ok(ctx)
-}
-
-async fn run(ctx: &SessionContext, sql: &str, max_rows: usize) -> Result<Answer, ApiError> {
-    let bad = |e: datafusion::error::DataFusionError| ApiError::BadRequest(e.to_string());
-    let options = datafusion::execution::context::SQLOptions::new()
-        .with_allow_ddl(false)
-        .with_allow_dml(false)
-        .with_allow_statements(false);
-    let frame = ctx.sql_with_options(sql, options).await.map_err(bad)?;
-    let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
-    let mut stream = frame.execute_stream().await.map_err(bad)?;
-    let mut batches = Vec::new();
-    let mut rows = 0;
-    let mut truncated = false;
-    while let Some(batch) = stream.next().await {
-        let batch = batch.map_err(bad)?;
-        if rows + batch.num_rows() > max_rows {
-            batches.push(batch.slice(0, max_rows - rows));
-            truncated = true;
-            break;
-        }
-        rows += batch.num_rows();
-        batches.push(batch);
-    }
-    Ok(Answer {
-        schema,
-        batches,
-        truncated,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -509,6 +446,7 @@ mod tests {
             Arc::new(crate::serving::source::DiskSource::new(store)),
             dir.path().join("columnar"),
             SqlLimits::default(),
+            "/nonexistent".into(),
         ));
         // The build cannot finish while this is held.
         let held = engine.kept_jobs.lock();

@@ -1,20 +1,38 @@
 //! The SQL page (`/ui/sql?q=`): an editor, the example questions of
-//! `docs/sql.md`, the answer as a table and as a CSV download
-//! (`/ui/sql.csv?q=`). The query is a URL parameter, so an answer is a
-//! link to share; it runs through the same engine, limits and refusals as
-//! `POST /api/sql`.
+//! `docs/sql.md`, the first [`SHOWN`] rows of the answer as a table, and
+//! the whole answer as a CSV download (`/ui/sql.csv?q=`). The query is a
+//! URL parameter, so an answer is a link to share; it runs through the
+//! same engine, workers, limits and refusals as `POST /api/sql`.
+//!
+//! **Invariant:** a page of another site cannot make the server run SQL
+//! through these URLs: a query runs only for a request that the browser
+//! says came from this server's own pages, or from the user directly (a
+//! typed or bookmarked link): `Sec-Fetch-Site` `same-origin` or `none`,
+//! or no such header (not a browser, or one too old to send it). A link
+//! followed from elsewhere opens the page with the query in the editor,
+//! not run; an embed from elsewhere is refused.
 
-use crate::serving::sql::route::{Format, encode};
+use crate::serving::sql::worker::Format;
 use crate::serving::ui::page::{self, Nav, query_string};
 use crate::serving::ui::{Ui, api_error, error, html_response};
+use axum::body::Body;
 use axum::extract::{Query, State};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
-use http::{StatusCode, header};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
 use maud::{Markup, html};
 
 /// Rows the page shows (the CSV has them all, up to the row limit).
 const SHOWN: usize = 1_000;
+
+/// Whether the browser says this request came from this server's own
+/// pages or from the user (see the module's invariant).
+fn ours(headers: &HeaderMap) -> bool {
+    match headers.get("sec-fetch-site").map(|v| v.as_bytes()) {
+        None => true,
+        Some(site) => site == b"same-origin" || site == b"none",
+    }
+}
 
 /// The example questions: each ```sql block of `docs/sql.md` with the
 /// sentence before it.
@@ -56,18 +74,24 @@ fn form(q: &str) -> Markup {
 }
 
 /// `GET /ui/sql`.
-pub(crate) async fn page(State(ui): State<Ui>, Query(p): Query<Params>) -> Response {
+pub(crate) async fn page(
+    State(ui): State<Ui>,
+    headers: HeaderMap,
+    Query(p): Query<Params>,
+) -> Response {
     let Some(engine) = &ui.sql else {
         return error(&ui, StatusCode::NOT_FOUND, "SQL is not served here.");
     };
     let q = p.q.trim().to_string();
-    let answer = if q.is_empty() {
+    let from_elsewhere = !q.is_empty() && !ours(&headers);
+    if from_elsewhere {
+        engine.refused(crate::serving::sql::pool::Outcome::CrossSite);
+    }
+    let limit = SHOWN.min(engine.limits().max_rows);
+    let answer = if q.is_empty() || from_elsewhere {
         None
     } else {
-        match engine.query(&q).await {
-            Ok(a) => Some(Ok(a)),
-            Err(e) => Some(Err(e)),
-        }
+        Some(engine.query_rows(&q, limit).await)
     };
     let status = match &answer {
         Some(Err(e)) => e.status(),
@@ -76,7 +100,11 @@ pub(crate) async fn page(State(ui): State<Ui>, Query(p): Query<Params>) -> Respo
     let body = html! {
         h1 { "SQL" }
         (form(&q))
+        @if from_elsewhere {
+            p.notice role="status" { "This query came from a link on another site, so it was not run. Read it, then press Run to run it." }
+        }
         @match &answer {
+            None if from_elsewhere => {}
             None => {
                 h2 { "Questions to start from" }
                 ul.examples {
@@ -89,9 +117,13 @@ pub(crate) async fn page(State(ui): State<Ui>, Query(p): Query<Params>) -> Respo
             Some(Ok(a)) => {
                 @let rows: usize = a.batches.iter().map(|b| b.num_rows()).sum();
                 p.summary {
-                    (page::exact(rows)) " row" @if rows != 1 { "s" }
-                    @if a.truncated { " (cut at the row limit)" }
-                    @if rows > SHOWN { "; the first " (SHOWN) " are shown" }
+                    @if a.truncated && limit == engine.limits().max_rows {
+                        (page::exact(rows)) " rows (cut at the row limit)"
+                    } @else if a.truncated {
+                        "The first " (page::exact(rows)) " rows are shown; the CSV has the whole answer"
+                    } @else {
+                        (page::exact(rows)) " row" @if rows != 1 { "s" }
+                    }
                     " · " a href={ "/ui/sql.csv" (query_string([("q", q.as_str())])) } download { "Download CSV" }
                 }
                 (table(a))
@@ -120,29 +152,40 @@ fn table(a: &crate::serving::sql::Answer) -> Markup {
     }
 }
 
-/// `GET /ui/sql.csv`: the answer as a CSV download.
-pub(crate) async fn csv(State(ui): State<Ui>, Query(p): Query<Params>) -> Response {
+/// `GET /ui/sql.csv`: the answer as a CSV download, streamed from its
+/// worker.
+pub(crate) async fn csv(
+    State(ui): State<Ui>,
+    headers: HeaderMap,
+    Query(p): Query<Params>,
+) -> Response {
     let Some(engine) = &ui.sql else {
         return error(&ui, StatusCode::NOT_FOUND, "SQL is not served here.");
     };
-    let answer = match engine.query(&p.q).await {
+    if !ours(&headers) {
+        engine.refused(crate::serving::sql::pool::Outcome::CrossSite);
+        return error(
+            &ui,
+            StatusCode::FORBIDDEN,
+            "A page of another site asked for this answer; open the SQL page to run the query.",
+        );
+    }
+    let answer = match engine.query(&p.q, Format::Csv, usize::MAX).await {
         Ok(a) => a,
         Err(e) => return api_error(&ui, e),
     };
-    match encode(&answer, Format::Csv) {
-        Ok((bytes, content_type)) => (
-            [
-                (header::CONTENT_TYPE, content_type),
-                (
-                    header::CONTENT_DISPOSITION,
-                    "attachment; filename=\"query.csv\"",
-                ),
-            ],
-            bytes,
-        )
-            .into_response(),
-        Err(e) => api_error(&ui, e),
-    }
+    let mut response = Response::new(Body::from_stream(answer.body));
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(Format::Csv.content_type()),
+    );
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(answer.bytes));
+    h.insert(
+        header::CONTENT_DISPOSITION,
+        HeaderValue::from_static("attachment; filename=\"query.csv\""),
+    );
+    response
 }
 
 #[cfg(test)]
