@@ -54,6 +54,9 @@ fn flags_that_would_do_nothing_are_refused_with_the_fix() {
         ("--sql-timeout-seconds", Some("5")),
         ("--sql-memory-limit", Some("64MiB")),
         ("--sql-max-rows", Some("10")),
+        ("--sql-max-answer-bytes", Some("1MiB")),
+        ("--sql-workers", Some("4")),
+        ("--sql-queue", Some("2")),
         ("--export-parquet", Some("/tmp/out")),
     ] {
         let mut args = vec![flag];
