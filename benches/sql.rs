@@ -19,9 +19,9 @@
 mod corpus;
 
 use ballista_job_history::analysis::records::{JobRecords, Task};
+use ballista_job_history::columnar::tables::{TASKS, job_rows};
+use ballista_job_history::columnar::{Generation, write_file};
 use ballista_job_history::serving::sql::SqlLimits;
-use ballista_job_history::serving::sql::columnar::{Generation, write_file};
-use ballista_job_history::serving::sql::tables::{TASKS, job_rows};
 use ballista_job_history::serving::sql::worker::answer_in_process;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

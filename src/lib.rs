@@ -4,6 +4,8 @@
 // Layers, bottom up; a module imports only from its own layer or below
 // (ARCHITECTURE.md; checked by `tests/it/tidy.rs`).
 pub mod analysis;
+pub mod columnar;
+mod files;
 pub mod format;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -18,6 +18,11 @@ pub struct HistoryMetrics {
     pub jobs_recorded: IntCounter,
     /// Logs that could not be indexed (corrupt, truncated, newer schema).
     pub unreadable_logs: IntCounter,
+    /// Listings of the log directory or prefix that failed (the catalog
+    /// was kept as it was).
+    pub listing_errors: IntCounter,
+    /// Connections closed when accepted, over `--http-max-connections`.
+    pub connections_refused: IntCounter,
     /// Completed logs deleted by retention.
     pub retention_removed_jobs: IntCounter,
     /// Bytes of completed logs deleted by retention.
@@ -49,6 +54,22 @@ pub struct HistoryMetrics {
     pub sql_queries: IntCounterVec,
 }
 
+/// The `outcome` labels of `ballista_job_history_sql_queries_total`, one
+/// per way a SQL query ends (`docs/sql.md`).
+pub(crate) const SQL_OUTCOMES: [&str; 11] = [
+    "answered",
+    "refused",
+    "too_large",
+    "timeout",
+    "memory_limit",
+    "cpu_limit",
+    "crashed",
+    "busy",
+    "client_gone",
+    "wrong_type",
+    "cross_site",
+];
+
 fn counter(name: &str, help: &str) -> IntCounter {
     IntCounter::with_opts(Opts::new(name, help)).expect("valid metric name")
 }
@@ -72,6 +93,14 @@ impl HistoryMetrics {
             unreadable_logs: counter(
                 "ballista_job_history_unreadable_logs_total",
                 "Event logs skipped by the index because they could not be read",
+            ),
+            listing_errors: counter(
+                "ballista_job_history_listing_errors_total",
+                "Listings of the event-log directory or prefix that failed; the jobs already indexed were kept",
+            ),
+            connections_refused: counter(
+                "ballista_job_history_connections_refused_total",
+                "Connections closed as soon as they were accepted, over --http-max-connections",
             ),
             retention_removed_jobs: counter(
                 "ballista_job_history_retention_removed_jobs_total",
@@ -127,8 +156,8 @@ impl HistoryMetrics {
                 )
                 .expect("valid metric name");
                 // Every outcome is exported from the start, at zero.
-                for outcome in crate::serving::sql::pool::Outcome::ALL {
-                    vec.with_label_values(&[outcome.label()]);
+                for outcome in SQL_OUTCOMES {
+                    vec.with_label_values(&[outcome]);
                 }
                 vec
             },
@@ -157,6 +186,8 @@ impl HistoryMetrics {
             &self.write_errors,
             &self.jobs_recorded,
             &self.unreadable_logs,
+            &self.listing_errors,
+            &self.connections_refused,
             &self.retention_removed_jobs,
             &self.retention_removed_bytes,
             &self.retention_removed_orphans,

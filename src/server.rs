@@ -9,6 +9,7 @@
 //! `Layered` source, with the scheduler's own router behind them for
 //! everything else. Upstream's built-in event-log writer is always off.
 
+use crate::columnar::fresh::Fresh;
 use crate::metrics::HistoryMetrics;
 use crate::recording::capture::Capturer;
 use crate::recording::listener::{EventLogListener, JobEvent, TappedScheduler, TaskTap};
@@ -17,7 +18,6 @@ use crate::recording::redact::Redactor;
 use crate::recording::upload::{Bucket, Uploader, lock_spool, running_logs};
 use crate::recording::writer::{self, Compression, WriterConfig, WriterMsg};
 use crate::serving::source::{DiskSource, JobSource, Layered, LiveSource};
-use crate::serving::sql::fresh::Fresh;
 use crate::serving::{error::ApiError, router};
 use crate::store::LogStore;
 use crate::store::remote::RemoteDir;
@@ -93,6 +93,8 @@ pub struct HistoryOptions {
     pub remote: Option<RemoteDir>,
     /// The limits of `POST /api/sql`.
     pub sql: crate::serving::sql::SqlLimits,
+    /// The bounds of the port: header timeout, connection cap.
+    pub http: crate::serving::http::HttpLimits,
     /// The executable SQL queries run in (its `main` calls
     /// [`crate::serving::sql::worker::run_if_worker`] first); `None` is
     /// this process's own executable.
@@ -118,6 +120,7 @@ impl HistoryOptions {
             remote: None,
             sql: crate::serving::sql::SqlLimits::default(),
             sql_worker: None,
+            http: crate::serving::http::HttpLimits::default(),
         }
     }
 
@@ -183,7 +186,7 @@ impl HistoryOptions {
 }
 
 /// The name of the columnar history's folder.
-pub use crate::serving::sql::shared::FOLDER as COLUMNAR_DIR;
+pub use crate::columnar::shared::FOLDER as COLUMNAR_DIR;
 
 /// The one-shot export of `--history-only --export-parquet OUT`: indexes
 /// the logs, brings the columnar history up to date and writes the four
@@ -204,6 +207,23 @@ pub async fn export_parquet(options: HistoryOptions, out: &Path) -> Result<Strin
         .export(out)
         .await
         .map_err(|e| ServerError::Export(e.to_string()))
+}
+
+/// What every answer of a server with a log directory carries: `nosniff`,
+/// and, for an answer that sets no policy of its own (a raw log, DOT,
+/// SVG, JSON, an error), a policy that runs nothing, loads nothing and
+/// may not be framed, so a stored text opened in a browser stays text.
+/// The pages set their own (`serving/ui`).
+fn with_history_headers(router: Router) -> Router {
+    router
+        .layer(SetResponseHeaderLayer::overriding(
+            http::header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            http::header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'; sandbox"),
+        ))
 }
 
 /// Adds the `Server` and `X-Powered-By` headers the scheduler sends.
@@ -490,12 +510,27 @@ pub async fn run_scheduler(
             None => String::new(),
         }
     );
-    let served = axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await;
+    // Without a log directory the port is served as upstream serves it.
+    let served = match &history {
+        Some(h) => {
+            crate::serving::http::serve(
+                listener,
+                router,
+                h.http,
+                HistoryMetrics::global().connections_refused.clone(),
+                shutdown,
+            )
+            .await
+        }
+        None => {
+            axum::serve(
+                listener,
+                router.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(shutdown)
+            .await
+        }
+    };
 
     let _ = stop_tx.send(true);
     for task in background {
@@ -573,6 +608,7 @@ fn live_router(
     // health first, then the scheduler's own REST routes, then gRPC, then a
     // JSON 404. Without a source, every /api answer is the scheduler's own.
     let grpc = grpc.fallback(|| async { ApiError::NotFound });
+    let recording = source.is_some();
     let front = match source {
         _ if config.disable_rest_api => health.route(
             "/api/{*path}",
@@ -603,7 +639,13 @@ fn live_router(
     } else {
         api.router().fallback_service(grpc)
     };
-    with_version_headers(front.fallback_service(behind))
+    let router = with_version_headers(front.fallback_service(behind));
+    // Without a log directory, every answer is upstream's own.
+    if recording {
+        with_history_headers(router)
+    } else {
+        router
+    }
 }
 
 /// What a history-only server answers over `store`: the job routes, state,
@@ -637,7 +679,7 @@ pub fn history_router(
             token.clone(),
             sql,
         ));
-    crate::serving::auth::protect(with_version_headers(router), token)
+    crate::serving::auth::protect(with_history_headers(with_version_headers(router)), token)
 }
 
 /// Runs a history-only server on `listener` until `shutdown` resolves: the
@@ -675,9 +717,14 @@ pub async fn run_history(
         listener.local_addr().ok(),
         options.shown()
     );
-    let served = axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let served = crate::serving::http::serve(
+        listener,
+        router,
+        options.http,
+        HistoryMetrics::global().connections_refused.clone(),
+        shutdown,
+    )
+    .await;
     let _ = stop_tx.send(true);
     for task in background {
         let _ = task.await;

@@ -17,6 +17,9 @@ pub const REGRESSION_MIN_MS: u64 = 1_000;
 /// Plans longer than this (lines, either side) are not diffed.
 pub const MAX_DIFF_LINES: usize = 5_000;
 
+/// How long the plan diff may take before it settles for a coarser one.
+const DIFF_BUDGET: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// One run, as the comparison reads it.
 #[derive(Debug, Clone, Default)]
 pub struct RunView {
@@ -405,65 +408,27 @@ pub fn unified_diff(a: &str, b: &str, a_name: &str, b_name: &str) -> String {
             lb.len()
         );
     }
-    // Longest common subsequence table, from the ends.
-    let (n, m) = (la.len(), lb.len());
-    let mut lcs = vec![0u32; (n + 1) * (m + 1)];
-    let at = |i: usize, j: usize| i * (m + 1) + j;
-    for i in (0..n).rev() {
-        for j in (0..m).rev() {
-            lcs[at(i, j)] = if la[i] == lb[j] {
-                lcs[at(i + 1, j + 1)] + 1
-            } else {
-                lcs[at(i + 1, j)].max(lcs[at(i, j + 1)])
-            };
+    // Myers' algorithm (the `similar` crate, as `diff` uses) with a
+    // deadline: past it the diff is coarser, never slower, so two long,
+    // unlike plans cost a bounded time. Lines are compared without their
+    // ends, as `str::lines` gives them.
+    let ended = |t: &str| {
+        let mut t = t.to_string();
+        if !t.ends_with('\n') {
+            t.push('\n');
         }
-    }
-    // The edit script: (' ' | '-' | '+', a line number, b line number).
-    let mut ops: Vec<(char, usize, usize)> = Vec::new();
-    let (mut i, mut j) = (0, 0);
-    while i < n || j < m {
-        if i < n && j < m && la[i] == lb[j] {
-            ops.push((' ', i, j));
-            (i, j) = (i + 1, j + 1);
-        } else if i < n && (j == m || lcs[at(i + 1, j)] >= lcs[at(i, j + 1)]) {
-            // Deletions before insertions, as `diff -u` prints them.
-            ops.push(('-', i, j));
-            i += 1;
-        } else {
-            ops.push(('+', i, j));
-            j += 1;
-        }
-    }
-    const CONTEXT: usize = 3;
-    let mut out = format!("--- {a_name}\n+++ {b_name}\n");
-    let changed: Vec<usize> = (0..ops.len()).filter(|&k| ops[k].0 != ' ').collect();
-    let mut k = 0;
-    while k < changed.len() {
-        let start = changed[k].saturating_sub(CONTEXT);
-        let mut end = (changed[k] + CONTEXT + 1).min(ops.len());
-        while k + 1 < changed.len() && changed[k + 1] <= end + CONTEXT {
-            k += 1;
-            end = (changed[k] + CONTEXT + 1).min(ops.len());
-        }
-        let hunk = &ops[start..end];
-        let a_count = hunk.iter().filter(|o| o.0 != '+').count();
-        let b_count = hunk.iter().filter(|o| o.0 != '-').count();
-        let (a_start, b_start) = (hunk[0].1, hunk[0].2);
-        let from = |start: usize, count: usize| if count == 0 { start } else { start + 1 };
-        out.push_str(&format!(
-            "@@ -{},{a_count} +{},{b_count} @@\n",
-            from(a_start, a_count),
-            from(b_start, b_count)
-        ));
-        for &(op, i, j) in hunk {
-            let line = if op == '+' { lb[j] } else { la[i] };
-            out.push(op);
-            out.push_str(line);
-            out.push('\n');
-        }
-        k += 1;
-    }
-    out
+        t
+    };
+    let (a, b) = (ended(a), ended(b));
+    let diff = similar::TextDiff::configure()
+        .algorithm(similar::Algorithm::Myers)
+        .deadline(std::time::Instant::now() + DIFF_BUDGET)
+        .diff_lines(&a, &b);
+    diff.unified_diff()
+        .context_radius(3)
+        .missing_newline_hint(false)
+        .header(a_name, b_name)
+        .to_string()
 }
 
 #[cfg(test)]

@@ -159,6 +159,15 @@ struct Cli {
     /// answered 503 at once.
     #[arg(long, default_value_t = 8)]
     sql_queue: usize,
+    /// How long an HTTP/1 client may take to send a request header, from
+    /// connecting or from its last answer (an idle keep-alive connection
+    /// is closed then).
+    #[arg(long, default_value_t = 10)]
+    http_header_timeout_seconds: u64,
+    /// Connections served at once; more are closed when accepted (the
+    /// executors' gRPC connections count too).
+    #[arg(long, default_value_t = 1024)]
+    http_max_connections: usize,
     /// With --history-only: write the SQL tables (jobs, stages, tasks,
     /// operators) as Parquet under this directory, then exit (see
     /// docs/sql.md for the layout).
@@ -221,6 +230,8 @@ const NEED_EVENT_LOG_DIR: &[&str] = &[
     "sql_max_answer_bytes",
     "sql_workers",
     "sql_queue",
+    "http_header_timeout_seconds",
+    "http_max_connections",
     "export_parquet",
 ];
 
@@ -429,6 +440,10 @@ async fn run(cli: Cli, matches: &ArgMatches) -> Result<(), Box<dyn std::error::E
             max_answer_bytes: usize::try_from(cli.sql_max_answer_bytes).unwrap_or(usize::MAX),
             workers: cli.sql_workers.max(1),
             queue: cli.sql_queue,
+        };
+        options.http = ballista_job_history::serving::http::HttpLimits {
+            header_timeout: Duration::from_secs(cli.http_header_timeout_seconds.max(1)),
+            max_connections: cli.http_max_connections.max(1),
         };
         if cli.no_history_index {
             options.index_file = None;

@@ -474,6 +474,21 @@ impl Variant {
         }
     }
 
+    /// The response in the `?plan_format=` variant `name` (`None`: the
+    /// default) from the default response `base` and the stored variants;
+    /// a log without that variant (upstream's) gives the default. `None`
+    /// when the stored splice does not fit `base`.
+    pub fn pick(
+        base: &str,
+        stored: &std::collections::BTreeMap<String, Variant>,
+        name: Option<&str>,
+    ) -> Option<String> {
+        match name.and_then(|name| stored.get(name)) {
+            None => Some(base.to_string()),
+            Some(v) => v.apply(base),
+        }
+    }
+
     /// Rebuilds the variant's bytes from the default response's bytes.
     /// `None` when the stored splice does not fit `base`.
     pub fn apply(&self, base: &str) -> Option<String> {

@@ -196,5 +196,9 @@ async fn get_compare(
     );
     let a = run_view(&*source, &a, "a").await?;
     let b = run_view(&*source, &b, "b").await?;
-    Ok(Json(compare(&a, &b)))
+    // A long plan's diff is work for a blocking thread, not the runtime.
+    let comparison = tokio::task::spawn_blocking(move || compare(&a, &b))
+        .await
+        .map_err(|e| ApiError::Internal(format!("the comparison failed: {e}")))?;
+    Ok(Json(comparison))
 }

@@ -5,14 +5,16 @@
 //! router are the same code for every source; `insight` serves what
 //! `analysis` computes (diagnosis, recurring queries, comparison); `ui`
 //! renders web pages from the same source; `sql` answers SQL over the
-//! history with DataFusion; `auth` guards `/api` and the pages.
+//! history in worker processes over the columnar history; `auth` guards
+//! `/api` and the pages; `http` serves a port within bounds.
 //!
 //! **Rule:** this layer imports `format`, `metrics`, `recording` (for the
-//! live scheduler's router), `store` and `analysis`; nothing below it
-//! imports it, and it never imports `server`.
+//! live scheduler's router), `store`, `analysis` and `columnar`; nothing
+//! below it imports it, and it never imports `server`.
 
 pub mod auth;
 pub mod error;
+pub mod http;
 pub mod insight;
 pub mod router;
 pub mod source;

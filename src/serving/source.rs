@@ -272,18 +272,13 @@ pub(crate) fn variant(
     stored: &std::collections::BTreeMap<String, Variant>,
     format: PlanFormat,
 ) -> Result<String, ApiError> {
-    let Some(name) = format_name(format) else {
-        return Ok(base.to_string());
-    };
-    match stored.get(name) {
-        // Logs written without variants (upstream's) serve the default.
-        None => Ok(base.to_string()),
-        Some(v) => v.apply(base).ok_or_else(|| {
-            ApiError::Internal(format!(
-                "the stored plan_format={name} variant does not fit its log"
-            ))
-        }),
-    }
+    let name = format_name(format);
+    Variant::pick(base, stored, name).ok_or_else(|| {
+        ApiError::Internal(format!(
+            "the stored plan_format={} variant does not fit its log",
+            name.unwrap_or("default")
+        ))
+    })
 }
 
 #[async_trait]

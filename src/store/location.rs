@@ -1,11 +1,18 @@
 //! Where a log lives: a path in a directory, or an object under a prefix,
 //! and the stamp (size, modification time) that says whether it changed.
+//!
+//! **Invariant:** a local log is opened without following a link and
+//! without blocking (`O_NOFOLLOW | O_NONBLOCK`), and read only if the
+//! descriptor is a regular file, and, for a log the index knows, the
+//! same file it indexed (its stamp). A log swapped after it was indexed
+//! (for a link to another file, a FIFO, a different file) is never read:
+//! the request fails and the next rescan indexes what is there now.
 
 use super::*;
 
 /// A file's size and modification time, to tell whether it changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Stamp {
+pub struct Stamp {
     pub(crate) len: u64,
     pub(crate) modified: Option<SystemTime>,
 }
@@ -24,6 +31,14 @@ impl Stamp {
 pub enum LogRef {
     /// A local file.
     File(PathBuf),
+    /// A local file as the index knows it: read only while it has this
+    /// stamp.
+    Indexed {
+        /// The file.
+        path: PathBuf,
+        /// Its size and modification time when it was indexed.
+        stamp: Stamp,
+    },
     /// An object under a store's prefix, with its length as listed.
     Object {
         /// The store and prefix.
@@ -44,9 +59,18 @@ impl LogRef {
     pub(super) fn open(&self) -> std::io::Result<(Box<dyn ReadSeek>, u64)> {
         match self {
             Self::File(path) => {
-                let file = File::open(path)?;
-                let len = file.metadata()?.len();
-                Ok((Box::new(file), len))
+                let (file, meta) = open_regular(path)?;
+                Ok((Box::new(file), meta.len()))
+            }
+            Self::Indexed { path, stamp } => {
+                let (file, meta) = open_regular(path)?;
+                if Stamp::of(&meta) != *stamp {
+                    return Err(std::io::Error::other(
+                        "the log is not the file that was indexed (replaced or changed since); \
+                         the next rescan indexes it again",
+                    ));
+                }
+                Ok((Box::new(file), meta.len()))
             }
             Self::Object { dir, name, len } => {
                 let object = dir.open(name, *len);
@@ -59,7 +83,9 @@ impl LogRef {
     /// The log's file name.
     pub(crate) fn name(&self) -> Option<&str> {
         match self {
-            Self::File(path) => path.file_name().and_then(|n| n.to_str()),
+            Self::File(path) | Self::Indexed { path, .. } => {
+                path.file_name().and_then(|n| n.to_str())
+            }
             Self::Object { name, .. } => Some(name),
         }
     }
@@ -72,10 +98,28 @@ impl LogRef {
     /// The log for messages: its path, or the store's URL and its name.
     pub(super) fn shown(&self) -> String {
         match self {
-            Self::File(path) => path.display().to_string(),
+            Self::File(path) | Self::Indexed { path, .. } => path.display().to_string(),
             Self::Object { dir, name, .. } => format!("{}/{name}", dir.url().trim_end_matches('/')),
         }
     }
+}
+
+/// Opens `path` for reading without following a link or blocking, and
+/// only if what it names is a regular file.
+pub(crate) fn open_regular(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    Ok((file, meta))
 }
 
 impl From<&Path> for LogRef {

@@ -84,6 +84,15 @@ pub enum StoreError {
     /// The file has no terminal record (truncated, empty, or not a log).
     #[error("the event log has no terminal record (truncated or not an event log)")]
     NoTerminalRecord,
+    /// The log's terminal record names another job than its file name.
+    #[error(
+        "the event log's terminal record is of job {claimed}, not of the job its file is \
+         named for; it is not served as either"
+    )]
+    NotItsName {
+        /// The job id inside the log.
+        claimed: String,
+    },
 }
 
 /// How long a `.running` log may go unwritten before its job counts as
@@ -176,6 +185,18 @@ impl LogStore {
                 len,
             },
             None => LogRef::File(self.dir.join(file_name)),
+        }
+    }
+
+    /// The completed log named `file_name` as it was indexed with `stamp`:
+    /// read only while it is that file.
+    pub(crate) fn log_indexed(&self, file_name: &str, stamp: Stamp) -> LogRef {
+        match &self.remote {
+            Some(_) => self.log(file_name, stamp.len),
+            None => LogRef::Indexed {
+                path: self.dir.join(file_name),
+                stamp,
+            },
         }
     }
 
@@ -288,7 +309,7 @@ impl LogStore {
     pub(crate) fn log_of(&self, job_id: &str) -> Option<LogRef> {
         let index = self.catalog.read();
         match index.get(job_id) {
-            Some(s) => Some(self.log(&s.file_name(), s.len)),
+            Some(s) => Some(self.log_indexed(&s.file_name(), s.stamp())),
             None => {
                 let u = index.unfinished.get(job_id)?;
                 Some(self.log(&u.file_name, u.stamp.len))
@@ -455,7 +476,7 @@ impl LogStore {
     fn completed_path(&self, job_id: &str) -> Option<LogRef> {
         let index = self.catalog.read();
         let s = index.get(job_id)?;
-        Some(self.log(&s.file_name(), s.len))
+        Some(self.log_indexed(&s.file_name(), s.stamp()))
     }
 }
 
@@ -493,37 +514,28 @@ mod tests {
     }
 
     #[test]
-    fn a_log_not_named_after_its_job_is_found_by_its_name() {
+    fn a_log_not_named_after_its_job_is_unreadable_and_hides_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("x.eventlog"), job_end_line("j1", 1) + "\n").unwrap();
+        // x.eventlog claims to be j2's log; the real j2 is beside it.
+        std::fs::write(dir.path().join("x.eventlog"), job_end_line("j2", 1) + "\n").unwrap();
         std::fs::write(dir.path().join("j2.eventlog"), job_end_line("j2", 1) + "\n").unwrap();
         let zst = zstd::encode_all((job_end_line("j3", 1) + "\n").as_bytes(), 3).unwrap();
         std::fs::write(dir.path().join("j3.eventlog.zst"), zst).unwrap();
         let index = dir.path().join("index");
         let s = store(dir.path()).with_index_file(Some(index.clone()));
-        assert_eq!(s.rescan().read, 3);
-        let names = |s: &LogStore| {
-            ["j1", "j2", "j3"].map(|id| s.summary(id).unwrap().file_name().into_owned())
-        };
-        assert_eq!(names(&s), ["x.eventlog", "j2.eventlog", "j3.eventlog.zst"]);
-        assert_eq!(
-            s.read_job_end("j1").unwrap().unwrap().job.get(),
-            r#"{"job_id":"j1"}"#
-        );
-        // Unchanged files are not read again, whatever their names.
+        let report = s.rescan();
+        assert_eq!((report.read, report.bad), (3, 1));
+        let names =
+            |s: &LogStore| ["j2", "j3"].map(|id| s.summary(id).unwrap().file_name().into_owned());
+        assert_eq!(names(&s), ["j2.eventlog", "j3.eventlog.zst"]);
+        assert!(s.summary("x").is_none());
+        assert_eq!(s.len(), 2);
+        // Unchanged files are not read again, the liar included.
         assert_eq!(s.rescan(), ScanReport::default());
         s.persist(true);
         let restored = store(dir.path()).with_index_file(Some(index));
-        assert_eq!(restored.load_persisted(), 3);
+        assert_eq!(restored.load_persisted(), 2);
         assert_eq!(names(&restored), names(&s));
-        assert_eq!(restored.rescan(), ScanReport::default());
-        // A log whose name now belongs to another job is read again.
-        std::fs::remove_file(dir.path().join("x.eventlog")).unwrap();
-        std::fs::write(dir.path().join("x.eventlog"), job_end_line("j4", 1) + "\n").unwrap();
-        let report = restored.rescan();
-        assert_eq!((report.read, report.removed), (1, 1));
-        assert!(restored.summary("j1").is_none());
-        assert_eq!(restored.summary("j4").unwrap().file_name(), "x.eventlog");
     }
 
     #[test]
@@ -954,9 +966,16 @@ mod tests {
         let file = std::fs::File::options().write(true).open(&path).unwrap();
         file.set_modified(modified).unwrap();
         assert_eq!(s.read_payloads("u", &[CONFIG]).unwrap(), None);
-        // Grown: the stamp differs, so the ranges are not even tried.
+        // Grown: not the file that was indexed, so nothing of it is read
+        // until a rescan indexes it again.
         std::fs::write(&path, format!(" {start}{end}\n")).unwrap();
-        assert_eq!(s.read_payloads("u", &[CONFIG]).unwrap(), None);
+        let refused = s.read_payloads("u", &[CONFIG]).unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("not the file that was indexed"),
+            "{refused}"
+        );
         // The next rescan learns the ranges anew.
         s.rescan();
         let parts = s.read_payloads("u", &[CONFIG]).unwrap().unwrap();

@@ -727,6 +727,39 @@ impl LogStore {
         decode_job_end(&line).map(Some)
     }
 
+    /// The completed job's stored `/api/job/{id}/stages` answer, in the
+    /// `?plan_format=` variant `name` (`None`: the default): from the
+    /// payloads its footer locates, else from its terminal record.
+    /// `Ok(None)` when the job is not indexed as completed or its log
+    /// stored no such answer.
+    pub fn stored_stages(
+        &self,
+        job_id: &str,
+        name: Option<&str>,
+    ) -> Result<Option<String>, StoreError> {
+        use crate::format::record::payload::{RESPONSES, STAGES};
+        use crate::format::record::{Responses, Variant};
+        let unfit = || StoreError::Malformed("a stored plan variant does not fit its log".into());
+        if let Some(parts) = self.read_payloads(job_id, &[STAGES, RESPONSES])? {
+            let base =
+                std::str::from_utf8(&parts[0]).map_err(|e| StoreError::Malformed(e.to_string()))?;
+            let stored: Responses = serde_json::from_slice(&parts[1])
+                .map_err(|e| StoreError::Malformed(e.to_string()))?;
+            return Variant::pick(base, &stored.stages, name)
+                .map(Some)
+                .ok_or_else(unfit);
+        }
+        let Some(end) = self.read_job_end(job_id)? else {
+            return Ok(None);
+        };
+        if end.responses.missing.iter().any(|m| m == "stages") {
+            return Ok(None);
+        }
+        Variant::pick(end.stages.get(), &end.responses.stages, name)
+            .map(Some)
+            .ok_or_else(unfit)
+    }
+
     /// Reads the named payloads (see [`crate::format::record::payload`]) of a
     /// completed job through its footer's byte ranges: one small read from
     /// the end of the file, then one read per payload. `Ok(None)` when the
@@ -797,7 +830,9 @@ impl LogStore {
             (summary.ranges()?, summary.stamp())
         };
         let unchanged = match path {
-            LogRef::File(file) => std::fs::metadata(file).is_ok_and(|m| Stamp::of(&m) == stamp),
+            LogRef::File(file) | LogRef::Indexed { path: file, .. } => {
+                std::fs::symlink_metadata(file).is_ok_and(|m| Stamp::of(&m) == stamp)
+            }
             LogRef::Object { len, .. } => *len == stamp.len,
         };
         unchanged.then(|| {

@@ -465,6 +465,7 @@ mod tests {
                 Err(NewerSchema { found }) => format!("newer schema {found}"),
                 Err(Malformed(_)) => "malformed".into(),
                 Err(NoTerminalRecord) => "no terminal record".into(),
+                Err(NotItsName { claimed }) => format!("not its name: {claimed}"),
             }
         }
         for input in &inputs {

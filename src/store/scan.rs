@@ -138,9 +138,10 @@ impl LogStore {
                     .filter_map(|e| e.ok()?.file_name().into_string().ok())
                     .filter(|name| LogName::parse(name).is_some())
                     .collect();
-                // Follows symlinks: a link to a log is a log.
+                // A log is a regular file of the directory: a link is not
+                // followed (it could point anywhere; reads refuse it too).
                 let stamp = |name: &String| {
-                    let meta = std::fs::metadata(self.dir.join(name)).ok()?;
+                    let meta = std::fs::symlink_metadata(self.dir.join(name)).ok()?;
                     meta.is_file().then(|| (name.clone(), Stamp::of(&meta)))
                 };
                 // A large directory is stamped on several threads.
@@ -227,14 +228,14 @@ impl LogStore {
             let index = self.catalog.read();
             crate::store::snapshot::encode(index.order.iter().map(|j| &*j.0))
         };
-        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-        let written = std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, path));
+        let written = crate::files::replace::<std::io::Error>(path, 0o600, |f| {
+            std::io::Write::write_all(f, &bytes)
+        });
         *last = Some(std::time::Instant::now());
         let mut save_error = self.save_error.lock();
         match written {
             Ok(()) => *save_error = None,
             Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
                 self.dirty.store(true, Ordering::Release);
                 // A lasting failure (a read-only directory) is logged once.
                 let message = e.to_string();
@@ -269,12 +270,36 @@ impl LogStore {
         report
     }
 
-    /// A listing that failed: a store keeps its catalog (an outage), a
-    /// directory that is gone or unreadable empties it.
+    /// A listing that failed: only a directory that is gone (as upstream
+    /// takes it) empties the catalog; any other failure (`EACCES`, `EIO`,
+    /// `EMFILE`, a store's outage) keeps it as it was, is logged once and
+    /// counted, and the next rescan tries again.
     fn listing_failed(&self, e: std::io::Error) -> ScanReport {
         let mut report = ScanReport::default();
         let message = e.to_string();
         let mut last = self.list_error.lock();
+        let gone = self.remote.is_none()
+            && matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            );
+        if !gone {
+            self.metrics.listing_errors.inc();
+        }
+        if !gone && self.remote.is_none() {
+            if last.as_ref() != Some(&message) {
+                log::warn!(
+                    "history: cannot list {}: {e}; serving the {} jobs already indexed \
+                     until it can be listed again",
+                    self.dir.display(),
+                    self.len()
+                );
+            }
+            *last = Some(message);
+            drop(last);
+            self.ready.store(true, Ordering::Release);
+            return report;
+        }
         if let Some(remote) = &self.remote {
             // A store that cannot be reached for a while: serve what is
             // indexed, say so once, try again next time.
@@ -290,9 +315,6 @@ impl LogStore {
             drop(last);
             self.ready.store(true, Ordering::Release);
             return report;
-        }
-        if e.kind() != std::io::ErrorKind::NotFound && last.as_ref() != Some(&message) {
-            log::warn!("history: cannot list {}: {e}", self.dir.display());
         }
         *last = Some(message);
         drop(last);
@@ -388,14 +410,18 @@ impl LogStore {
         if running {
             scan_running(&path, stem, name, stamp, zstd, known).map(Found::Unfinished)
         } else {
-            read_summary_located(&path).map(|(summary, ranges)| {
-                let id = if summary.index.job_id.is_empty() {
-                    stem.to_string()
-                } else {
-                    summary.index.job_id.clone()
-                };
-                Found::Completed(JobSummary::new(summary, ranges, &id, name, stamp))
-            })
+            let (summary, ranges) = read_summary_located(&path)?;
+            // The file's name says whose log it is: a log naming another
+            // job inside would replace that job's in every answer.
+            let claimed = &summary.index.job_id;
+            if !claimed.is_empty() && claimed != stem {
+                return Err(StoreError::NotItsName {
+                    claimed: claimed.clone(),
+                });
+            }
+            Ok(Found::Completed(JobSummary::new(
+                summary, ranges, stem, name, stamp,
+            )))
         }
     }
 

@@ -188,10 +188,13 @@ async fn no_query_stops_the_scheduler_scheduling_or_the_server_serving() {
     let heavy = futures::future::join_all((0..50).map(|_| post_sql(sched, HEAVY)));
     let job = run_job(sched, &cluster.ctx, "SELECT k, sum(v) FROM t GROUP BY k");
     let (attacks, heavy, (job, ran)) = tokio::join!(attacks, heavy, job);
+    // Each gets its own answer, or is turned away, or (on a machine this
+    // loaded) runs past its limit and is stopped: a clear answer each.
     for (attack, (status, body)) in ATTACKS.iter().zip(&attacks) {
         let own = *status == attack.status && body.contains(attack.says);
         let busy = *status == 503 && body.contains("try again shortly");
-        assert!(own || busy, "{}: {status} {body}", attack.what);
+        let stopped = *status == 400 && body.contains("stopped after 4 s");
+        assert!(own || busy || stopped, "{}: {status} {body}", attack.what);
     }
     for (status, body) in &heavy {
         let stopped = *status == 400 && body.contains("stopped after 4 s");

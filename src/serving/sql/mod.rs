@@ -18,18 +18,14 @@
 //! written) and a memory pool with spilling disabled, and that process is
 //! killed at the time limit or when the client goes away.
 
-pub mod columnar;
-pub mod fresh;
 pub(crate) mod pool;
 pub mod route;
-pub mod shared;
-pub mod tables;
 pub mod worker;
 
+use crate::columnar::tables::{self, JobLine, jobs_batch};
+use crate::columnar::{self, Columnar, Generation, TABLES, fresh};
 use crate::serving::error::ApiError;
 use crate::serving::source::JobSource;
-use crate::serving::sql::columnar::{Columnar, Generation, TABLES};
-use crate::serving::sql::tables::{JobLine, jobs_batch};
 use crate::serving::sql::worker::{Format, Request};
 use crate::store::query::{JobFacts, ListQuery};
 use datafusion::arrow::array::RecordBatch;
@@ -144,7 +140,11 @@ impl SqlEngine {
     ) -> Self {
         Self {
             source,
-            columnar: Arc::new(Columnar::open_with(dir, fresh)),
+            columnar: Arc::new(Columnar::open_with(
+                dir,
+                fresh,
+                crate::metrics::HistoryMetrics::global(),
+            )),
             limits,
             workers: pool::Workers::new(worker, limits, crate::metrics::HistoryMetrics::global()),
             used: std::sync::atomic::AtomicBool::new(false),
@@ -166,8 +166,14 @@ impl SqlEngine {
     /// publishes it beside the logs in an object store (done by the
     /// background refresh and the export, never on a query's path).
     pub async fn refresh(&self, publish: bool) -> Result<Arc<Generation>, ApiError> {
+        let Some(store) = self.source.store() else {
+            return Ok(Arc::new(Generation {
+                files: Default::default(),
+                totals: Default::default(),
+            }));
+        };
         self.columnar
-            .refresh(&*self.source, publish)
+            .refresh(store, publish)
             .await
             .map_err(|e| ApiError::Internal(format!("the columnar history cannot be built: {e}")))
     }
@@ -288,7 +294,7 @@ impl SqlEngine {
         let jobs_dir = out.join("jobs");
         std::fs::create_dir_all(&jobs_dir).map_err(io)?;
         columnar::write_file(&jobs_dir.join("part-00000.parquet"), &tables::JOBS, &jobs)
-            .map_err(ApiError::Internal)?;
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
         let mut files = 1;
         for (t, (name, _)) in TABLES.iter().enumerate() {
             let dir = out.join(name);

@@ -66,6 +66,7 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
+    #[cfg(test)]
     pub(crate) const ALL: [Outcome; 11] = [
         Outcome::Answered,
         Outcome::Refused,
@@ -401,7 +402,7 @@ async fn send_jobs(
     jobs: &[RecordBatch],
 ) -> std::io::Result<()> {
     use datafusion::arrow::ipc::writer::StreamWriter;
-    let mut writer = StreamWriter::try_new(Vec::new(), &crate::serving::sql::tables::JOBS)
+    let mut writer = StreamWriter::try_new(Vec::new(), &crate::columnar::tables::JOBS)
         .map_err(std::io::Error::other)?;
     stdin.write_all(&std::mem::take(writer.get_mut())).await?;
     for batch in jobs {
@@ -577,6 +578,12 @@ fn body(
 mod tests {
     use super::*;
     use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn every_outcome_has_the_label_the_metrics_export() {
+        let labels: Vec<&str> = Outcome::ALL.iter().map(|o| o.label()).collect();
+        assert_eq!(labels, crate::metrics::SQL_OUTCOMES);
+    }
 
     #[test]
     fn a_worker_s_end_is_explained_by_its_signal_and_its_last_words() {

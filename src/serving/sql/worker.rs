@@ -22,8 +22,8 @@
 //! server sets its address-space, CPU-time, file-size and core limits
 //! (`pool.rs`); it asks the kernel to kill it when the server dies.
 
-use crate::serving::sql::columnar::TABLES;
-use crate::serving::sql::tables;
+use crate::columnar::TABLES;
+use crate::columnar::tables;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::datasource::MemTable;

@@ -22,9 +22,9 @@
 //! it) leaves its segment out, and its jobs are read from their logs. The
 //! logs stay the truth: deleting the folder loses nothing.
 
-use super::columnar::{Manifest, Segment, TABLES, seg_path};
+use super::{ColumnarError, Manifest, Segment, TABLES, io, seg_path};
 use crate::metrics::HistoryMetrics;
-use crate::serving::source::JobSource;
+use crate::store::LogStore;
 use crate::store::remote::RemoteDir;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
@@ -38,13 +38,14 @@ pub const FOLDER: &str = ".ballista-job-history.columnar";
 /// The published columnar history of one prefix.
 pub(super) struct Shared {
     dir: RemoteDir,
+    metrics: Arc<HistoryMetrics>,
 }
 
 impl Shared {
-    /// The prefix of `source`'s logs, when they are in an object store.
-    pub(super) fn of(source: &dyn JobSource) -> Option<Self> {
-        let dir = source.store()?.remote_dir()?.clone();
-        Some(Self { dir })
+    /// The prefix of `store`'s logs, when they are in an object store.
+    pub(super) fn of(store: &LogStore, metrics: Arc<HistoryMetrics>) -> Option<Self> {
+        let dir = store.remote_dir()?.clone();
+        Some(Self { dir, metrics })
     }
 
     fn location(&self, rel: &str) -> ObjPath {
@@ -57,26 +58,21 @@ impl Shared {
     async fn run<T: Send + 'static>(
         &self,
         request: impl FnOnce(Arc<dyn ObjectStore>) -> futures::future::BoxFuture<'static, T>,
-    ) -> Result<T, String> {
+    ) -> Result<T, ColumnarError> {
         let (client, _) = self.dir.client();
-        self.dir
-            .spawn(request(client))
-            .await
-            .map_err(|e| e.to_string())
+        Ok(self.dir.spawn(request(client)).await?)
     }
 
     /// The manifest published under the prefix, if any.
-    async fn manifest(&self) -> Result<Option<Manifest>, String> {
+    async fn manifest(&self) -> Result<Option<Manifest>, ColumnarError> {
         let location = self.location("manifest.json");
         let got = self
             .run(move |c| Box::pin(async move { c.get(&location).await?.bytes().await }))
             .await?;
         match got {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| format!("the published columnar manifest is damaged: {e}")),
+            Ok(bytes) => Ok(Some(serde_json::from_slice(&bytes)?)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -101,7 +97,6 @@ impl Shared {
                 return Vec::new();
             }
         };
-        let metrics = HistoryMetrics::global();
         let mut fetched = Vec::new();
         for remote in published.segments {
             if remote.sums.len() != TABLES.len() {
@@ -136,7 +131,7 @@ impl Shared {
                 }
             }
             if whole {
-                metrics.columnar_segments_fetched.inc();
+                self.metrics.columnar_segments_fetched.inc();
                 fetched.push(seg);
             } else {
                 for (table, _) in TABLES {
@@ -149,21 +144,21 @@ impl Shared {
 
     /// Downloads `table/sum` to `path` (aside, then renamed) if its bytes
     /// hash to `sum`; gives its size.
-    async fn fetch_file(&self, table: &str, sum: &str, path: &Path) -> Result<u64, String> {
+    async fn fetch_file(&self, table: &str, sum: &str, path: &Path) -> Result<u64, ColumnarError> {
         let location = self.location(&format!("{table}/{sum}.parquet"));
         let bytes = self
             .run(move |c| Box::pin(async move { c.get(&location).await?.bytes().await }))
-            .await?
-            .map_err(|e| e.to_string())?;
+            .await??;
         let got = blake3::hash(&bytes).to_hex().to_string();
         if got != sum {
-            return Err(format!("its bytes hash to {got}"));
+            return Err(ColumnarError::Refused(format!("its bytes hash to {got}")));
         }
         let parent = path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-        let tmp = path.with_extension("parquet.tmp");
-        std::fs::write(&tmp, &bytes).map_err(|e| format!("{}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::create_dir_all(parent).map_err(io("creating a table's folder"))?;
+        crate::files::replace::<std::io::Error>(path, 0o644, |f| {
+            std::io::Write::write_all(f, &bytes)
+        })
+        .map_err(io(format!("writing {table}/{sum}")))?;
         Ok(bytes.len() as u64)
     }
 
@@ -179,7 +174,7 @@ impl Shared {
         dir: &Path,
         m: &mut Manifest,
         whole_files: &mut HashSet<String>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, ColumnarError> {
         let before = self.manifest().await.ok().flatten().unwrap_or_default();
         let known: HashSet<String> = names(&before).collect();
         let mut filled = false;
@@ -192,7 +187,6 @@ impl Shared {
                     .collect::<Result<_, _>>()?;
             }
         }
-        let metrics = HistoryMetrics::global();
         for seg in &m.segments {
             for ((table, _), sum) in TABLES.iter().zip(&seg.sums) {
                 let name = format!("{table}/{sum}.parquet");
@@ -202,22 +196,20 @@ impl Shared {
                     continue;
                 }
                 let bytes = std::fs::read(seg_path(dir, table, seg.seq))
-                    .map_err(|e| format!("{table} segment {}: {e}", seg.seq))?;
+                    .map_err(io(format!("reading {table} segment {}", seg.seq)))?;
                 let location = self.location(&name);
                 self.run(move |c| {
                     Box::pin(async move { c.put(&location, PutPayload::from(bytes)).await })
                 })
-                .await?
-                .map_err(|e| e.to_string())?;
-                metrics.columnar_files_published.inc();
+                .await??;
+                self.metrics.columnar_files_published.inc();
                 whole_files.insert(name);
             }
         }
-        let body = serde_json::to_vec(m).map_err(|e| e.to_string())?;
+        let body = serde_json::to_vec(m)?;
         let location = self.location("manifest.json");
         self.run(move |c| Box::pin(async move { c.put(&location, PutPayload::from(body)).await }))
-            .await?
-            .map_err(|e| e.to_string())?;
+            .await??;
         let now: HashSet<String> = names(m).collect();
         for gone in known.difference(&now) {
             let location = self.location(gone);
@@ -240,10 +232,10 @@ fn names(m: &Manifest) -> impl Iterator<Item = String> + '_ {
 }
 
 /// The BLAKE3 hash of a file, in hex.
-fn hash_file(path: &Path) -> Result<String, String> {
+fn hash_file(path: &Path) -> Result<String, ColumnarError> {
     let mut hasher = blake3::Hasher::new();
-    let mut file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    std::io::copy(&mut file, &mut hasher).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut file = std::fs::File::open(path).map_err(io("opening a segment to hash it"))?;
+    std::io::copy(&mut file, &mut hasher).map_err(io("hashing a segment"))?;
     Ok(hasher.finalize().to_hex().to_string())
 }
 

@@ -21,6 +21,13 @@
 //! replaces are deleted once no query holds the generation that listed
 //! them.
 //!
+//! This is a derived store, the layer between `analysis` and `serving`:
+//! fed by the [`LogStore`] (the completed jobs it lists, their logs and
+//! stored responses) and by the writer's records (`fresh`), never by
+//! serving's sources or HTTP answers. It imports `format`, `metrics`,
+//! `recording` (only the writer's hand-over trait), `store` and
+//! `analysis`, nothing above. The SQL worker reads its files.
+//!
 //! **Invariant:** the logs are the truth: deleting the folder loses
 //! nothing, and the next query rebuilds it.
 
@@ -28,11 +35,7 @@ use crate::analysis::plan_metrics::plan_metrics;
 use crate::analysis::records::JobRecords;
 use crate::format::record::WrittenJob;
 use crate::metrics::HistoryMetrics;
-use crate::serving::source::{JobSource, Resource, read_log, variant};
-use crate::serving::sql::fresh::Fresh;
-use crate::serving::sql::shared::{Hashing, Shared};
-use crate::serving::sql::tables::{JobRows, JobTotals, OPERATORS, STAGES, TASKS, job_rows};
-use ballista_api_types::dto::PlanFormat;
+use crate::store::{LogStore, StoreError};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -40,12 +43,78 @@ use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use datafusion::parquet::basic::{Compression, ZstdLevel};
 use datafusion::parquet::file::properties::WriterProperties;
+use fresh::Fresh;
 use futures::StreamExt;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
+use shared::{Hashing, Shared};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
+use tables::{JobRows, JobTotals, OPERATORS, STAGES, TASKS, job_rows};
+
+pub mod fresh;
+pub mod shared;
+pub mod tables;
+
+/// Why the columnar history could not be brought up to date. Messages
+/// name tables and segments, never a path.
+#[derive(Debug, thiserror::Error)]
+pub enum ColumnarError {
+    /// A file of the folder could not be read or written.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// Encoding or decoding a Parquet file.
+    #[error("Parquet: {0}")]
+    Parquet(#[from] datafusion::parquet::errors::ParquetError),
+    /// Assembling the rows.
+    #[error("Arrow: {0}")]
+    Arrow(#[from] datafusion::arrow::error::ArrowError),
+    /// A manifest (local or published) that does not parse.
+    #[error("the manifest: {0}")]
+    Manifest(#[from] serde_json::Error),
+    /// A job's log could not be read.
+    #[error("the event log of job {job}: {source}")]
+    Log {
+        /// The job.
+        job: String,
+        /// Why.
+        source: StoreError,
+    },
+    /// The store lists the job but has no completed log of it.
+    #[error("job {0} has no completed event log")]
+    NoLog(String),
+    /// The object store the history is published to.
+    #[error("the object store: {0}")]
+    Remote(#[from] object_store::Error),
+    /// A published file whose bytes are not the ones its name promises.
+    #[error("{0}")]
+    Refused(String),
+    /// A blocking read or write was cut short (the runtime shut down).
+    #[error("a background task stopped: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+impl From<std::io::Error> for ColumnarError {
+    /// An error of the safe write itself (its temporary file, the rename).
+    fn from(source: std::io::Error) -> Self {
+        ColumnarError::Io {
+            what: "writing a columnar file".into(),
+            source,
+        }
+    }
+}
+
+/// An I/O error while doing `what`.
+pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ColumnarError {
+    let what = what.into();
+    move |source| ColumnarError::Io { what, source }
+}
 
 /// The three tables kept as files, by folder name.
 pub const TABLES: [(&str, &std::sync::LazyLock<SchemaRef>); 3] = [
@@ -109,6 +178,7 @@ pub struct Generation {
 pub struct Columnar {
     dir: PathBuf,
     fresh: Arc<Fresh>,
+    metrics: Arc<HistoryMetrics>,
     state: tokio::sync::Mutex<State>,
     retired: Mutex<Vec<(Weak<Generation>, PathBuf)>>,
 }
@@ -135,12 +205,16 @@ pub(super) fn seg_path(dir: &Path, table: &str, seq: u64) -> PathBuf {
 impl Columnar {
     /// The history in `dir` (created when missing; a damaged manifest is
     /// logged and started afresh).
-    pub fn open(dir: impl Into<PathBuf>) -> Self {
-        Self::open_with(dir, Arc::new(Fresh::new()))
+    pub fn open(dir: impl Into<PathBuf>, metrics: Arc<HistoryMetrics>) -> Self {
+        Self::open_with(dir, Arc::new(Fresh::new()), metrics)
     }
 
     /// [`Columnar::open`], taking jobs the writer hands to `fresh`.
-    pub fn open_with(dir: impl Into<PathBuf>, fresh: Arc<Fresh>) -> Self {
+    pub fn open_with(
+        dir: impl Into<PathBuf>,
+        fresh: Arc<Fresh>,
+        metrics: Arc<HistoryMetrics>,
+    ) -> Self {
         let mut dir = dir.into();
         // A read-only log directory: keep the files in a folder of this
         // process instead.
@@ -178,6 +252,7 @@ impl Columnar {
         Self {
             dir,
             fresh,
+            metrics,
             state: tokio::sync::Mutex::new(State {
                 manifest,
                 current,
@@ -195,25 +270,25 @@ impl Columnar {
         &self.dir
     }
 
-    /// Brings the files up to the completed jobs `source` lists, and gives
+    /// Brings the files up to the completed jobs `store` lists, and gives
     /// the generation to query. With `publish` (and an object store),
     /// publishes them too; without it, leaves that to a later refresh.
     pub async fn refresh(
         &self,
-        source: &dyn JobSource,
+        store: &Arc<LogStore>,
         publish: bool,
-    ) -> Result<Arc<Generation>, String> {
+    ) -> Result<Arc<Generation>, ColumnarError> {
         self.fresh.start();
         let mut state = self.state.lock().await;
         // Before the first index pass the store lists too little: what the
         // files hold stays as it is.
-        if source.store().is_some_and(|s| !s.is_ready()) {
+        if !store.is_ready() {
             return Ok(state.current.clone());
         }
         // Nothing changed in the store, every file is where it was and
         // (object stores) published: the files are up to date.
-        let shared = Shared::of(source);
-        let version = source.store().map(|s| s.version());
+        let shared = Shared::of(store, self.metrics.clone());
+        let version = Some(store.version());
         let dir = self.dir.clone();
         if version.is_some()
             && version == state.seen
@@ -222,13 +297,10 @@ impl Columnar {
         {
             return Ok(state.current.clone());
         }
-        let completed: HashSet<String> = match source.store() {
-            Some(store) => store.with_completed(|jobs| {
-                jobs.map(|j| crate::store::query::JobFacts::job_id(j).to_string())
-                    .collect()
-            }),
-            None => HashSet::new(),
-        };
+        let completed: HashSet<String> = store.with_completed(|jobs| {
+            jobs.map(|j| crate::store::query::JobFacts::job_id(j).to_string())
+                .collect()
+        });
         let mut changed = false;
         // An object store: a new spool starts from what another server
         // published, not from every log.
@@ -289,8 +361,7 @@ impl Columnar {
             let olds = old.clone();
             let merged =
                 tokio::task::spawn_blocking(move || merge_segments(&dir, &olds, &keep, seq))
-                    .await
-                    .map_err(|e| e.to_string())??;
+                    .await??;
             if let Some(seg) = merged {
                 state.manifest.segments.push(seg);
             }
@@ -316,9 +387,8 @@ impl Columnar {
                 let rows = written.into_iter().map(rows_of_written).collect();
                 write_segment(&dir, seq, rows)
             })
-            .await
-            .map_err(|e| e.to_string())??;
-            HistoryMetrics::global().columnar_jobs_from_writer.inc_by(n);
+            .await??;
+            self.metrics.columnar_jobs_from_writer.inc_by(n);
             state.manifest.segments.push(seg);
             changed = true;
         }
@@ -332,10 +402,10 @@ impl Columnar {
         new.sort();
         // In chunks, so memory stays bounded however many jobs are new.
         for chunk in new.chunks(CHUNK) {
-            let rows: Vec<(String, Result<JobRows, String>)> =
+            let rows: Vec<(String, Result<JobRows, ColumnarError>)> =
                 futures::stream::iter(chunk.iter().cloned())
                     .map(|id| async move {
-                        let rows = rows_of(source, &id).await;
+                        let rows = rows_of(store, &id).await;
                         (id, rows)
                     })
                     .buffer_unordered(READERS)
@@ -345,7 +415,7 @@ impl Columnar {
                 .into_iter()
                 .filter_map(|(id, rows)| match rows {
                     Ok(r) => {
-                        HistoryMetrics::global().columnar_logs_read.inc();
+                        self.metrics.columnar_logs_read.inc();
                         Some((id, r))
                     }
                     Err(e) => {
@@ -361,9 +431,7 @@ impl Columnar {
             let seq = state.manifest.next_seq;
             state.manifest.next_seq += 1;
             let dir = self.dir.clone();
-            let seg = tokio::task::spawn_blocking(move || write_segment(&dir, seq, rows))
-                .await
-                .map_err(|e| e.to_string())??;
+            let seg = tokio::task::spawn_blocking(move || write_segment(&dir, seq, rows)).await??;
             state.manifest.segments.push(seg);
             changed = true;
         }
@@ -498,31 +566,38 @@ fn generation(dir: &Path, m: &Manifest) -> Generation {
     Generation { files, totals }
 }
 
-/// The rows of one completed job, from its log and stored responses.
-pub async fn rows_of(source: &dyn JobSource, job_id: &str) -> Result<JobRows, String> {
-    let (_, log) = source
-        .log_of(job_id)
-        .ok_or_else(|| format!("no log of job {job_id}"))?;
-    let records = read_log(job_id, move || JobRecords::read(&log))
-        .await
-        .map_err(|e| e.to_string())?;
-    let metrics = match source
-        .get(job_id, Resource::Stages(PlanFormat::Metrics))
-        .await
-    {
-        Ok(Some(a)) if a.status == http::StatusCode::OK => a.body,
-        _ => Default::default(),
-    };
-    Ok(rows_from(job_id, &records, &metrics))
+/// The rows of one completed job, from its log and its stored
+/// `/stages?plan_format=metrics` answer (read on the blocking pool).
+pub async fn rows_of(store: &Arc<LogStore>, job_id: &str) -> Result<JobRows, ColumnarError> {
+    let store = store.clone();
+    let id = job_id.to_string();
+    tokio::task::spawn_blocking(move || {
+        let log = store
+            .log_of(&id)
+            .ok_or_else(|| ColumnarError::NoLog(id.clone()))?;
+        let failed = |source| ColumnarError::Log {
+            job: id.clone(),
+            source,
+        };
+        let records = JobRecords::read(&log).map_err(failed)?;
+        // Without its metrics plans a job still has its tasks' rows.
+        let metrics = store
+            .stored_stages(&id, Some("metrics"))
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        Ok(rows_from(&id, &records, metrics.as_bytes()))
+    })
+    .await?
 }
 
 /// The rows of a job whose records the writer kept.
 pub fn rows_of_written(job: WrittenJob) -> (String, JobRows) {
     let id = job.start.job_id.clone();
-    let metrics = variant(
+    let metrics = crate::format::record::Variant::pick(
         job.end.stages.get(),
         &job.end.responses.stages,
-        PlanFormat::Metrics,
+        Some("metrics"),
     )
     .unwrap_or_default();
     let records = JobRecords::of_written(job.start, job.stages, job.tasks);
@@ -602,30 +677,36 @@ fn props() -> WriterProperties {
 
 /// Writes `batch` as the Parquet file `path` (aside, then renamed); gives
 /// the BLAKE3 hash of its bytes, in hex.
-pub fn write_file(path: &Path, schema: &SchemaRef, batch: &RecordBatch) -> Result<String, String> {
+pub fn write_file(
+    path: &Path,
+    schema: &SchemaRef,
+    batch: &RecordBatch,
+) -> Result<String, ColumnarError> {
     let parent = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-    let tmp = path.with_extension("parquet.tmp");
-    let file = std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    let out = Hashing {
-        inner: std::io::BufWriter::new(file),
-        hasher: blake3::Hasher::new(),
-    };
-    let mut writer =
-        ArrowWriter::try_new(out, schema.clone(), Some(props())).map_err(|e| e.to_string())?;
-    writer.write(batch).map_err(|e| e.to_string())?;
-    // Writes the footer, and gives the writer back.
-    let mut out = writer.into_inner().map_err(|e| e.to_string())?;
-    std::io::Write::flush(&mut out).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(out.hasher.finalize().to_hex().to_string())
+    std::fs::create_dir_all(parent).map_err(io("creating a table's folder"))?;
+    let mut hash = String::new();
+    // Readable by others: a Ballista cluster may read these files.
+    crate::files::replace::<ColumnarError>(path, 0o644, |file| {
+        let out = Hashing {
+            inner: std::io::BufWriter::new(file),
+            hasher: blake3::Hasher::new(),
+        };
+        let mut writer = ArrowWriter::try_new(out, schema.clone(), Some(props()))?;
+        writer.write(batch)?;
+        // Writes the footer, and gives the writer back.
+        let mut out = writer.into_inner()?;
+        std::io::Write::flush(&mut out).map_err(io("writing a columnar file"))?;
+        hash = out.hasher.finalize().to_hex().to_string();
+        Ok(())
+    })?;
+    Ok(hash)
 }
 
 fn write_segment(
     dir: &Path,
     seq: u64,
     mut rows: Vec<(String, JobRows)>,
-) -> Result<Segment, String> {
+) -> Result<Segment, ColumnarError> {
     rows.sort_by(|a, b| a.0.cmp(&b.0));
     let mut seg = Segment {
         seq,
@@ -640,7 +721,7 @@ fn write_segment(
                 _ => &r.operators,
             })
             .collect();
-        let batch = concat_batches(schema, batches).map_err(|e| e.to_string())?;
+        let batch = concat_batches(schema, batches)?;
         if t == 1 {
             seg.rows = batch.num_rows() as u64;
         }
@@ -670,7 +751,7 @@ fn merge_segments(
     old: &[Segment],
     keep: &HashSet<String>,
     seq: u64,
-) -> Result<Option<Segment>, String> {
+) -> Result<Option<Segment>, ColumnarError> {
     use datafusion::arrow::array::{Array, StringViewArray};
     let mut seg = Segment {
         seq,
@@ -689,33 +770,33 @@ fn merge_segments(
     for (table, schema) in TABLES {
         let mut kept = Vec::new();
         for s in old {
-            let file =
-                std::fs::File::open(seg_path(dir, table, s.seq)).map_err(|e| e.to_string())?;
-            let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-                .and_then(|b| b.build())
-                .map_err(|e| e.to_string())?;
+            let file = std::fs::File::open(seg_path(dir, table, s.seq))
+                .map_err(io(format!("opening {table} segment {}", s.seq)))?;
+            let reader = ParquetRecordBatchReaderBuilder::try_new(file).and_then(|b| b.build())?;
             for batch in reader {
-                let batch = batch.map_err(|e| e.to_string())?;
+                let batch = batch?;
                 let ids = batch
                     .column(0)
                     .as_any()
                     .downcast_ref::<StringViewArray>()
-                    .ok_or("the job_id column is not text")?;
+                    .ok_or_else(|| {
+                        ColumnarError::Refused(format!(
+                            "{table} segment {}: the job_id column is not text",
+                            s.seq
+                        ))
+                    })?;
                 let mask: datafusion::arrow::array::BooleanArray = (0..ids.len())
                     .map(|i| Some(keep.contains(ids.value(i))))
                     .collect();
-                kept.push(
-                    datafusion::arrow::compute::filter_record_batch(&batch, &mask)
-                        .map_err(|e| e.to_string())?,
-                );
+                kept.push(datafusion::arrow::compute::filter_record_batch(
+                    &batch, &mask,
+                )?);
             }
         }
-        let batch = concat_batches(schema, &kept).map_err(|e| e.to_string())?;
+        let batch = concat_batches(schema, &kept)?;
         // Sorted by job id again (the order of rows within a job is not kept).
-        let order = datafusion::arrow::compute::sort_to_indices(batch.column(0), None, None)
-            .map_err(|e| e.to_string())?;
-        let batch = datafusion::arrow::compute::take_record_batch(&batch, &order)
-            .map_err(|e| e.to_string())?;
+        let order = datafusion::arrow::compute::sort_to_indices(batch.column(0), None, None)?;
+        let batch = datafusion::arrow::compute::take_record_batch(&batch, &order)?;
         if table == "tasks" {
             seg.rows = batch.num_rows() as u64;
         }
@@ -727,12 +808,13 @@ fn merge_segments(
     Ok(Some(seg))
 }
 
-fn write_manifest(dir: &Path, m: &Manifest) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let tmp = dir.join("manifest.json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec(m).map_err(|e| e.to_string())?)
-        .map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, dir.join("manifest.json")).map_err(|e| e.to_string())
+fn write_manifest(dir: &Path, m: &Manifest) -> Result<(), ColumnarError> {
+    std::fs::create_dir_all(dir).map_err(io("creating the columnar folder"))?;
+    let bytes = serde_json::to_vec(m)?;
+    crate::files::replace::<std::io::Error>(&dir.join("manifest.json"), 0o644, |f| {
+        std::io::Write::write_all(f, &bytes)
+    })
+    .map_err(io("writing the manifest"))
 }
 
 #[cfg(test)]
