@@ -5,6 +5,11 @@
 //! fsyncs it, renames it over the target (a link at the target is
 //! replaced, not followed) and fsyncs the directory. It imports nothing
 //! of ours, and every layer may use it.
+//!
+//! [`private_dir`] makes a folder of the server's own under a shared
+//! directory (the system's temporary one): every level it creates is
+//! `0700`, and every level below the shared one must be this user's, a
+//! directory (not a link) and closed to others, or it is refused.
 
 use std::fs::File;
 use std::io;
@@ -30,6 +35,51 @@ pub(crate) fn replace<E: From<io::Error>>(
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+/// Creates `dir` and the levels between `shared` and it (each `0700`),
+/// and checks each of them is this user's own directory, closed to
+/// others; `Err` says which is not and why.
+pub(crate) fn private_dir(shared: &Path, dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let below = dir.strip_prefix(shared).map_err(io::Error::other)?;
+    let me = rustix::process::geteuid().as_raw();
+    let mut at = shared.to_path_buf();
+    for part in below.components() {
+        at.push(part);
+        match std::fs::DirBuilder::new().mode(0o700).create(&at) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let meta = std::fs::symlink_metadata(&at)?;
+        let why = if !meta.file_type().is_dir() {
+            Some("is not a directory of its own (a link, or a file)".to_string())
+        } else if meta.uid() != me {
+            Some(format!(
+                "belongs to user {}, not to this server's ({me})",
+                meta.uid()
+            ))
+        } else if meta.mode() & 0o077 != 0 {
+            Some(format!(
+                "is open to others (mode {:o})",
+                meta.mode() & 0o777
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} {why}; the server keeps its files only in a folder of its own \
+                     (mode 0700): remove it, or name another folder",
+                    at.display()
+                ),
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -70,5 +120,36 @@ mod tests {
             .filter(|n| n.starts_with(".tmp-"))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_private_folder_is_made_closed_and_one_open_to_others_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let shared = tempfile::tempdir().unwrap();
+        let dir = shared.path().join("spool").join("50050");
+        private_dir(shared.path(), &dir).unwrap();
+        for level in [shared.path().join("spool"), dir.clone()] {
+            let mode = std::fs::metadata(&level).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o700, "{}", level.display());
+        }
+        // Made again: fine. Opened to others, or a link: refused.
+        private_dir(shared.path(), &dir).unwrap();
+        std::fs::set_permissions(
+            shared.path().join("spool"),
+            std::fs::Permissions::from_mode(0o777),
+        )
+        .unwrap();
+        let e = private_dir(shared.path(), &dir).unwrap_err();
+        assert!(e.to_string().contains("open to others (mode 777)"), "{e}");
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), shared.path().join("linked")).unwrap();
+        let e = private_dir(shared.path(), &shared.path().join("linked").join("x")).unwrap_err();
+        assert!(e.to_string().contains("not a directory of its own"), "{e}");
+        assert!(
+            std::fs::read_dir(elsewhere.path())
+                .unwrap()
+                .next()
+                .is_none()
+        );
     }
 }

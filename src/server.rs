@@ -125,15 +125,14 @@ impl HistoryOptions {
     }
 
     /// Where the columnar history lives: beside the persistent index (in
-    /// the directory, or the spool for an object store), else in a folder
-    /// of this process under the system's temporary directory.
-    pub fn columnar_dir(&self) -> PathBuf {
-        match self.index_file.as_ref().and_then(|p| p.parent()) {
-            Some(parent) => parent.join(COLUMNAR_DIR),
-            None => std::env::temp_dir()
-                .join(COLUMNAR_DIR)
-                .join(std::process::id().to_string()),
-        }
+    /// the directory, or the spool for an object store); `None` without
+    /// one, when it is kept in a private folder of this process's own (a
+    /// fresh random name under the system's temporary directory).
+    pub fn columnar_dir(&self) -> Option<PathBuf> {
+        self.index_file
+            .as_ref()
+            .and_then(|p| p.parent())
+            .map(|parent| parent.join(COLUMNAR_DIR))
     }
 
     /// The SQL engine over `source`; on a recording scheduler, `fresh`
@@ -183,6 +182,22 @@ impl HistoryOptions {
         }
         .with_index_file(self.index_file.clone())
     }
+}
+
+/// The spool a recording scheduler on port `port` uses for an object
+/// store when none is named: `ballista-job-history-spool/<port>` under
+/// the system's temporary directory, created private (`0700`); refused
+/// when a level of it exists with another owner, as a link, or open to
+/// others (another local user could read every log, or feed the uploader
+/// files of their choosing).
+pub fn default_spool(port: u16) -> Result<PathBuf, ServerError> {
+    let shared = std::env::temp_dir();
+    let spool = shared
+        .join(crate::recording::upload::DEFAULT_SPOOL_DIR)
+        .join(port.to_string());
+    crate::files::private_dir(&shared, &spool)
+        .map_err(|e| ServerError::Config(format!("{e} (or name one with --event-log-spool)")))?;
+    Ok(spool)
 }
 
 /// The name of the columnar history's folder.

@@ -3,7 +3,6 @@
 
 use ballista_core::config::LogRotationPolicy;
 use ballista_job_history::recording::redact::{DEFAULT_PATTERN, Redactor};
-use ballista_job_history::recording::upload::DEFAULT_SPOOL_DIR;
 use ballista_job_history::recording::writer::{Compression, DEFAULT_ZSTD_LEVEL};
 use ballista_job_history::server::export_parquet;
 use ballista_job_history::serving::auth::ApiToken;
@@ -410,17 +409,19 @@ async fn run(cli: Cli, matches: &ArgMatches) -> Result<(), Box<dyn std::error::E
         .map(|dir| EventLogDir::parse(dir, &remote_options))
         .transpose()?;
     refuse_idle_flags(&cli, matches, matches!(dir, Some(EventLogDir::Remote(_))))?;
+    // The default spool is checked to be private before anything runs.
+    let spool = match (&dir, &cli.event_log_spool) {
+        (Some(EventLogDir::Remote(_)), None) => Some(ballista_job_history::server::default_spool(
+            cli.upstream.bind_port,
+        )?),
+        (_, named) => named.clone(),
+    };
     let history = dir.map(|dir| {
         let mut options = match dir {
             EventLogDir::Local(path) => HistoryOptions::new(path),
-            EventLogDir::Remote(remote) => HistoryOptions::remote(
-                remote,
-                cli.event_log_spool.clone().unwrap_or_else(|| {
-                    std::env::temp_dir()
-                        .join(DEFAULT_SPOOL_DIR)
-                        .join(cli.upstream.bind_port.to_string())
-                }),
-            ),
+            EventLogDir::Remote(remote) => {
+                HistoryOptions::remote(remote, spool.clone().expect("a spool for a remote dir"))
+            }
         };
         options.update_interval = Duration::from_secs(cli.update_interval_seconds);
         options.queue_capacity = cli.event_log_queue_capacity;

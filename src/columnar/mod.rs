@@ -177,6 +177,9 @@ pub struct Generation {
 /// The columnar history in one folder.
 pub struct Columnar {
     dir: PathBuf,
+    /// The private folder `dir` is, when there was no folder to keep the
+    /// history in (deleted with the history).
+    _private: Option<tempfile::TempDir>,
     fresh: Arc<Fresh>,
     metrics: Arc<HistoryMetrics>,
     state: tokio::sync::Mutex<State>,
@@ -204,31 +207,53 @@ pub(super) fn seg_path(dir: &Path, table: &str, seq: u64) -> PathBuf {
 
 impl Columnar {
     /// The history in `dir` (created when missing; a damaged manifest is
-    /// logged and started afresh).
-    pub fn open(dir: impl Into<PathBuf>, metrics: Arc<HistoryMetrics>) -> Self {
+    /// logged and started afresh); `None`, or a folder that cannot be
+    /// created (a read-only log directory), keeps it in a private folder
+    /// of this process's own instead: a fresh random name under the
+    /// system's temporary directory, `0700`, never a predictable path
+    /// another local user could have made first.
+    pub fn open(dir: Option<PathBuf>, metrics: Arc<HistoryMetrics>) -> Self {
         Self::open_with(dir, Arc::new(Fresh::new()), metrics)
     }
 
     /// [`Columnar::open`], taking jobs the writer hands to `fresh`.
     pub fn open_with(
-        dir: impl Into<PathBuf>,
+        dir: Option<PathBuf>,
         fresh: Arc<Fresh>,
         metrics: Arc<HistoryMetrics>,
     ) -> Self {
-        let mut dir = dir.into();
-        // A read-only log directory: keep the files in a folder of this
-        // process instead.
-        if let Err(e) = std::fs::create_dir_all(&dir) {
-            let instead = std::env::temp_dir()
-                .join(".ballista-job-history.columnar")
-                .join(std::process::id().to_string());
-            log::warn!(
-                "history: cannot create the columnar history in {} ({e}); keeping it in {}",
-                dir.display(),
-                instead.display()
-            );
-            dir = instead;
-        }
+        let wanted = match dir {
+            Some(dir) => match std::fs::create_dir_all(&dir) {
+                Ok(()) => Ok(dir),
+                Err(e) => Err(Some((dir, e))),
+            },
+            None => Err(None),
+        };
+        let (dir, private) = match wanted {
+            Ok(dir) => (dir, None),
+            Err(failed) => {
+                let private = tempfile::Builder::new()
+                    .prefix(".ballista-job-history.columnar-")
+                    .tempdir();
+                match private {
+                    Ok(private) => {
+                        if let Some((dir, e)) = failed {
+                            log::warn!(
+                                "history: cannot create the columnar history in {} ({e}); \
+                                 keeping it in {} for this process",
+                                dir.display(),
+                                private.path().display()
+                            );
+                        }
+                        (private.path().to_path_buf(), Some(private))
+                    }
+                    Err(e) => {
+                        log::error!("history: no folder for the columnar history: {e}");
+                        (std::env::temp_dir().join(shared::FOLDER), None)
+                    }
+                }
+            }
+        };
         let manifest = match std::fs::read(dir.join("manifest.json")) {
             Ok(bytes) => {
                 // In use since an earlier run: keep the writer's records.
@@ -251,6 +276,7 @@ impl Columnar {
         let current = Arc::new(generation(&dir, &manifest));
         Self {
             dir,
+            _private: private,
             fresh,
             metrics,
             state: tokio::sync::Mutex::new(State {

@@ -376,3 +376,137 @@ async fn slow_clients_are_cut_off_and_cannot_use_up_the_connections() {
     healthy_at_once(&server).await;
     server.terminate();
 }
+
+/// Gives the upstream log of `id` in `dir` a physical plan of `lines`
+/// lines of `word` (upstream's logs have no footer: the line is rewritten
+/// whole).
+fn long_plan(dir: &Path, id: &str, word: &str, lines: usize) {
+    let path = dir.join(format!("{id}.eventlog"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut all: Vec<String> = text.lines().map(str::to_string).collect();
+    let last = all.last_mut().unwrap();
+    let mut end: serde_json::Value = serde_json::from_str(last).unwrap();
+    let plan: Vec<String> = (0..lines)
+        .map(|i| format!("{word}Exec: step {} of {lines}", (i * 7919) % lines))
+        .collect();
+    end["data"]["job"]["physical_plan"] = plan.join("\n").into();
+    *last = end.to_string();
+    std::fs::write(&path, all.join("\n") + "\n").unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn comparing_two_long_unlike_plans_leaves_the_server_answering() {
+    let tmp = tempfile::tempdir().unwrap();
+    crate::history::copy_fixtures(tmp.path());
+    let (a, b) = ("038HEXYE9M000", "038HEXYEEG000");
+    long_plan(tmp.path(), a, "Left", 5_000);
+    long_plan(tmp.path(), b, "Right", 5_000);
+    let mut server = Proc::history(tmp.path(), &[]);
+    server.wait_healthy().await;
+    let url = server.url(&format!("/api/compare?a={a}&b={b}"));
+    let compares = futures::future::join_all((0..4).map(|_| get_json(&url)));
+    let health = async {
+        for _ in 0..5 {
+            healthy_at_once(&server).await;
+        }
+    };
+    let (compares, ()) = tokio::join!(compares, health);
+    for c in compares {
+        let diff = c["plan_diff"].as_str().unwrap();
+        assert!(
+            diff.starts_with(&format!("--- {a}\n+++ {b}\n")),
+            "{}",
+            &diff[..200.min(diff.len())]
+        );
+        assert!(diff.contains("\n-LeftExec: step ") && diff.contains("\n+RightExec: step "));
+    }
+    server.terminate();
+}
+
+/// Every file under `dir`, however deep.
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(files_under(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_columnar_history_goes_nowhere_another_user_prepared() {
+    let tmp = tempfile::tempdir().unwrap();
+    let logs = tmp.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    crate::history::copy_fixtures(&logs);
+    // The shared temporary directory, where another user made the folder
+    // the history's files once went to a link to a folder of theirs.
+    let shared = tmp.path().join("tmp");
+    let theirs = tmp.path().join("theirs");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::symlink(&theirs, shared.join(".ballista-job-history.columnar")).unwrap();
+    let dir = logs.to_str().unwrap();
+    let mut server = Proc::spawn_full(
+        free_port(),
+        &[],
+        &[
+            "--history-only",
+            "--event-log-dir",
+            dir,
+            "--no-history-index",
+        ],
+        &[("TMPDIR", shared.to_str().unwrap())],
+        None,
+    );
+    server.wait_healthy().await;
+    let rows = crate::sql::sql(&server, "SELECT count(*) AS n FROM tasks").await;
+    assert_eq!(rows[0]["n"], 23, "the fixtures' task records");
+    assert!(
+        files_under(&theirs).is_empty(),
+        "{:?}",
+        files_under(&theirs)
+    );
+    server.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(no_root, ignore = "giving a folder to another user (chown) needs root")]
+async fn a_default_spool_another_user_made_first_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shared = tmp.path().join("tmp");
+    std::fs::create_dir(&shared).unwrap();
+    let planted = shared.join("ballista-job-history-spool");
+    std::fs::create_dir(&planted).unwrap();
+    std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).unwrap();
+    let port = free_port().to_string();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ballista-scheduler"))
+        .args([
+            "--bind-host",
+            "127.0.0.1",
+            "--bind-port",
+            &port,
+            "--event-log-dir",
+            "s3://history/logs",
+            "--object-store-endpoint",
+            "http://127.0.0.1:9",
+            "--object-store-allow-http",
+        ])
+        .env("TMPDIR", &shared)
+        .env("AWS_ACCESS_KEY_ID", "x")
+        .env("AWS_SECRET_ACCESS_KEY", "x")
+        .env("AWS_REGION", "us-east-1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "it started: {said}");
+    assert!(said.contains("belongs to user 65534"), "{said}");
+    assert!(said.contains("--event-log-spool"), "{said}");
+    // Nothing was written into the other user's folder.
+    assert!(files_under(&planted).is_empty());
+}

@@ -117,12 +117,13 @@ struct KeptJobs {
 const KEPT_JOBS_IDLE: Duration = Duration::from_secs(300);
 
 impl SqlEngine {
-    /// An engine over `source`, keeping its columnar history in `dir`,
+    /// An engine over `source`, keeping its columnar history in `dir` (or,
+    /// `None`, in a private folder of this process's own),
     /// running queries in `worker` processes (an executable whose `main`
     /// calls [`worker::run_if_worker`] first: this crate's binary).
     pub fn new(
         source: Arc<dyn JobSource>,
-        dir: std::path::PathBuf,
+        dir: impl Into<Option<std::path::PathBuf>>,
         limits: SqlLimits,
         worker: std::path::PathBuf,
     ) -> Self {
@@ -133,7 +134,7 @@ impl SqlEngine {
     /// its records (a recording scheduler: their logs are not read again).
     pub fn with_fresh(
         source: Arc<dyn JobSource>,
-        dir: std::path::PathBuf,
+        dir: impl Into<Option<std::path::PathBuf>>,
         limits: SqlLimits,
         worker: std::path::PathBuf,
         fresh: Arc<fresh::Fresh>,
@@ -141,7 +142,7 @@ impl SqlEngine {
         Self {
             source,
             columnar: Arc::new(Columnar::open_with(
-                dir,
+                dir.into(),
                 fresh,
                 crate::metrics::HistoryMetrics::global(),
             )),
