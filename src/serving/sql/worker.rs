@@ -2,11 +2,11 @@
 //! a user) with [`WORKER_ENV`] set, answers one query and exits.
 //!
 //! It reads one request from its standard input (a frame holding
-//! [`Request`] as JSON, then, when the query names `jobs`, the `jobs`
+//! `Request` as JSON, then, when the query names `jobs`, the `jobs`
 //! rows as an Arrow IPC stream), runs it with DataFusion over the
 //! columnar history's Parquet files, and writes the answer to its
-//! standard output as frames: a [`Head`] then the answer's bytes, or one
-//! [`Refusal`]. A frame is a tag byte, a little-endian `u32` length and
+//! standard output as frames: a `Head` then the answer's bytes, or one
+//! `Refusal`. A frame is a tag byte, a little-endian `u32` length and
 //! that many bytes.
 //!
 //! The worker encodes the answer as it streams out of DataFusion, batch
