@@ -94,7 +94,9 @@ async fn a_log_swapped_after_indexing_is_never_read_as_another_file() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[cfg_attr(no_root, ignore = "switching to another user (setpriv) needs root")]
 async fn a_directory_that_cannot_be_listed_keeps_its_jobs() {
-    let tmp = tempfile::tempdir().unwrap();
+    // Under /tmp, not $TMPDIR: the server runs as another user, who must
+    // reach the folder (CI's $TMPDIR is a root-only scratch folder).
+    let tmp = tempfile::tempdir_in("/tmp").unwrap();
     let logs = tmp.path().join("logs");
     std::fs::create_dir(&logs).unwrap();
     crate::history::copy_fixtures(&logs);
