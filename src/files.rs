@@ -6,6 +6,10 @@
 //! replaced, not followed) and fsyncs the directory. It imports nothing
 //! of ours, and every layer may use it.
 //!
+//! [`rename_new`] renames without replacing: a name another process
+//! completed first is never overwritten (`renameat2(RENAME_NOREPLACE)`,
+//! or link-then-unlink where the file system lacks it).
+//!
 //! [`private_dir`] makes a folder of the server's own under a shared
 //! directory (the system's temporary one): every level it creates is
 //! `0700`, and every level below the shared one must be this user's, a
@@ -83,6 +87,41 @@ pub(crate) fn private_dir(shared: &Path, dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Renames `from` to `to` unless `to` exists: then `AlreadyExists`, and
+/// both files stay as they were.
+pub(crate) fn rename_new(from: &Path, to: &Path) -> io::Result<()> {
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
+    match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
+        Ok(()) => Ok(()),
+        Err(e) if e == rustix::io::Errno::EXIST => Err(io::ErrorKind::AlreadyExists.into()),
+        // A file system without the flag: a link fails where the name is
+        // taken, as the flag does; then the old name goes.
+        Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => {
+            std::fs::hard_link(from, to)?;
+            std::fs::remove_file(from)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Eight random letters and digits, for names no one can guess ahead.
+pub(crate) fn random_tag() -> String {
+    let mut bytes = [0u8; 8];
+    // Without randomness from the OS, the time and process still make
+    // the tag unlike any other this machine makes.
+    if getrandom::fill(&mut bytes).is_err() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        bytes = (nanos ^ (u64::from(std::process::id()) << 40)).to_le_bytes();
+    }
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    bytes
+        .iter()
+        .map(|b| DIGITS[usize::from(*b) % DIGITS.len()] as char)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +159,31 @@ mod tests {
             .filter(|n| n.starts_with(".tmp-"))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_rename_never_replaces_a_name_taken_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, c) = (
+            dir.path().join("a"),
+            dir.path().join("b"),
+            dir.path().join("c"),
+        );
+        std::fs::write(&a, "mine").unwrap();
+        std::fs::write(&b, "theirs").unwrap();
+        let e = rename_new(&a, &b).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read_to_string(&b).unwrap(), "theirs");
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "mine");
+        rename_new(&a, &c).unwrap();
+        assert!(!a.exists());
+        assert_eq!(std::fs::read_to_string(&c).unwrap(), "mine");
+        let tags: std::collections::HashSet<String> = (0..100).map(|_| random_tag()).collect();
+        assert_eq!(tags.len(), 100);
+        assert!(
+            tags.iter()
+                .all(|t| t.len() == 8 && t.bytes().all(|b| b.is_ascii_alphanumeric()))
+        );
     }
 
     #[test]

@@ -95,6 +95,9 @@ pub struct HistoryOptions {
     pub sql: crate::serving::sql::SqlLimits,
     /// The bounds of the port: header timeout, connection cap.
     pub http: crate::serving::http::HttpLimits,
+    /// Without a token: the host names answered besides addresses,
+    /// `localhost` and this machine's name (see `serving::hosts`).
+    pub allowed_hosts: Vec<String>,
     /// The executable SQL queries run in (its `main` calls
     /// [`crate::serving::sql::worker::run_if_worker`] first); `None` is
     /// this process's own executable.
@@ -121,6 +124,7 @@ impl HistoryOptions {
             sql: crate::serving::sql::SqlLimits::default(),
             sql_worker: None,
             http: crate::serving::http::HttpLimits::default(),
+            allowed_hosts: Vec::new(),
         }
     }
 
@@ -515,8 +519,15 @@ pub async fn run_scheduler(
     };
     let router = crate::serving::auth::protect(
         live_router(&scheduler, &config, api, source, tap, token.clone(), sql),
-        token,
+        token.clone(),
     );
+    let router = match &history {
+        Some(h) if token.is_none() => crate::serving::hosts::guard(
+            router,
+            crate::serving::hosts::AllowedHosts::new(&h.allowed_hosts),
+        ),
+        _ => router,
+    };
     log::info!(
         "Ballista scheduler v{BALLISTA_VERSION} listening on {:?}{}",
         listener.local_addr().ok(),
@@ -726,7 +737,13 @@ pub async fn run_history(
         sql.clone()
             .keep_fresh(options.update_interval, stop.stopped()),
     ));
-    let router = history_router(store, options.api_token.clone(), Some(sql));
+    let mut router = history_router(store, options.api_token.clone(), Some(sql));
+    if options.api_token.is_none() {
+        router = crate::serving::hosts::guard(
+            router,
+            crate::serving::hosts::AllowedHosts::new(&options.allowed_hosts),
+        );
+    }
     log::info!(
         "Ballista job history server listening on {:?}, serving {}",
         listener.local_addr().ok(),

@@ -167,6 +167,13 @@ struct Cli {
     /// executors' gRPC connections count too).
     #[arg(long, default_value_t = 1024)]
     http_max_connections: usize,
+    /// Without --api-token-file: host names the server answers besides IP
+    /// addresses, localhost, this machine's name and --bind-host
+    /// (comma-separated; `.example.com` for a domain and the names under
+    /// it, `*` for any). Requests naming another host get a 403, so a web
+    /// page cannot read the history by DNS rebinding.
+    #[arg(long, value_delimiter = ',', conflicts_with = "api_token_file")]
+    allowed_hosts: Vec<String>,
     /// With --history-only: write the SQL tables (jobs, stages, tasks,
     /// operators) as Parquet under this directory, then exit (see
     /// docs/sql.md for the layout).
@@ -231,6 +238,7 @@ const NEED_EVENT_LOG_DIR: &[&str] = &[
     "sql_queue",
     "http_header_timeout_seconds",
     "http_max_connections",
+    "allowed_hosts",
     "export_parquet",
 ];
 
@@ -446,6 +454,8 @@ async fn run(cli: Cli, matches: &ArgMatches) -> Result<(), Box<dyn std::error::E
             header_timeout: Duration::from_secs(cli.http_header_timeout_seconds.max(1)),
             max_connections: cli.http_max_connections.max(1),
         };
+        options.allowed_hosts = cli.allowed_hosts.clone();
+        options.allowed_hosts.push(cli.upstream.bind_host.clone());
         if cli.no_history_index {
             options.index_file = None;
         } else if let Some(path) = &cli.history_index {

@@ -6,7 +6,9 @@
 //! or not at all. A file leaves the spool only after its object exists, so
 //! a crash at any point loses nothing: the next start finds the file and
 //! uploads it again, or sees that the object already exists with the same
-//! size and only removes the file.
+//! bytes and only removes the file. An object of the same name with other
+//! bytes is another scheduler's log of the same job id: this one is kept
+//! beside it under a second name (`format::name`).
 //!
 //! **Invariant:** the scheduler never waits on the store. The writer hands
 //! the uploader a path over an unbounded channel; uploads, retries and
@@ -16,6 +18,7 @@
 //! prefix); opening one from a URL and reading it belong to the store.
 
 use crate::format::LogName;
+use crate::format::name::second_name;
 use crate::metrics::HistoryMetrics;
 use futures::FutureExt;
 use object_store::path::Path as ObjPath;
@@ -88,7 +91,7 @@ pub(crate) struct Uploader {
 enum Uploaded {
     /// Put now.
     Put,
-    /// Already there, same size (an earlier attempt put it, then the
+    /// Already there, the same bytes (an earlier attempt put it, then the
     /// process stopped before removing the file).
     Already,
     /// The file is gone from the spool.
@@ -259,8 +262,11 @@ impl Uploader {
         let found = match self.put_new(path, len, name).await? {
             Some(found) => found,
             None => {
-                // Another scheduler's job with the same id: keep both.
-                let other = format!("{}-{len:x}{}", stem_of(name), suffix_of(name));
+                // Another scheduler's job with the same id: keep both. The
+                // second name comes from this log's contents, so a retry
+                // after a crash finds its own object there.
+                let tag = content_tag(path).await?;
+                let other = format!("{}{}", second_name(stem_of(name), &tag), suffix_of(name));
                 log::warn!(
                     "event log: {} already holds a different {name}; uploading this one as \
                      {other}",
@@ -279,15 +285,16 @@ impl Uploader {
     }
 
     /// Creates the object `name` from the file unless it exists: `Put`,
-    /// `Already` when an object of that name and size is there (this log,
-    /// put by an earlier attempt), `None` when a different one is. A log up
+    /// `Already` when an object of that name and the same bytes is there
+    /// (this log, put by an earlier attempt), `None` when a different one
+    /// is (compared byte for byte: a size or an ETag says too little, and
+    /// ETags differ between stores and upload kinds). A log up
     /// to [`SINGLE_PUT_MAX`] is one conditional `PUT` (create only); a
     /// larger one, or a store without conditional puts, is looked up first.
     async fn put_new(&self, path: &Path, len: u64, name: &str) -> Result<Option<Uploaded>, String> {
         use object_store::{PutMode, PutOptions};
         let store = &self.bucket.store;
         let location = self.bucket.location(name);
-        let same = |size: u64| (size == len).then_some(Uploaded::Already);
         // A small log is read once and sent in one request.
         let whole = if len <= SINGLE_PUT_MAX {
             let bytes = tokio::fs::read(path)
@@ -308,15 +315,18 @@ impl Uploader {
             {
                 Ok(_) => return Ok(Some(Uploaded::Put)),
                 Err(object_store::Error::AlreadyExists { .. }) => {
-                    let meta = store.head(&location).await.map_err(|e| e.to_string())?;
-                    return Ok(same(meta.size));
+                    let same = self.same_bytes(&location, path, len).await?;
+                    return Ok(same.then_some(Uploaded::Already));
                 }
                 Err(object_store::Error::NotImplemented { .. }) => {}
                 Err(e) => return Err(e.to_string()),
             }
         }
         match store.head(&location).await {
-            Ok(meta) => return Ok(same(meta.size)),
+            Ok(_) => {
+                let same = self.same_bytes(&location, path, len).await?;
+                return Ok(same.then_some(Uploaded::Already));
+            }
             Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => return Err(e.to_string()),
         }
@@ -333,6 +343,34 @@ impl Uploader {
             }
         }
         Ok(Some(Uploaded::Put))
+    }
+
+    /// Whether the object at `location` holds exactly the file's `len`
+    /// bytes: read side by side, a chunk at a time.
+    async fn same_bytes(&self, location: &ObjPath, path: &Path, len: u64) -> Result<bool, String> {
+        use futures::StreamExt;
+        use tokio::io::AsyncReadExt;
+        let object = match self.bucket.store.get(location).await {
+            Ok(object) => object,
+            Err(object_store::Error::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(e.to_string()),
+        };
+        if object.meta.size != len {
+            return Ok(false);
+        }
+        let mut file = tokio::fs::File::open(path)
+            .await
+            .map_err(|e| format!("reading the spool: {e}"))?;
+        let mut stream = object.into_stream();
+        let mut mine = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| e.to_string())?;
+            mine.resize(chunk.len(), 0);
+            if file.read_exact(&mut mine).await.is_err() || mine[..] != chunk[..] {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// A multipart upload of the file, which only exists once completed
@@ -421,6 +459,20 @@ pub(crate) fn running_logs(spool: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// A tag made from a file's bytes (the start of their BLAKE3 hash): the
+/// same log always gets the same second name.
+async fn content_tag(path: &Path) -> Result<String, String> {
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update_reader(std::fs::File::open(&path)?)?;
+        Ok::<_, std::io::Error>(hasher.finalize().to_hex()[..12].to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("reading the spool: {e}"))
+}
+
 fn suffix_of(name: &str) -> &str {
     let stem = stem_of(name);
     &name[stem.len()..]
@@ -450,7 +502,7 @@ mod tests {
     }
 
     /// The uploader creates objects and never overwrites: a log already
-    /// there with the same size was this one (the spool file just goes); a
+    /// there with the same bytes was this one (the spool file just goes); a
     /// different one of the same name is another job, and this one is kept
     /// under a second name.
     #[test]
@@ -462,6 +514,7 @@ mod tests {
             ("a.eventlog", "same"),
             ("b.eventlog", "mine"),
             ("c.eventlog", "new"),
+            ("e.eventlog", "mine"),
         ] {
             std::fs::write(spool.path().join(name), text).unwrap();
         }
@@ -473,6 +526,12 @@ mod tests {
                 .unwrap();
             memory
                 .put(&ObjPath::from("p/b.eventlog"), "theirs, longer".into())
+                .await
+                .unwrap();
+            // Regression: the same name and size, other bytes, was taken
+            // for this log and the spool copy deleted.
+            memory
+                .put(&ObjPath::from("p/e.eventlog"), "them".into())
                 .await
                 .unwrap();
         });
@@ -503,23 +562,27 @@ mod tests {
             objects.sort();
             objects
         });
-        let expected: Vec<(String, String)> = [
-            ("p/a.eventlog", "same"),
-            ("p/b-4.eventlog", "mine"),
-            ("p/b.eventlog", "theirs, longer"),
-            ("p/c.eventlog", "new"),
-            ("p/d.eventlog.running", "left"),
+        let tag = &blake3::hash(b"mine").to_hex()[..12];
+        let mut expected: Vec<(String, String)> = [
+            ("p/a.eventlog".to_string(), "same"),
+            (format!("p/b!{tag}.eventlog"), "mine"),
+            ("p/b.eventlog".to_string(), "theirs, longer"),
+            ("p/c.eventlog".to_string(), "new"),
+            ("p/d.eventlog.running".to_string(), "left"),
+            (format!("p/e!{tag}.eventlog"), "mine"),
+            ("p/e.eventlog".to_string(), "them"),
         ]
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+        expected.sort();
         assert_eq!(objects, expected);
         assert_eq!(
             std::fs::read_dir(spool.path()).unwrap().count(),
             0,
             "spool emptied"
         );
-        assert_eq!(metrics.uploads.get(), 4);
+        assert_eq!(metrics.uploads.get(), 5);
         assert_eq!(
             metrics.uploads_in_parts.get(),
             0,

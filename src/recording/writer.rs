@@ -14,6 +14,12 @@
 //! **Invariant:** the channel is FIFO, so every progress record accepted
 //! before a job's `JobEnd` was handed over is written before it.
 //!
+//! **Invariant:** the writer never truncates, appends to or replaces a
+//! log it did not create: a new log is created exclusively (never through
+//! a link), and renamed to its completed name only where no file has that
+//! name. A log of the same job id found there (another scheduler minted
+//! the same id) stays, and this one is written as `<job_id>!<tag>`.
+//!
 //! **Invariant:** at most [`WriterConfig::max_open_files`] files are open at
 //! once; a job whose file was closed to make room is reopened in append mode.
 //!
@@ -23,7 +29,7 @@
 
 use crate::format::footer::footer_frame;
 use crate::format::name::{
-    COMPLETED_SUFFIX, RUNNING_SUFFIX, ZST_COMPLETED_SUFFIX, ZST_RUNNING_SUFFIX,
+    COMPLETED_SUFFIX, RUNNING_SUFFIX, ZST_COMPLETED_SUFFIX, ZST_RUNNING_SUFFIX, second_name,
 };
 use crate::format::record::{self, Footer, JobEnd, JobStart, TaskEnd, WrittenJob, kind};
 use crate::metrics::HistoryMetrics;
@@ -31,6 +37,7 @@ use crate::recording::redact::scrub;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -273,6 +280,10 @@ impl Sink {
 
 /// A job whose log is being written.
 struct OpenJob {
+    /// The log's file name without its suffix: the job id, or a second
+    /// name of it when another process's log holds that name
+    /// (`format::name::second_name`).
+    stem: String,
     /// `None` while closed to respect the open-file limit.
     file: Option<Sink>,
     /// Bytes written to the file so far (the next record's offset).
@@ -470,6 +481,7 @@ impl Writer {
             self.open.lock().insert(job_id.to_string());
         }
         self.jobs.entry(job_id.to_string()).or_insert(OpenJob {
+            stem: job_id.to_string(),
             file: None,
             len: 0,
             started: false,
@@ -548,18 +560,15 @@ impl Writer {
         if self.open_files >= self.config.max_open_files.max(1) {
             self.close_least_recently_used();
         }
-        let path = self.path(job_id, self.running_suffix());
         let fresh = self.jobs[job_id].len == 0;
         let opened = if fresh {
-            std::fs::create_dir_all(&self.config.dir).and_then(|()| {
-                OpenOptions::new()
-                    .create(true)
-                    .write(true)
-                    .truncate(true)
-                    .open(&path)
-            })
+            std::fs::create_dir_all(&self.config.dir).and_then(|()| self.create_log(job_id))
         } else {
-            OpenOptions::new().append(true).open(&path)
+            let path = self.path(&self.jobs[job_id].stem, self.running_suffix());
+            OpenOptions::new()
+                .append(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
         };
         let compression = self.config.compression;
         let opened = opened.and_then(|file| {
@@ -580,8 +589,11 @@ impl Writer {
             }
             Err(e) => {
                 job.broken = true;
-                self.errors
-                    .report(&self.metrics, &format!("creating {}", path.display()), &e);
+                let what = format!(
+                    "creating the log of {job_id} in {}",
+                    self.config.dir.display()
+                );
+                self.errors.report(&self.metrics, &what, &e);
                 Err(())
             }
         }
@@ -626,8 +638,56 @@ impl Writer {
         }
     }
 
-    fn path(&self, job_id: &str, suffix: &str) -> PathBuf {
-        self.config.dir.join(format!("{job_id}{suffix}"))
+    fn path(&self, stem: &str, suffix: &str) -> PathBuf {
+        self.config.dir.join(format!("{stem}{suffix}"))
+    }
+
+    /// Creates a new job's `.running` log under a name no other log has:
+    /// the job id, or, when a log of that id is there already (another
+    /// scheduler minted the same id), a second name of it. Created
+    /// exclusively and never through a link, so another writer's log is
+    /// never truncated or appended to.
+    fn create_log(&mut self, job_id: &str) -> std::io::Result<std::fs::File> {
+        let mut stem = job_id.to_string();
+        for _ in 0..8 {
+            let taken = [COMPLETED_SUFFIX, ZST_COMPLETED_SUFFIX]
+                .iter()
+                .any(|suffix| std::fs::symlink_metadata(self.path(&stem, suffix)).is_ok());
+            if !taken {
+                match OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(self.path(&stem, self.running_suffix()))
+                {
+                    Ok(file) => {
+                        self.second_name(job_id, &stem);
+                        return Ok(file);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            stem = second_name(job_id, &crate::files::random_tag());
+        }
+        Err(std::io::Error::other(format!(
+            "every name tried for the log of {job_id} is taken"
+        )))
+    }
+
+    /// Notes that job `job_id`'s log is named `stem` from now on.
+    fn second_name(&mut self, job_id: &str, stem: &str) {
+        if let Some(job) = self.jobs.get_mut(job_id)
+            && job.stem != stem
+        {
+            log::warn!(
+                "event log: another log of job {job_id} is in {} already (two schedulers \
+                 minted one id); this one is written as {stem}, and both are kept",
+                self.config.dir.display()
+            );
+            self.open.lock().insert(stem.to_string());
+            job.stem = stem.to_string();
+        }
     }
 
     fn running_suffix(&self) -> &'static str {
@@ -752,8 +812,14 @@ impl Writer {
         let path = result.as_ref().ok().cloned();
         let result = result.map(|_| ());
         self.remember_finished(&job_id);
-        self.open.lock().remove(&job_id);
         let job = self.jobs.remove(&job_id);
+        {
+            let mut open = self.open.lock();
+            open.remove(&job_id);
+            if let Some(job) = &job {
+                open.remove(&job.stem);
+            }
+        }
         if job.as_ref().is_some_and(|j| j.file.is_some()) {
             self.open_files -= 1;
         }
@@ -812,11 +878,28 @@ impl Writer {
         let file = sink.finish()?;
         file.get_ref().sync_all()?;
         drop(file);
-        let from = self.path(job_id, self.running_suffix());
-        let to = self.path(job_id, self.completed_suffix());
-        std::fs::rename(&from, &to)?;
-        sync_dir(&self.config.dir)?;
-        Ok(to)
+        let from = self.path(&self.jobs[job_id].stem, self.running_suffix());
+        // Never over a completed log: one that took the name while this
+        // job ran (another scheduler's, of the same id) stays, and this
+        // one is kept under a second name.
+        let mut stem = self.jobs[job_id].stem.clone();
+        for _ in 0..8 {
+            let to = self.path(&stem, self.completed_suffix());
+            match crate::files::rename_new(&from, &to) {
+                Ok(()) => {
+                    sync_dir(&self.config.dir)?;
+                    self.second_name(job_id, &stem);
+                    return Ok(to);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    stem = second_name(job_id, &crate::files::random_tag());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(std::io::Error::other(format!(
+            "every completed name tried for the log of {job_id} is taken"
+        )))
     }
 
     fn remember_finished(&mut self, job_id: &str) {
@@ -1297,6 +1380,109 @@ mod tests {
         assert!(metrics.write_errors.get() >= 1);
         drop(handle);
         thread.join().unwrap();
+    }
+
+    /// Regression: two schedulers on one directory can mint the same id
+    /// in the same millisecond; the second truncated the first's running
+    /// log and renamed over its completed one. Two writers, one directory,
+    /// one job id, each with a task of its own.
+    #[test]
+    fn two_writers_of_one_job_id_keep_both_logs_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = || {
+            spawn(
+                WriterConfig::new(dir.path()),
+                Arc::new(HistoryMetrics::unregistered()),
+            )
+            .unwrap()
+        };
+        let task_line = |log: &str, id: u32| {
+            log.lines().any(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v["ev"] == "TaskEnd" && v["data"]["task_id"] == id
+            })
+        };
+        // While the first is running, and after it completed.
+        for (job, first_done) in [("j", false), ("k", true)] {
+            let (a, a_thread) = writer();
+            a.send(WriterMsg::Start(start(job)));
+            a.try_progress(WriterMsg::Tasks {
+                job_id: job.into(),
+                tasks: vec![task(1, 1)],
+            });
+            let a_thread = if first_done {
+                a.send(ended(job));
+                drop(a);
+                a_thread.join().unwrap();
+                None
+            } else {
+                let running = dir.path().join(format!("{job}.eventlog.running"));
+                let waited = Instant::now();
+                while !running.exists() {
+                    assert!(waited.elapsed() < Duration::from_secs(10));
+                    std::thread::yield_now();
+                }
+                Some((a, a_thread))
+            };
+            let (b, b_thread) = writer();
+            b.send(WriterMsg::Start(start(job)));
+            b.try_progress(WriterMsg::Tasks {
+                job_id: job.into(),
+                tasks: vec![task(1, 2)],
+            });
+            b.send(ended(job));
+            drop(b);
+            b_thread.join().unwrap();
+            if let Some((a, a_thread)) = a_thread {
+                a.send(ended(job));
+                drop(a);
+                a_thread.join().unwrap();
+            }
+            let logs: Vec<(String, String)> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| n.starts_with(job))
+                .map(|n| {
+                    let text = std::fs::read_to_string(dir.path().join(&n)).unwrap();
+                    (n, text)
+                })
+                .collect();
+            assert_eq!(
+                logs.len(),
+                2,
+                "{job}: {:?}",
+                logs.iter().map(|l| &l.0).collect::<Vec<_>>()
+            );
+            for (name, text) in &logs {
+                let parsed = crate::format::LogName::parse(name).unwrap();
+                assert!(!parsed.running && parsed.names(job), "{name}");
+                assert!(
+                    text.lines().last().unwrap().contains("\"Footer\""),
+                    "{name}"
+                );
+                // Each log holds its own writer's task and not the other's.
+                assert!(task_line(text, 1) != task_line(text, 2), "{name}: {text}");
+            }
+            assert!(
+                logs.iter()
+                    .any(|(n, t)| *n == format!("{job}.eventlog") && task_line(t, 1))
+            );
+        }
+        // The store lists all four, each log under its own name.
+        let store =
+            crate::store::LogStore::new(dir.path(), Arc::new(HistoryMetrics::unregistered()));
+        store.rescan();
+        let mut listed: Vec<String> = store
+            .completed_files()
+            .iter()
+            .map(|f| f.job_id.to_string())
+            .collect();
+        listed.sort();
+        assert_eq!(listed.len(), 4, "{listed:?}");
+        assert_eq!(listed[0], "j");
+        assert!(listed[1].starts_with("j!"));
+        assert_eq!(listed[2], "k");
+        assert!(listed[3].starts_with("k!"));
     }
 
     #[tokio::test]

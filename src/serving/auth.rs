@@ -9,18 +9,46 @@
 //!
 //! The comparison takes the same time wherever the first differing byte
 //! is, so response times do not reveal how much of a guess was right.
+//!
+//! **Browsers sign in to a session, never with the token in a cookie.**
+//! The sign-in page checks the token once and opens a session: a random
+//! 256-bit id (`getrandom`), kept in this process with its expiry
+//! ([`SESSION_LIFETIME`]) and ended by "Forget token". The cookie
+//! (built and read by the `cookie` crate) carries only that id: `HttpOnly`,
+//! `SameSite=Strict`, and, when the request came over HTTPS (a TLS proxy's
+//! `X-Forwarded-Proto` or `Forwarded`), `Secure` under a `__Host-` name,
+//! which no other site or port can set. Cookies ignore ports, so another
+//! service on the same host name can still receive it over plain HTTP: an
+//! id that expires and can be ended, not the token.
+//!
+//! **Guesses are slowed per client** (by its address): after
+//! [`FREE_GUESSES`] wrong tokens (bearer or sign-in), each further one
+//! makes the client wait twice as long before it may present a token
+//! again, from 1 s up to a minute (429 with `Retry-After`), and a right
+//! token from it is refused too until then. A session already open is not
+//! a guess and is unaffected. Not `governor`: a rate limiter counts every
+//! request it is asked about, while this must count only the wrong ones
+//! and still say, before a token is checked, whether it may be tried.
 
 use crate::serving::error::ApiError;
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-/// The token requests must present.
+/// The token requests must present, with the sessions browsers opened
+/// with it and the count of wrong guesses per client.
 #[derive(Clone)]
-pub struct ApiToken(Arc<[u8]>);
+pub struct ApiToken {
+    token: Arc<[u8]>,
+    sessions: Arc<Sessions>,
+    guesses: Arc<Guesses>,
+}
 
 impl std::fmt::Debug for ApiToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -51,7 +79,11 @@ impl ApiToken {
     /// A token: visible ASCII, at least one character.
     pub(crate) fn new(token: &str) -> Option<Self> {
         let ok = !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic());
-        ok.then(|| Self(token.as_bytes().into()))
+        ok.then(|| Self {
+            token: token.as_bytes().into(),
+            sessions: Arc::default(),
+            guesses: Arc::default(),
+        })
     }
 
     /// Reads the token from `path` (surrounding whitespace ignored).
@@ -65,7 +97,7 @@ impl ApiToken {
 
     /// Whether `presented` is this token.
     pub(crate) fn is(&self, presented: &str) -> bool {
-        same_bytes(&self.0, presented.trim().as_bytes())
+        same_bytes(&self.token, presented.trim().as_bytes())
     }
 
     /// Whether an `Authorization` header value presents this token.
@@ -78,7 +110,7 @@ impl ApiToken {
                     .then(|| v[7..].trim_ascii())
             })
             .unwrap_or_default();
-        same_bytes(&self.0, presented)
+        same_bytes(&self.token, presented)
     }
 }
 
@@ -123,52 +155,219 @@ fn protected(path: &str) -> bool {
     area(path) == Area::Api
 }
 
-/// The cookie the sign-in page sets: the token, hex-encoded (a token may
-/// hold characters a cookie value may not).
-pub(crate) const COOKIE: &str = "ballista_token";
+/// How long a browser's session lasts from its sign-in.
+pub(crate) const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
+/// Sessions kept at most: past this the oldest ends (a sign-in costs a
+/// right token, so only the token's holders can fill it).
+const MAX_SESSIONS: usize = 10_000;
+/// The session cookie's name over plain HTTP.
+const COOKIE: &str = "ballista_session";
+/// Its name over HTTPS: `Secure`, no `Domain`, `Path=/`, so no other
+/// site or port can set or overwrite it.
+const HOST_COOKIE: &str = "__Host-ballista_session";
 
-/// The `Set-Cookie` value that signs a browser in with `token`: sent back
-/// on same-site requests only, never readable by scripts.
-pub(crate) fn sign_in_cookie(token: &str) -> String {
-    let hex: String = token.bytes().map(|b| format!("{b:02x}")).collect();
-    format!("{COOKIE}={hex}; Path=/; HttpOnly; SameSite=Strict")
+/// The browsers signed in: session id to when it ends.
+#[derive(Default)]
+struct Sessions(parking_lot::Mutex<HashMap<String, Instant>>);
+
+impl Sessions {
+    /// A new session: its id.
+    fn open(&self) -> String {
+        let mut id = [0u8; 32];
+        getrandom::fill(&mut id).expect("the operating system's random numbers");
+        let id: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let now = Instant::now();
+        let mut sessions = self.0.lock();
+        sessions.retain(|_, end| *end > now);
+        if sessions.len() >= MAX_SESSIONS
+            && let Some(oldest) = sessions
+                .iter()
+                .min_by_key(|(_, end)| **end)
+                .map(|(k, _)| k.clone())
+        {
+            sessions.remove(&oldest);
+        }
+        sessions.insert(id.clone(), now + SESSION_LIFETIME);
+        id
+    }
+
+    fn is_open(&self, id: &str) -> bool {
+        self.0
+            .lock()
+            .get(id)
+            .is_some_and(|end| *end > Instant::now())
+    }
+
+    fn close(&self, id: &str) {
+        self.0.lock().remove(id);
+    }
 }
 
-/// The `Set-Cookie` value that forgets the token.
-pub(crate) const SIGN_OUT_COOKIE: &str =
-    "ballista_token=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0";
+/// Wrong tokens before a client must wait.
+pub(crate) const FREE_GUESSES: u32 = 5;
+/// The longest wait.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+/// A client's count is forgotten this long after its last wrong token.
+const FORGET_AFTER: Duration = Duration::from_secs(600);
+/// Clients counted at most (the oldest are forgotten first).
+const MAX_CLIENTS: usize = 10_000;
 
-/// The token a request's cookies carry, decoded.
-fn cookie_token(headers: &http::HeaderMap) -> Option<Vec<u8>> {
-    let hex = headers
+/// Wrong tokens per client address: how many, and until when it waits.
+#[derive(Default)]
+struct Guesses(parking_lot::Mutex<HashMap<IpAddr, (u32, Instant)>>);
+
+impl Guesses {
+    /// How long `client` must still wait before presenting a token.
+    fn wait(&self, client: IpAddr) -> Option<Duration> {
+        let (_, until) = *self.0.lock().get(&client)?;
+        until.checked_duration_since(Instant::now())
+    }
+
+    /// Counts a wrong token from `client`.
+    fn wrong(&self, client: IpAddr) {
+        let now = Instant::now();
+        let mut clients = self.0.lock();
+        if clients.len() >= MAX_CLIENTS {
+            clients.retain(|_, (_, until)| *until + FORGET_AFTER > now);
+        }
+        if clients.len() >= MAX_CLIENTS
+            && let Some(oldest) = clients.iter().min_by_key(|(_, (_, u))| *u).map(|(k, _)| *k)
+        {
+            clients.remove(&oldest);
+        }
+        let (count, until) = clients.entry(client).or_insert((0, now));
+        if *until + FORGET_AFTER <= now {
+            *count = 0;
+        }
+        *count += 1;
+        let over = count.saturating_sub(FREE_GUESSES);
+        *until = if over == 0 {
+            now
+        } else {
+            now + Duration::from_secs(1u64 << (over - 1).min(6)).min(MAX_WAIT)
+        };
+    }
+}
+
+/// The address a request came from (put there by `serving::http`).
+fn client(extensions: &http::Extensions) -> IpAddr {
+    extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip())
+}
+
+/// Whether a request came over HTTPS, as a TLS proxy in front says.
+fn over_https(headers: &http::HeaderMap) -> bool {
+    let says = |name: &str, word: &str| {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.to_ascii_lowercase().contains(word))
+    };
+    says("x-forwarded-proto", "https") || says("forwarded", "proto=https")
+}
+
+/// The session id a request's cookies carry.
+fn session_id(headers: &http::HeaderMap) -> Option<String> {
+    headers
         .get_all(http::header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .find_map(|c| c.trim().strip_prefix(COOKIE)?.strip_prefix('='))?;
-    if hex.len() % 2 != 0 {
-        return None;
+        .flat_map(cookie::Cookie::split_parse)
+        .flatten()
+        .find(|c| c.name() == COOKIE || c.name() == HOST_COOKIE)
+        .map(|c| c.value().to_string())
+}
+
+/// Why a sign-in was refused.
+pub(crate) enum SignIn {
+    /// Not the token.
+    Wrong,
+    /// Too many wrong tokens from this client: wait this many seconds.
+    Wait(u64),
+}
+
+impl ApiToken {
+    /// Checks a token typed into the sign-in page by the client of
+    /// `extensions`: the `Set-Cookie` value of a new session, or why not.
+    pub(crate) fn sign_in(
+        &self,
+        typed: &str,
+        headers: &http::HeaderMap,
+        extensions: &http::Extensions,
+    ) -> Result<String, SignIn> {
+        let client = client(extensions);
+        if let Some(wait) = self.guesses.wait(client) {
+            return Err(SignIn::Wait(wait.as_secs().max(1)));
+        }
+        if !self.is(typed) {
+            self.guesses.wrong(client);
+            return Err(SignIn::Wrong);
+        }
+        let secure = over_https(headers);
+        let cookie = cookie::Cookie::build((
+            if secure { HOST_COOKIE } else { COOKIE },
+            self.sessions.open(),
+        ))
+        .path("/")
+        .http_only(true)
+        .secure(secure)
+        .same_site(cookie::SameSite::Strict)
+        .max_age(cookie::time::Duration::seconds(
+            SESSION_LIFETIME.as_secs() as i64
+        ));
+        Ok(cookie.to_string())
     }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect()
+
+    /// Ends the session a request's cookie names: the `Set-Cookie` values
+    /// that make the browser forget it.
+    pub(crate) fn sign_out(&self, headers: &http::HeaderMap) -> [String; 2] {
+        if let Some(id) = session_id(headers) {
+            self.sessions.close(&id);
+        }
+        [COOKIE, HOST_COOKIE].map(|name| {
+            let mut gone = cookie::Cookie::build((name, ""))
+                .path("/")
+                .http_only(true)
+                .secure(name == HOST_COOKIE)
+                .same_site(cookie::SameSite::Strict)
+                .build();
+            gone.make_removal();
+            gone.to_string()
+        })
+    }
 }
 
 async fn check(State(token): State<ApiToken>, request: Request, next: Next) -> Response {
     let area = area(request.uri().path());
-    let exempt = request.method() == http::Method::OPTIONS || area == Area::Open;
+    if request.method() == http::Method::OPTIONS || area == Area::Open {
+        return next.run(request).await;
+    }
+    if area == Area::Page
+        && session_id(request.headers()).is_some_and(|id| token.sessions.is_open(&id))
+    {
+        return next.run(request).await;
+    }
     let presented = request
         .headers()
         .get(http::header::AUTHORIZATION)
         .map(|v| v.as_bytes());
-    if exempt || token.permits(presented) {
-        return next.run(request).await;
-    }
-    if area == Area::Page {
-        if cookie_token(request.headers()).is_some_and(|t| same_bytes(&token.0, &t)) {
+    if let Some(presented) = presented {
+        let client = client(request.extensions());
+        if let Some(wait) = token.guesses.wait(client) {
+            return ApiError::TooManyGuesses(wait.as_secs().max(1)).into_response();
+        }
+        if token.permits(Some(presented)) {
             return next.run(request).await;
         }
+        token.guesses.wrong(client);
+        return ApiError::Unauthorized("the bearer token is not the one this server accepts")
+            .into_response();
+    }
+    if area == Area::Page
+        && (request.method() == http::Method::GET || request.method() == http::Method::HEAD)
+    {
         // A page asks for the token and comes back here.
         let back = request
             .uri()
@@ -181,17 +380,10 @@ async fn check(State(token): State<ApiToken>, request: Request, next: Next) -> R
                 .append_pair("next", &back)
                 .finish()
         );
-        if request.method() == http::Method::GET || request.method() == http::Method::HEAD {
-            return axum::response::Redirect::to(&to).into_response();
-        }
+        return axum::response::Redirect::to(&to).into_response();
     }
-    if presented.is_none() {
-        ApiError::Unauthorized("this API needs an `Authorization: Bearer <token>` header")
-            .into_response()
-    } else {
-        ApiError::Unauthorized("the bearer token is not the one this server accepts")
-            .into_response()
-    }
+    ApiError::Unauthorized("this API needs an `Authorization: Bearer <token>` header")
+        .into_response()
 }
 
 /// `router`, protected by `token` when there is one.
@@ -264,20 +456,89 @@ mod tests {
     }
 
     #[test]
-    fn the_cookie_carries_any_token_back() {
-        for token in ["abc", "a;b,c\"d=", "~!@#$%^&*()"] {
-            let set = sign_in_cookie(token);
-            let value = set.split(';').next().unwrap();
-            let mut headers = http::HeaderMap::new();
-            headers.insert(
-                http::header::COOKIE,
-                format!("x=1; {value}").parse().unwrap(),
+    fn a_sign_in_opens_a_session_whose_cookie_holds_no_token() {
+        let token = ApiToken::new("s3cret-Token_1").unwrap();
+        let plain = http::HeaderMap::new();
+        let mut https = http::HeaderMap::new();
+        https.insert("x-forwarded-proto", "https".parse().unwrap());
+        let none = http::Extensions::new();
+        for (headers, name, secure) in [(&plain, COOKIE, false), (&https, HOST_COOKIE, true)] {
+            let set = token
+                .sign_in("s3cret-Token_1", headers, &none)
+                .ok()
+                .unwrap();
+            let parsed = cookie::Cookie::parse(set.clone()).unwrap();
+            assert_eq!(parsed.name(), name);
+            assert_eq!(parsed.secure(), Some(secure).filter(|s| *s), "{set}");
+            assert_eq!(parsed.http_only(), Some(true));
+            assert_eq!(parsed.same_site(), Some(cookie::SameSite::Strict));
+            assert_eq!(parsed.path(), Some("/"));
+            assert!(
+                !set.contains("s3cret") && !set.contains(&hex("s3cret-Token_1")),
+                "{set}"
             );
-            assert_eq!(cookie_token(&headers).unwrap(), token.as_bytes(), "{set}");
+            assert_eq!(parsed.value().len(), 64);
+            assert!(token.sessions.is_open(parsed.value()));
+            // Signing out ends it here, not only in the browser.
+            let mut cookies = http::HeaderMap::new();
+            cookies.insert(
+                http::header::COOKIE,
+                format!("x=1; {}={}", parsed.name(), parsed.value())
+                    .parse()
+                    .unwrap(),
+            );
+            assert_eq!(session_id(&cookies).as_deref(), Some(parsed.value()));
+            let gone = token.sign_out(&cookies);
+            assert!(gone.iter().all(|g| g.contains("Max-Age=0")), "{gone:?}");
+            assert!(!token.sessions.is_open(parsed.value()));
         }
-        let mut headers = http::HeaderMap::new();
-        headers.insert(http::header::COOKIE, "ballista_token=zz".parse().unwrap());
-        assert_eq!(cookie_token(&headers), None);
+        assert!(!token.sessions.is_open("00"));
+    }
+
+    fn hex(text: &str) -> String {
+        text.bytes().map(|b| format!("{b:02x}")).collect()
+    }
+
+    #[test]
+    fn wrong_tokens_make_their_client_wait_longer_each_time() {
+        let token = ApiToken::new("right").unwrap();
+        let mut from = http::Extensions::new();
+        from.insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((
+            [10, 0, 0, 7],
+            1,
+        ))));
+        let plain = http::HeaderMap::new();
+        for _ in 0..FREE_GUESSES {
+            assert!(matches!(
+                token.sign_in("wrong", &plain, &from),
+                Err(SignIn::Wrong)
+            ));
+        }
+        // The next wrong one makes it wait a second; then the right token
+        // is refused too until the wait is over.
+        assert!(matches!(
+            token.sign_in("wrong", &plain, &from),
+            Err(SignIn::Wrong)
+        ));
+        assert!(matches!(
+            token.sign_in("right", &plain, &from),
+            Err(SignIn::Wait(1))
+        ));
+        // Another client is not slowed.
+        assert!(
+            token
+                .sign_in("right", &plain, &http::Extensions::new())
+                .is_ok()
+        );
+        let ip = IpAddr::from([10, 0, 0, 7]);
+        for _ in 0..10 {
+            token.guesses.wrong(ip);
+        }
+        let wait = token.guesses.wait(ip).unwrap();
+        assert!(
+            wait > Duration::from_secs(50) && wait <= MAX_WAIT,
+            "{wait:?}"
+        );
     }
 
     #[test]

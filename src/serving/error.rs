@@ -31,6 +31,14 @@ pub enum ApiError {
     /// A request body of a type the route does not take.
     #[error("{0}")]
     UnsupportedType(String),
+    /// A request this server does not answer (a Host header that does not
+    /// name it).
+    #[error("{0}")]
+    Forbidden(String),
+    /// Too many wrong tokens from this client: it may try again after the
+    /// given whole seconds.
+    #[error("too many wrong tokens from this address; try again in {0} s")]
+    TooManyGuesses(u64),
 }
 
 #[derive(serde::Serialize)]
@@ -50,6 +58,8 @@ impl ApiError {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::UnsupportedType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::TooManyGuesses(_) => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 }
@@ -57,14 +67,21 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
+        let retry_after = match &self {
+            ApiError::TooManyGuesses(s) => Some(s.to_string()),
+            ApiError::Busy(_) => Some("1".to_string()),
+            _ => None,
+        };
         let error = match self {
             ApiError::NotFound => None,
             ApiError::Missing(e)
             | ApiError::BadRequest(e)
             | ApiError::Internal(e)
             | ApiError::Busy(e)
-            | ApiError::UnsupportedType(e) => Some(e),
+            | ApiError::UnsupportedType(e)
+            | ApiError::Forbidden(e) => Some(e),
             ApiError::Unauthorized(e) => Some(e.to_string()),
+            e @ ApiError::TooManyGuesses(_) => Some(e.to_string()),
         };
         let body = ErrorBody {
             http_code: status.as_u16(),
@@ -72,10 +89,8 @@ impl IntoResponse for ApiError {
             error,
         };
         let mut response = (status, Json(body)).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+        if let Some(seconds) = retry_after.and_then(|s| http::HeaderValue::from_str(&s).ok()) {
+            response.headers_mut().insert(header::RETRY_AFTER, seconds);
         }
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(

@@ -6,7 +6,8 @@
 //! `analysis` computes (diagnosis, recurring queries, comparison); `ui`
 //! renders web pages from the same source; `sql` answers SQL over the
 //! history in worker processes over the columnar history; `auth` guards
-//! `/api` and the pages; `http` serves a port within bounds.
+//! `/api` and the pages; `hosts` answers only the names of this server
+//! when it has no token; `http` serves a port within bounds.
 //!
 //! **Rule:** this layer imports `format`, `metrics`, `recording` (for the
 //! live scheduler's router), `store`, `analysis` and `columnar`; nothing
@@ -14,6 +15,7 @@
 
 pub mod auth;
 pub mod error;
+pub(crate) mod hosts;
 pub mod http;
 pub mod insight;
 pub mod router;

@@ -137,7 +137,8 @@ pub(crate) struct CompletedFile {
     pub file_name: Arc<str>,
     /// Its size in bytes.
     pub len: u64,
-    /// When the job ended (epoch millis).
+    /// When the job ended (epoch millis): the earlier of the end time its
+    /// log claims and the log's modification time.
     pub end_time: u64,
 }
 
@@ -242,10 +243,13 @@ impl LogStore {
                 job_id: s.job_id().into(),
                 file_name: s.file_name().into(),
                 len: s.len,
-                end_time: if s.end_time > 0 {
-                    s.end_time
-                } else {
-                    s.stamp().modified.map(epoch_millis).unwrap_or(0)
+                // The earlier of what the log claims and what the file
+                // system says: a log claiming to end in 2200 cannot make
+                // the cleaner delete real ones first.
+                end_time: match (s.end_time, s.stamp().modified.map(epoch_millis)) {
+                    (0, modified) => modified.unwrap_or(0),
+                    (claimed, Some(modified)) => claimed.min(modified),
+                    (claimed, None) => claimed,
                 },
             })
             .collect()

@@ -362,7 +362,16 @@ impl ListQuery {
                 "include_unfinished" => {
                     q.include_unfinished = parse_bool("include_unfinished", value)?;
                 }
-                "name" => q.name = Some(value.to_lowercase()),
+                "name" => {
+                    if value.chars().count() > MAX_NAME_TERM {
+                        return Err(BadParam(format!(
+                            "invalid value for parameter `name`: expected at most \
+                             {MAX_NAME_TERM} characters, got {}",
+                            value.chars().count()
+                        )));
+                    }
+                    q.name = Some(value.to_lowercase());
+                }
                 "started_after" => q.started_after = Some(parse_time(key, value)?),
                 "started_before" => q.started_before = Some(parse_time(key, value)?),
                 "ended_after" => q.ended_after = Some(parse_time(key, value)?),
@@ -598,14 +607,29 @@ impl ListQuery {
     }
 }
 
-/// Case-insensitive substring test; `needle` is already lowercase.
+/// The longest `?name=` term, in characters: a job name is searched in
+/// time linear in both, and a term longer than any name is no question.
+pub(crate) const MAX_NAME_TERM: usize = 256;
+
+/// Case-insensitive substring test; `needle` is already lowercase. Linear
+/// in both lengths (`memchr::memmem` over the name lowercased into a
+/// buffer this thread keeps, so a million names allocate nothing).
 pub(crate) fn contains_ignore_case(haystack: &str, needle: &str) -> bool {
+    thread_local! {
+        static LOWER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
     if needle.is_empty() {
         return true;
     }
-    if haystack.is_ascii() && needle.is_ascii() {
-        let (h, n) = (haystack.as_bytes(), needle.as_bytes());
-        return h.windows(n.len()).any(|w| w.eq_ignore_ascii_case(n));
+    if haystack.is_ascii() {
+        if haystack.len() < needle.len() {
+            return false;
+        }
+        return LOWER.with_borrow_mut(|lower| {
+            lower.clear();
+            lower.extend(haystack.bytes().map(|b| b.to_ascii_lowercase()));
+            memchr::memmem::find(lower, needle.as_bytes()).is_some()
+        });
     }
     haystack.to_lowercase().contains(needle)
 }
@@ -759,6 +783,37 @@ mod tests {
         let q = ListQuery::parse(&pairs("limit=2")).unwrap();
         let cursor = Facts::of(&*sample()[2].facts);
         assert_eq!(ids(&q.select(sample(), Some(&cursor))), ["b", "a"]);
+    }
+
+    /// Regression: a long term against a long name was compared at every
+    /// offset (quadratic), under the catalog's read lock.
+    #[test]
+    fn the_name_search_is_bounded_and_finds_what_a_plain_search_finds() {
+        let long = "a".repeat(MAX_NAME_TERM + 1);
+        let err = ListQuery::parse(&pairs(&format!("name={long}")))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at most 256 characters"), "{err}");
+        assert!(!err.contains(&long), "the term is not echoed back");
+        assert!(ListQuery::parse(&pairs(&format!("name={}", &long[1..]))).is_ok());
+        for (name, term, found) in [
+            ("Nightly ETL", "etl", true),
+            ("Nightly ETL", "ly e", true),
+            ("Nightly ETL", "etl!", false),
+            ("Ünïcode Läuft", "läuft", true),
+            ("Ünïcode Läuft", "LÄUFT", false),
+            ("short", "much longer than it", false),
+        ] {
+            let plain = name.to_lowercase().contains(term);
+            assert_eq!(plain, found, "{name} {term}");
+            assert_eq!(contains_ignore_case(name, term), found, "{name} {term}");
+        }
+        let hay = format!("{}b", "a".repeat(100_000));
+        assert!(contains_ignore_case(&hay, &format!("{}b", "a".repeat(255))));
+        assert!(!contains_ignore_case(
+            &hay,
+            &format!("{}c", "a".repeat(255))
+        ));
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! **Invariant:** a `.running` log modified within the grace period is never
 //! touched, nor is one the local writer has open, whatever its age.
 //!
-//! **Invariant:** the cleaner deletes in one total order (end time, then job
+//! **Invariant:** the cleaner deletes in one total order (end time, the
+//! earlier of what the log claims and its modification time, then job
 //! id), so several cleaners on one directory delete prefixes of the same
 //! order: together they never remove more than the largest of their views
 //! asks for. A file already gone is not an error.

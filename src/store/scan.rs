@@ -413,8 +413,11 @@ impl LogStore {
             let (summary, ranges) = read_summary_located(&path)?;
             // The file's name says whose log it is: a log naming another
             // job inside would replace that job's in every answer.
+            // A second log of one id (`<id>!<tag>`, see `format::name`)
+            // names its job too, and is listed under its own stem.
             let claimed = &summary.index.job_id;
-            if !claimed.is_empty() && claimed != stem {
+            let named = LogName::parse(name).is_some_and(|n| n.names(claimed));
+            if !claimed.is_empty() && !named {
                 return Err(StoreError::NotItsName {
                     claimed: claimed.clone(),
                 });

@@ -512,3 +512,378 @@ async fn a_default_spool_another_user_made_first_is_refused() {
     // Nothing was written into the other user's folder.
     assert!(files_under(&planted).is_empty());
 }
+
+/// Rewrites the terminal record of the upstream log `path` with `edit`
+/// (upstream's logs have no footer: the line is rewritten whole).
+fn edit_job_end(path: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut all: Vec<String> = text.lines().map(str::to_string).collect();
+    let last = all.last_mut().unwrap();
+    let mut end: serde_json::Value = serde_json::from_str(last).unwrap();
+    edit(&mut end["data"]);
+    *last = end.to_string();
+    std::fs::write(path, all.join("\n") + "\n").unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn logs_claiming_to_end_in_2200_cannot_make_retention_delete_real_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    crate::history::copy_fixtures(tmp.path());
+    let real = {
+        let mut ids: Vec<String> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter_map(|n| n.strip_suffix(".eventlog").map(str::to_string))
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(real.len(), 6);
+    // Three copies of a real log under ids of their own, claiming to end
+    // in 2200, written (so the file system says) in 1970, before the
+    // oldest real one ended.
+    let source = std::fs::read_to_string(tmp.path().join("038HEXYE9M000.eventlog")).unwrap();
+    let year_2200 = 7_258_118_400_000u64;
+    let year_1970 = std::time::UNIX_EPOCH + Duration::from_secs(1);
+    for i in 0..3 {
+        let id = format!("038HEXYL1AR0{i}");
+        let path = tmp.path().join(format!("{id}.eventlog"));
+        std::fs::write(&path, source.replace("038HEXYE9M000", &id)).unwrap();
+        edit_job_end(&path, |end| {
+            end["completed_at"] = year_2200.into();
+            end["index"]["end_time"] = year_2200.into();
+        });
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(year_1970)
+            .unwrap();
+    }
+    let mut server = Proc::history(
+        tmp.path(),
+        &[
+            "--retain-max-jobs",
+            "6",
+            "--retain-interval",
+            "1s",
+            "--update-interval-seconds",
+            "1",
+        ],
+    );
+    server.wait_healthy().await;
+    eventually("the cleaner keeps six logs", || async {
+        job_ids(&server).await.len() == 6
+    })
+    .await;
+    let mut kept = job_ids(&server).await;
+    kept.sort();
+    assert_eq!(kept, real, "the real jobs stay; the liars went first");
+    for i in 0..3 {
+        assert!(
+            !tmp.path()
+                .join(format!("038HEXYL1AR0{i}.eventlog"))
+                .exists()
+        );
+    }
+    server.terminate();
+}
+
+/// `GET url` with `Host: host`: the status and body.
+async fn get_as_host(url: &str, host: &str, bearer: Option<&str>) -> (u16, String) {
+    let mut request = http_client().get(url).header(reqwest::header::HOST, host);
+    if let Some(token) = bearer {
+        request = request.bearer_auth(token);
+    }
+    let r = request.send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_page_of_another_host_name_cannot_read_the_history_by_dns_rebinding() {
+    let tmp = tempfile::tempdir().unwrap();
+    crate::history::copy_fixtures(tmp.path());
+    let mut server = Proc::history(
+        tmp.path(),
+        &["--allowed-hosts", "history.example,.corp.example"],
+    );
+    server.wait_healthy().await;
+    let url = server.url("/api/jobs");
+    let port = server.port;
+    // A rebound name: refused, and told what to do.
+    for host in [
+        format!("evil.example:{port}"),
+        "history.example.evil.example".into(),
+    ] {
+        let (status, body) = get_as_host(&url, &host, None).await;
+        assert_eq!(status, 403, "{host}: {body}");
+        assert!(body.contains("--allowed-hosts"), "{body}");
+        let (status, _) = get_as_host(&server.url("/"), &host, None).await;
+        assert_eq!(status, 403, "the pages too");
+    }
+    // This server's names: answered.
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+        "history.example".into(),
+        format!("a.corp.example:{port}"),
+    ] {
+        let (status, body) = get_as_host(&url, &host, None).await;
+        assert_eq!(status, 200, "{host}: {body}");
+    }
+    // Probes are answered whatever name they use.
+    let (status, _) = get_as_host(&server.url("/healthz"), "evil.example", None).await;
+    assert_eq!(status, 200);
+    server.terminate();
+
+    // With a token, a rebound page has nothing to send: every name is
+    // answered (to the token's holder), and --allowed-hosts is refused.
+    let token = tmp.path().join("token");
+    std::fs::write(&token, "tok-123\n").unwrap();
+    let token_arg = token.to_str().unwrap();
+    let mut guarded = Proc::history(tmp.path(), &["--api-token-file", token_arg]);
+    guarded.wait_healthy().await;
+    let url = guarded.url("/api/jobs");
+    assert_eq!(
+        get_as_host(&url, "evil.example", Some("tok-123")).await.0,
+        200
+    );
+    assert_eq!(get_as_host(&url, "evil.example", None).await.0, 401);
+    guarded.terminate();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ballista-scheduler"))
+        .args([
+            "--history-only",
+            "--event-log-dir",
+            tmp.path().to_str().unwrap(),
+        ])
+        .args([
+            "--api-token-file",
+            token_arg,
+            "--allowed-hosts",
+            "x.example",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("--allowed-hosts") && said.contains("--api-token-file"),
+        "{said}"
+    );
+
+    // Without --event-log-dir the port is upstream's: any name.
+    let mut upstream = Proc::spawn(&["--scheduler-policy", "pull-staged"]);
+    upstream.wait_healthy().await;
+    let (status, body) = get_as_host(&upstream.url("/api/state"), "evil.example", None).await;
+    assert_eq!(status, 200, "{body}");
+    upstream.terminate();
+}
+
+/// A client of `server` whose connections come from `from` (another
+/// address of the loopback network: another client to the server).
+fn client_from(from: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from(from))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_sign_in_cookie_is_a_session_and_wrong_tokens_are_slowed() {
+    let tmp = tempfile::tempdir().unwrap();
+    crate::history::copy_fixtures(tmp.path());
+    let token_file = tmp.path().join("token");
+    let token = "Sesame-0451";
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let mut server = Proc::history(
+        tmp.path(),
+        &["--api-token-file", token_file.to_str().unwrap()],
+    );
+    server.wait_healthy().await;
+    let sign_in = |client: reqwest::Client, typed: &str, https: bool| {
+        let url = server.url("/ui/login");
+        let form = [("token", typed.to_string()), ("next", "/".to_string())];
+        async move {
+            let mut request = client.post(url).form(&form);
+            if https {
+                request = request.header("x-forwarded-proto", "https");
+            }
+            request.send().await.unwrap()
+        }
+    };
+
+    // A right token opens a session: the cookie holds a random id, not
+    // the token (in any spelling), and opens the pages.
+    let alice = client_from([127, 0, 0, 2]);
+    let r = sign_in(alice.clone(), token, false).await;
+    assert_eq!(r.status(), 303);
+    let set = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    let hex: String = token.bytes().map(|b| format!("{b:02x}")).collect();
+    assert!(!set.contains(token) && !set.contains(&hex), "{set}");
+    assert!(
+        set.starts_with("ballista_session=") && set.contains("HttpOnly"),
+        "{set}"
+    );
+    let cookie = set.split(';').next().unwrap().to_string();
+    let page = |cookie: String| {
+        let url = server.url("/ui/job/golden-v1");
+        let alice = alice.clone();
+        async move {
+            alice
+                .get(url)
+                .header("cookie", cookie)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(page(cookie.clone()).await, 200);
+    assert_eq!(
+        page("ballista_session=00ff".into()).await,
+        303,
+        "a made-up id is nobody's"
+    );
+    // Forgetting the token ends the session on the server: the old cookie
+    // opens nothing any more.
+    let out = alice
+        .post(server.url("/ui/logout"))
+        .header("cookie", cookie.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), 303);
+    assert_eq!(page(cookie).await, 303);
+    // Over HTTPS (a TLS proxy says so): Secure, under a __Host- name.
+    let r = sign_in(alice.clone(), token, true).await;
+    let set = r.headers()["set-cookie"].to_str().unwrap();
+    assert!(
+        set.starts_with("__Host-ballista_session=") && set.contains("Secure"),
+        "{set}"
+    );
+
+    // Wrong tokens from one client: after five, it waits, and even the
+    // right token is refused until then; another client is not slowed.
+    let mallory = client_from([127, 0, 0, 3]);
+    for _ in 0..6 {
+        assert_eq!(sign_in(mallory.clone(), "guess", false).await.status(), 401);
+    }
+    let r = sign_in(mallory.clone(), token, false).await;
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().contains_key("retry-after"));
+    assert!(r.text().await.unwrap().contains("Too many wrong tokens"));
+    assert_eq!(sign_in(alice.clone(), token, false).await.status(), 303);
+    // The same for bearer tokens on the API.
+    let eve = client_from([127, 0, 0, 4]);
+    let api = |client: reqwest::Client, bearer: &str| {
+        let url = server.url("/api/jobs");
+        let bearer = bearer.to_string();
+        async move {
+            let r = client.get(url).bearer_auth(bearer).send().await.unwrap();
+            r.status().as_u16()
+        }
+    };
+    for _ in 0..6 {
+        assert_eq!(api(eve.clone(), "guess").await, 401);
+    }
+    assert_eq!(api(eve.clone(), token).await, 429);
+    assert_eq!(api(alice.clone(), token).await, 200);
+    healthy_at_once(&server).await;
+    server.terminate();
+}
+
+/// A copy of the upstream log `038HEXYE9M000` as job `id`, with `tasks`
+/// task records that all ran at the same moment on one executor, a DOT of
+/// `stages` chained stages, and a job name of `name_len` letters.
+fn wide_log(dir: &Path, id: &str, tasks: usize, stages: usize, name_len: usize) {
+    let source = std::fs::read_to_string(dir.join("038HEXYE9M000.eventlog")).unwrap();
+    let lines: Vec<&str> = source.lines().collect();
+    let task: serde_json::Value =
+        serde_json::from_str(lines.iter().find(|l| l.contains("\"TaskEnd\"")).unwrap()).unwrap();
+    let mut out = vec![lines[0].replace("038HEXYE9M000", id)];
+    for i in 0..tasks {
+        let mut t = task.clone();
+        t["data"]["task_id"] = i.into();
+        out.push(t.to_string());
+    }
+    out.push(lines.last().unwrap().replace("038HEXYE9M000", id));
+    let path = dir.join(format!("{id}.eventlog"));
+    std::fs::write(&path, out.join("\n") + "\n").unwrap();
+    let mut dot = String::from("digraph G {\n");
+    for i in 0..stages {
+        dot.push_str(&format!(
+            "subgraph cluster{i} {{ label = \"Stage {i} [Successful]\"; s{i} [shape=box, label=\"ShuffleWriterExec\"] }}\n"
+        ));
+    }
+    for i in 1..stages {
+        dot.push_str(&format!("s{} -> s{i}\n", i - 1));
+    }
+    dot.push('}');
+    edit_job_end(&path, |end| {
+        end["dot"] = dot.into();
+        end["index"]["job_name"] = "a".repeat(name_len).into();
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wide_timeline_a_huge_stage_graph_and_a_long_name_search_leave_the_server_answering() {
+    let tmp = tempfile::tempdir().unwrap();
+    crate::history::copy_fixtures(tmp.path());
+    wide_log(tmp.path(), "038HEXYW1DE00", 150_000, 40_000, 1_000_000);
+    let mut server = Proc::history(tmp.path(), &[]);
+    server.wait_healthy().await;
+    eventually("the wide log is indexed", || async {
+        job_ids(&server).await.len() == 7
+    })
+    .await;
+    let client = http_client();
+    let ask = |path: String| {
+        let request = client
+            .get(server.url(&path))
+            .timeout(Duration::from_secs(60))
+            .send();
+        async move {
+            let r = request.await.expect("answered within a minute");
+            let status = r.status().as_u16();
+            (status, r.text().await.unwrap())
+        }
+    };
+    let term = format!("{}b", "a".repeat(60_000));
+    let attacks = async {
+        let svg = ask("/api/job/038HEXYW1DE00/timeline.svg".into());
+        let page = ask("/ui/job/038HEXYW1DE00".into());
+        let long = ask(format!("/api/jobs?name={term}"));
+        let short = ask(format!("/api/jobs?name={}", &term[59_800..]));
+        tokio::join!(svg, page, long, short)
+    };
+    let health = async {
+        for _ in 0..10 {
+            healthy_at_once(&server).await;
+        }
+    };
+    let ((svg, page, long, short), ()) = tokio::join!(attacks, health);
+    // One bar per task, each in a row of its own (they all overlap).
+    assert_eq!(svg.0, 200);
+    assert_eq!(svg.1.matches("<rect class=\"task ").count(), 150_000);
+    // The graph is refused with a reason; the page is there.
+    assert_eq!(page.0, 200);
+    assert!(
+        page.1.contains("40000 boxes, more than the 2000"),
+        "the page says why"
+    );
+    // A term over the cap is refused at once; one under it searches.
+    assert_eq!(long.0, 400, "{}", &long.1[..200.min(long.1.len())]);
+    assert!(long.1.contains("at most 256 characters"));
+    assert_eq!(short.0, 200);
+    let found: serde_json::Value = serde_json::from_str(&short.1).unwrap();
+    assert_eq!(found.as_array().map(Vec::len), Some(0), "no name ends in b");
+    let (status, body) = ask(format!("/api/jobs?name={}", "A".repeat(256))).await;
+    assert_eq!(status, 200);
+    let found: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0]["job_id"], "038HEXYW1DE00");
+    server.terminate();
+}

@@ -24,7 +24,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use maud::{Markup, html};
 use serde::Deserialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 type Pairs = Query<Vec<(String, String)>>;
 
@@ -131,8 +131,13 @@ pub(super) fn stage_stats(
     for id in stored.keys() {
         by_stage.entry(*id).or_default();
     }
-    for s in dot.stages.iter().filter_map(|s| s.stage_id) {
-        by_stage.entry(s).or_default();
+    // Each stage's status in the DOT, the first cluster of an id winning.
+    let mut dot_status: HashMap<u32, &str> = HashMap::new();
+    for s in &dot.stages {
+        if let Some(id) = s.stage_id {
+            by_stage.entry(id).or_default();
+            dot_status.entry(id).or_insert(&s.status);
+        }
     }
     if let Some(r) = records {
         for id in r.stages.keys() {
@@ -152,12 +157,7 @@ pub(super) fn stage_stats(
                 .and_then(|m| m.status.clone())
                 .or_else(|| from_json.map(|s| s.stage_status.clone()))
                 .filter(|s| !s.is_empty())
-                .or_else(|| {
-                    dot.stages
-                        .iter()
-                        .find(|s| s.stage_id == Some(stage_id))
-                        .map(|s| s.status.clone())
-                })
+                .or_else(|| dot_status.get(&stage_id).map(|s| s.to_string()))
                 .unwrap_or_else(|| "Unknown".into());
             let start = tasks.iter().map(|t| t.begin()).filter(|&t| t > 0).min();
             let end = tasks.iter().map(|t| t.end_exec_time).max();
@@ -255,15 +255,11 @@ pub(super) fn operator_graph(dot: &Dot, stage_id: u32) -> Markup {
             }
         })
         .collect();
+    let at: HashMap<usize, usize> = members.iter().enumerate().map(|(i, &m)| (m, i)).collect();
     let edges: Vec<(usize, usize)> = dot
         .edges
         .iter()
-        .filter_map(|(a, b)| {
-            Some((
-                members.iter().position(|m| m == a)?,
-                members.iter().position(|m| m == b)?,
-            ))
-        })
+        .filter_map(|(a, b)| Some((*at.get(a)?, *at.get(b)?)))
         .collect();
     draw(&nodes, &edges, "Operators of the stage")
 }

@@ -32,7 +32,7 @@ pub(crate) mod page;
 pub(crate) mod sql;
 pub(crate) mod stage;
 
-use crate::serving::auth::ApiToken;
+use crate::serving::auth::{ApiToken, SignIn};
 use crate::serving::source::JobSource;
 use axum::Router;
 use axum::extract::{Form, Query, State};
@@ -199,7 +199,7 @@ fn local(next: &str) -> &str {
     if ok { next } else { "/" }
 }
 
-fn login_form(ui: &Ui, next: &str, wrong: bool) -> Markup {
+fn login_form(ui: &Ui, next: &str, alert: Option<&str>) -> Markup {
     page::frame(
         ui,
         "API token",
@@ -209,12 +209,12 @@ fn login_form(ui: &Ui, next: &str, wrong: bool) -> Markup {
             h1 { "This server needs its API token" }
             p {
                 "The scheduler was started with " code { "--api-token-file" }
-                ". Paste the token from that file to browse its jobs. The browser keeps it \
-                 for this site only, in a cookie that scripts cannot read, until you choose \
-                 “Forget token” or close the browser."
+                ". Paste the token from that file to browse its jobs. The browser is signed \
+                 in for 12 hours (the token itself is never stored in it), until you choose \
+                 “Forget token”."
             }
-            @if wrong {
-                p.error-box role="alert" { "That token is not the one this server accepts." }
+            @if let Some(alert) = alert {
+                p.error-box role="alert" { (alert) }
             }
             form.login method="post" action="/ui/login" {
                 input type="hidden" name="next" value=(local(next));
@@ -231,7 +231,7 @@ async fn login_page(State(ui): State<Ui>, Query(next): Query<Next>) -> Response 
     if ui.token.is_none() {
         return Redirect::to(local(&next.next)).into_response();
     }
-    html_response(StatusCode::OK, login_form(&ui, &next.next, false))
+    html_response(StatusCode::OK, login_form(&ui, &next.next, None))
 }
 
 #[derive(serde::Deserialize)]
@@ -242,28 +242,54 @@ struct LoginForm {
     next: String,
 }
 
-async fn login(State(ui): State<Ui>, Form(form): Form<LoginForm>) -> Response {
+async fn login(
+    State(ui): State<Ui>,
+    headers: http::HeaderMap,
+    extensions: http::Extensions,
+    Form(form): Form<LoginForm>,
+) -> Response {
     let Some(token) = &ui.token else {
         return Redirect::to(local(&form.next)).into_response();
     };
-    if !token.is(&form.token) {
-        return html_response(StatusCode::UNAUTHORIZED, login_form(&ui, &form.next, true));
+    match token.sign_in(&form.token, &headers, &extensions) {
+        Ok(cookie) => {
+            let mut response = Redirect::to(local(&form.next)).into_response();
+            if let Ok(cookie) = HeaderValue::from_str(&cookie) {
+                response.headers_mut().insert(header::SET_COOKIE, cookie);
+            }
+            response
+        }
+        Err(SignIn::Wrong) => {
+            let wrong = "That token is not the one this server accepts.";
+            html_response(
+                StatusCode::UNAUTHORIZED,
+                login_form(&ui, &form.next, Some(wrong)),
+            )
+        }
+        Err(SignIn::Wait(seconds)) => {
+            let wait =
+                format!("Too many wrong tokens from this address: try again in {seconds} s.");
+            let mut response = html_response(
+                StatusCode::TOO_MANY_REQUESTS,
+                login_form(&ui, &form.next, Some(&wait)),
+            );
+            if let Ok(wait) = HeaderValue::from_str(&seconds.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, wait);
+            }
+            response
+        }
     }
-    let mut response = Redirect::to(local(&form.next)).into_response();
-    if let Ok(cookie) =
-        HeaderValue::from_str(&crate::serving::auth::sign_in_cookie(form.token.trim()))
-    {
-        response.headers_mut().insert(header::SET_COOKIE, cookie);
-    }
-    response
 }
 
-async fn logout() -> Response {
+async fn logout(State(ui): State<Ui>, headers: http::HeaderMap) -> Response {
     let mut response = Redirect::to("/ui/login").into_response();
-    response.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static(crate::serving::auth::SIGN_OUT_COOKIE),
-    );
+    if let Some(token) = &ui.token {
+        for gone in token.sign_out(&headers) {
+            if let Ok(gone) = HeaderValue::from_str(&gone) {
+                response.headers_mut().append(header::SET_COOKIE, gone);
+            }
+        }
+    }
     response
 }
 
