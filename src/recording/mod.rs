@@ -3,15 +3,16 @@
 //! The listener and the task tap see the scheduler's events without ever
 //! making it wait; the capturer renders each job's REST responses through
 //! the scheduler's own router (`live`); redaction scrubs secrets from them;
-//! the writer thread owns the log files; the uploader puts completed logs
-//! into an object store.
+//! the writer thread owns the log files (`naming` picks names no other
+//! log has); the uploader puts completed logs into an object store.
 //!
-//! **Rule:** this layer imports only `format` and `metrics`. It never
+//! **Rule:** this layer imports only `format`, `metrics` and `files`. It never
 //! imports `store` (reading logs back is not its business) nor `serving`.
 
 pub(crate) mod capture;
 pub mod listener;
 pub mod live;
+pub(crate) mod naming;
 pub mod redact;
 pub mod upload;
 pub mod writer;

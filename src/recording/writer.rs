@@ -29,10 +29,11 @@
 
 use crate::format::footer::footer_frame;
 use crate::format::name::{
-    COMPLETED_SUFFIX, RUNNING_SUFFIX, ZST_COMPLETED_SUFFIX, ZST_RUNNING_SUFFIX, second_name,
+    COMPLETED_SUFFIX, RUNNING_SUFFIX, ZST_COMPLETED_SUFFIX, ZST_RUNNING_SUFFIX,
 };
 use crate::format::record::{self, Footer, JobEnd, JobStart, TaskEnd, WrittenJob, kind};
 use crate::metrics::HistoryMetrics;
+use crate::recording::naming;
 use crate::recording::redact::scrub;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{File, OpenOptions};
@@ -642,37 +643,12 @@ impl Writer {
         self.config.dir.join(format!("{stem}{suffix}"))
     }
 
-    /// Creates a new job's `.running` log under a name no other log has:
-    /// the job id, or, when a log of that id is there already (another
-    /// scheduler minted the same id), a second name of it. Created
-    /// exclusively and never through a link, so another writer's log is
-    /// never truncated or appended to.
+    /// Creates a new job's `.running` log under a name no other log has
+    /// (see [`naming`]).
     fn create_log(&mut self, job_id: &str) -> std::io::Result<std::fs::File> {
-        let mut stem = job_id.to_string();
-        for _ in 0..8 {
-            let taken = [COMPLETED_SUFFIX, ZST_COMPLETED_SUFFIX]
-                .iter()
-                .any(|suffix| std::fs::symlink_metadata(self.path(&stem, suffix)).is_ok());
-            if !taken {
-                match OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(self.path(&stem, self.running_suffix()))
-                {
-                    Ok(file) => {
-                        self.second_name(job_id, &stem);
-                        return Ok(file);
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            stem = second_name(job_id, &crate::files::random_tag());
-        }
-        Err(std::io::Error::other(format!(
-            "every name tried for the log of {job_id} is taken"
-        )))
+        let (stem, file) = naming::create_running(&self.config.dir, job_id, self.running_suffix())?;
+        self.second_name(job_id, &stem);
+        Ok(file)
     }
 
     /// Notes that job `job_id`'s log is named `stem` from now on.
@@ -879,27 +855,16 @@ impl Writer {
         file.get_ref().sync_all()?;
         drop(file);
         let from = self.path(&self.jobs[job_id].stem, self.running_suffix());
-        // Never over a completed log: one that took the name while this
-        // job ran (another scheduler's, of the same id) stays, and this
-        // one is kept under a second name.
-        let mut stem = self.jobs[job_id].stem.clone();
-        for _ in 0..8 {
-            let to = self.path(&stem, self.completed_suffix());
-            match crate::files::rename_new(&from, &to) {
-                Ok(()) => {
-                    sync_dir(&self.config.dir)?;
-                    self.second_name(job_id, &stem);
-                    return Ok(to);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    stem = second_name(job_id, &crate::files::random_tag());
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(std::io::Error::other(format!(
-            "every completed name tried for the log of {job_id} is taken"
-        )))
+        let (stem, to) = naming::complete(
+            &self.config.dir,
+            &from,
+            job_id,
+            &self.jobs[job_id].stem,
+            self.completed_suffix(),
+        )?;
+        sync_dir(&self.config.dir)?;
+        self.second_name(job_id, &stem);
+        Ok(to)
     }
 
     fn remember_finished(&mut self, job_id: &str) {

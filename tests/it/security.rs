@@ -8,7 +8,16 @@ const TOKEN: &str = "tok-7f3a9c_Q2";
 
 /// Status and body of a `GET` with an optional `Authorization` header.
 async fn get_with(url: &str, authorization: Option<&str>) -> (u16, String, Option<String>) {
-    let mut request = http_client().get(url);
+    get_from(http_client(), url, authorization).await
+}
+
+/// The same from `client`.
+async fn get_from(
+    client: reqwest::Client,
+    url: &str,
+    authorization: Option<&str>,
+) -> (u16, String, Option<String>) {
+    let mut request = client.get(url);
     if let Some(value) = authorization {
         request = request.header("authorization", value);
     }
@@ -38,21 +47,27 @@ async fn assert_protected(server: &Proc, job_id: &str) {
         "/api/executors".to_string(),
         "/api/no-such-route".to_string(),
     ];
-    for route in &routes {
+    for (i, route) in routes.iter().enumerate() {
         let url = server.url(route);
+        // Each route from a loopback address of its own: past five wrong
+        // tokens an address must wait (`neighbours.rs` tests that).
+        let client = reqwest::Client::builder()
+            .local_address(std::net::IpAddr::from([127, 0, 1, 10 + i as u8]))
+            .build()
+            .unwrap();
         for wrong in [
             None,
             Some("Bearer nope"),
             Some("Bearer tok-7f3a9c_Q"),
             Some(TOKEN),
         ] {
-            let (status, body, challenge) = get_with(&url, wrong).await;
+            let (status, body, challenge) = get_from(client.clone(), &url, wrong).await;
             assert_eq!(status, 401, "{route} with {wrong:?}: {body}");
             assert_eq!(challenge.as_deref(), Some("Bearer realm=\"ballista\""));
             assert!(!body.contains(TOKEN), "{body}");
             assert!(body.contains("\"http_code\":401"), "{body}");
         }
-        let (status, body, _) = get_with(&url, Some(&bearer)).await;
+        let (status, body, _) = get_from(client, &url, Some(&bearer)).await;
         let want = if route.contains("no-such-route") {
             404
         } else {

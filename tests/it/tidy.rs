@@ -11,9 +11,12 @@
 //!   `mod.rs` states its rule;
 //! - no file is over 900 lines, its `#[cfg(test)] mod tests` excluded.
 //!
-//! A child module may use its parent (`super::`): that is one module's code
-//! split across files, not an import between modules. Test modules may
-//! import anything.
+//! `super::` paths are resolved from the module they are in, as the
+//! compiler does: `super::locate::X` in `store/read.rs` is an import of
+//! `store::locate`, a sibling. Only a path that names an ancestor itself
+//! (`super::StoreError`, `use super::*`) is exempt: a child using its
+//! parent is one module's code split across files, not an import between
+//! modules. Test modules may import anything.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -121,6 +124,12 @@ fn code_only(text: &str) -> String {
 /// Every path a `crate::` reference names, with `{a, b::c}` groups
 /// expanded: `crate::x::{y, z::w}` gives `x::y` and `x::z::w`.
 fn crate_paths(code: &str) -> Vec<String> {
+    paths_after(code, "crate::")
+}
+
+/// Every path after `prefix` (not part of a longer name), groups
+/// expanded, without the prefix.
+fn paths_after(code: &str, prefix: &str) -> Vec<String> {
     fn expand(prefix: &str, rest: &str, out: &mut Vec<String>) -> usize {
         // Reads one path from `rest`; returns the bytes consumed.
         let mut path = prefix.to_string();
@@ -154,10 +163,10 @@ fn crate_paths(code: &str) -> Vec<String> {
     }
     let mut out = Vec::new();
     let mut from = 0;
-    while let Some(at) = code[from..].find("crate::") {
-        let start = from + at + "crate::".len();
+    while let Some(at) = code[from..].find(prefix) {
+        let start = from + at + prefix.len();
         let before = code[..from + at].chars().last();
-        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
             from = start;
             continue;
         }
@@ -202,23 +211,71 @@ impl Tree {
         self.files.keys().cloned().collect()
     }
 
-    /// Each module's imports of other modules by `crate::` paths, outside
-    /// its tests.
+    /// Each module's imports of other modules by `crate::` and `super::`
+    /// paths, outside its tests.
     fn imports(&self) -> BTreeMap<String, BTreeSet<String>> {
         let modules = self.modules();
         self.files
             .iter()
             .map(|(module, text)| {
                 let code = code_only(without_tests(text));
-                let targets = crate_paths(&code)
-                    .iter()
-                    .filter_map(|p| target(p, &modules))
-                    .filter(|t| t != module)
-                    .collect();
-                (module.clone(), targets)
+                (module.clone(), imports_of(module, &code, &modules))
             })
             .collect()
     }
+}
+
+/// The modules `module` (whose code is `code`) imports: its `crate::`
+/// paths, and its `super::` paths resolved from it, less those that name
+/// one of its ancestors itself.
+fn imports_of(module: &str, code: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut targets: BTreeSet<String> = crate_paths(code)
+        .iter()
+        .filter_map(|p| target(p, modules))
+        .filter(|t| t != module)
+        .collect();
+    let ancestors: Vec<String> = {
+        let parts: Vec<&str> = module.split("::").collect();
+        (0..parts.len()).map(|n| parts[..n].join("::")).collect()
+    };
+    for path in super_paths(code) {
+        let Some(resolved) = resolve_super(module, &path) else {
+            continue;
+        };
+        if let Some(t) = target(&resolved, modules)
+            && t != module
+            && !ancestors.contains(&t)
+        {
+            targets.insert(t);
+        }
+    }
+    targets
+}
+
+/// Every path that starts with `super::` (groups expanded, as
+/// [`crate_paths`] does), its leading `super::`s kept.
+fn super_paths(code: &str) -> Vec<String> {
+    paths_after(code, "super::")
+        .into_iter()
+        .map(|p| format!("super::{p}"))
+        .collect()
+}
+
+/// `super::...` in `module`, as a path from the crate root; `None` when it
+/// climbs above the root. A `mod.rs` file is its folder's module, so its
+/// `super` is the folder's parent.
+fn resolve_super(module: &str, path: &str) -> Option<String> {
+    let mut parts: Vec<&str> = module.split("::").collect();
+    if module == "lib" {
+        parts.clear();
+    }
+    let mut rest = path;
+    while let Some(after) = rest.strip_prefix("super::") {
+        parts.pop()?;
+        rest = after;
+    }
+    parts.extend(rest.split("::").filter(|s| !s.is_empty()));
+    Some(parts.join("::"))
 }
 
 fn top(module: &str) -> &str {
@@ -379,6 +436,43 @@ fn the_checks_catch_an_upward_import_and_a_cycle() {
     assert_eq!(layer_violations(&sideways).len(), 1);
     let cyclic = graph(&[("a", "b"), ("b", "c"), ("c", "a")]);
     assert!(find_cycle(&cyclic).is_some());
+    // Siblings that import each other through `super::`: a cycle; a child
+    // that uses its parent (`super::Thing`, `use super::*`): no edge.
+    let modules: BTreeSet<String> = ["store", "store::read", "store::locate", "store::scan"]
+        .iter()
+        .map(|m| m.to_string())
+        .collect();
+    let siblings: BTreeMap<String, BTreeSet<String>> = [
+        (
+            "store::read",
+            "use super::{locate::Range, StoreError};\nuse super::*;",
+        ),
+        ("store::locate", "fn f() { super::read::summary(); }"),
+        ("store::scan", "use super::StoreError;"),
+        ("store", "use crate::format::LogName;"),
+    ]
+    .iter()
+    .map(|(m, code)| (m.to_string(), imports_of(m, code, &modules)))
+    .collect();
+    assert_eq!(
+        siblings["store::read"],
+        BTreeSet::from(["store::locate".to_string()])
+    );
+    assert_eq!(
+        siblings["store::locate"],
+        BTreeSet::from(["store::read".to_string()])
+    );
+    assert!(siblings["store::scan"].is_empty());
+    assert!(find_cycle(&siblings).is_some(), "{siblings:?}");
+    assert_eq!(
+        resolve_super("store", "super::format::X").as_deref(),
+        Some("format::X")
+    );
+    assert_eq!(
+        resolve_super("store::read", "super::super::files").as_deref(),
+        Some("files")
+    );
+    assert_eq!(resolve_super("format", "super::super::x"), None);
     let acyclic = graph(&[("a", "b"), ("b", "c"), ("a", "c")]);
     assert!(find_cycle(&acyclic).is_none());
 }
