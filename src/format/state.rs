@@ -21,6 +21,7 @@ pub enum JobState {
 }
 
 impl JobState {
+    /// Every state with its filter word, in the order of [`JobState::index`].
     pub(crate) const ALL: [(&'static str, JobState); 6] = [
         ("queued", JobState::Queued),
         ("running", JobState::Running),
@@ -41,6 +42,12 @@ impl JobState {
             JobState::Cancelled => 4,
             JobState::Abandoned => 5,
         }
+    }
+
+    /// The state at position `i` of [`JobState::index`] (the code the
+    /// persistent index stores), if any.
+    pub(crate) fn at_index(i: impl Into<usize>) -> Option<Self> {
+        Self::ALL.get(i.into()).map(|(_, s)| *s)
     }
 
     /// The state a `status` word of the REST API names (case-insensitive);
@@ -84,4 +91,19 @@ pub fn epoch_millis(t: SystemTime) -> u64 {
 /// Now, in milliseconds since the Unix epoch.
 pub(crate) fn now_millis() -> u64 {
     epoch_millis(SystemTime::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_table_gives_each_state_its_index_word_and_code() {
+        for (i, (word, state)) in JobState::ALL.iter().enumerate() {
+            assert_eq!(state.index(), i);
+            assert_eq!(JobState::at_index(i), Some(*state));
+            assert!(state.status_word().eq_ignore_ascii_case(word));
+        }
+        assert_eq!(JobState::at_index(6usize), None);
+    }
 }

@@ -13,7 +13,7 @@
 //! **Browsers sign in to a session, never with the token in a cookie.**
 //! The sign-in page checks the token once and opens a session: a random
 //! 256-bit id (`getrandom`), kept in this process with its expiry
-//! ([`SESSION_LIFETIME`]) and ended by "Forget token". The cookie
+//! (12 hours) and ended by "Forget token". The cookie
 //! (built and read by the `cookie` crate) carries only that id: `HttpOnly`,
 //! `SameSite=Strict`, and, when the request came over HTTPS (a TLS proxy's
 //! `X-Forwarded-Proto` or `Forwarded`), `Secure` under a `__Host-` name,
@@ -22,7 +22,7 @@
 //! id that expires and can be ended, not the token.
 //!
 //! **Guesses are slowed per client** (by its address): after
-//! [`FREE_GUESSES`] wrong tokens (bearer or sign-in), each further one
+//! five wrong tokens (bearer or sign-in), each further one
 //! makes the client wait twice as long before it may present a token
 //! again, from 1 s up to a minute (429 with `Retry-After`), and a right
 //! token from it is refused too until then. A session already open is not

@@ -7,7 +7,8 @@
 //! renders web pages from the same source; `sql` answers SQL over the
 //! history in worker processes over the columnar history; `auth` guards
 //! `/api` and the pages; `hosts` answers only the names of this server
-//! when it has no token; `http` serves a port within bounds.
+//! when it has no token; `http` serves a port within bounds; `words`
+//! writes numbers and durations one way for pages and pictures.
 //!
 //! **Rule:** this layer imports `format`, `metrics`, `recording` (for the
 //! live scheduler's router), `store`, `analysis` and `columnar`; nothing
@@ -23,3 +24,4 @@ pub mod source;
 pub mod sql;
 pub mod timeline;
 pub(crate) mod ui;
+pub(crate) mod words;

@@ -10,6 +10,7 @@ use crate::analysis::records::{Rec, scan};
 use crate::format::JobState;
 use crate::format::record::{JobStart, TaskEnd};
 use crate::serving::error::ApiError;
+use crate::serving::words::duration;
 use crate::store::LogRef;
 use crate::store::StoreError;
 use ballista_api_types::dto::TaskStatus;
@@ -373,34 +374,6 @@ fn escape(text: &str) -> String {
     out
 }
 
-/// A readable length of time: `750 ms`, `1.5 s`, `2 min 30 s`, `1 h 5 min`.
-pub(crate) fn human_duration(ms: u64) -> String {
-    if ms < 1_000 {
-        format!("{ms} ms")
-    } else if ms < 60_000 {
-        let s = ms as f64 / 1000.0;
-        if ms.is_multiple_of(1000) {
-            format!("{s:.0} s")
-        } else {
-            format!("{s:.1} s")
-        }
-    } else if ms < 3_600_000 {
-        let (m, s) = (ms / 60_000, (ms % 60_000) / 1000);
-        if s == 0 {
-            format!("{m} min")
-        } else {
-            format!("{m} min {s} s")
-        }
-    } else {
-        let (h, m) = (ms / 3_600_000, (ms % 3_600_000) / 60_000);
-        if m == 0 {
-            format!("{h} h")
-        } else {
-            format!("{h} h {m} min")
-        }
-    }
-}
-
 /// A tick step giving at most about ten ticks over `span` ms.
 fn tick_step(span: u64) -> u64 {
     const STEPS: [u64; 22] = [
@@ -558,7 +531,7 @@ fn draw_title(
         header.state.status_word(),
         tasks,
         executors,
-        human_duration(layout.t1.saturating_sub(layout.t0)),
+        duration(layout.t1.saturating_sub(layout.t0)),
     );
 }
 
@@ -588,7 +561,7 @@ fn draw_ticks(svg: &mut String, layout: &Layout) {
         let _ = write!(
             svg,
             r#"<line class="tick" x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{plot_bottom:.1}"/><text x="{x:.1}" y="{ly:.1}" text-anchor="middle">+{}</text>"#,
-            human_duration(t),
+            duration(t),
             ly = plot_bottom + 16.0,
         );
         t += step;
@@ -608,7 +581,7 @@ fn draw_bars(svg: &mut String, bars: &[Bar], layout: &Layout) {
             status = b.status,
             stage = b.stage_id,
             task = b.task_id,
-            d = human_duration(b.end - b.start),
+            d = duration(b.end - b.start),
             h = (row_h - if row_h > 3.0 { 1.0 } else { 0.0 }).max(1.0),
         );
     }
@@ -838,11 +811,7 @@ mod tests {
     }
 
     #[test]
-    fn durations_and_ticks_read_well() {
-        assert_eq!(human_duration(750), "750 ms");
-        assert_eq!(human_duration(1500), "1.5 s");
-        assert_eq!(human_duration(150_000), "2 min 30 s");
-        assert_eq!(human_duration(3_900_000), "1 h 5 min");
+    fn ticks_read_well() {
         assert_eq!(tick_step(1), 1);
         assert_eq!(tick_step(95_000), 10_000);
         assert!(86_400_000 / tick_step(86_400_000) <= 10);

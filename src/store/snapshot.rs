@@ -68,29 +68,6 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
-fn state_code(state: JobState) -> u8 {
-    match state {
-        JobState::Queued => 0,
-        JobState::Running => 1,
-        JobState::Completed => 2,
-        JobState::Failed => 3,
-        JobState::Cancelled => 4,
-        JobState::Abandoned => 5,
-    }
-}
-
-fn state_of(code: u8) -> Option<JobState> {
-    Some(match code {
-        0 => JobState::Queued,
-        1 => JobState::Running,
-        2 => JobState::Completed,
-        3 => JobState::Failed,
-        4 => JobState::Cancelled,
-        5 => JobState::Abandoned,
-        _ => return None,
-    })
-}
-
 /// Encodes `jobs` in the index format.
 pub fn encode<'a>(jobs: impl Iterator<Item = &'a JobSummary>) -> Vec<u8> {
     let mut out = MAGIC.to_vec();
@@ -100,7 +77,7 @@ pub fn encode<'a>(jobs: impl Iterator<Item = &'a JobSummary>) -> Vec<u8> {
         put_str(&mut out, &s.file_name());
         put_str(&mut out, s.job_id());
         put_str(&mut out, s.job_name());
-        out.push(state_code(s.state()));
+        out.push(s.state().index() as u8);
         out.extend_from_slice(&s.queued_time().to_le_bytes());
         out.extend_from_slice(&s.start_time().to_le_bytes());
         out.extend_from_slice(&s.end_time().to_le_bytes());
@@ -198,7 +175,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<JobSummary>, IndexError> {
         let file_name = c.str()?;
         let job_id = c.str()?;
         let job_name = c.str()?;
-        let state = state_of(c.u8()?).ok_or(IndexError::Damaged("unknown state"))?;
+        let state = JobState::at_index(c.u8()?).ok_or(IndexError::Damaged("unknown state"))?;
         let queued_time = c.u64()?;
         let start_time = c.u64()?;
         let end_time = c.u64()?;

@@ -62,6 +62,24 @@ pub(crate) fn task_lines(dir: &Path) -> std::collections::BTreeMap<String, i64> 
     out
 }
 
+/// The failed task attempts in the logs of `dir`, counted line by line.
+fn failed_task_lines(dir: &Path) -> i64 {
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.to_string_lossy().ends_with(".eventlog") {
+            continue;
+        }
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            if line.starts_with(r#"{"ev":"TaskEnd""#) {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                n += i64::from(v["data"]["status"].get("Failed").is_some());
+            }
+        }
+    }
+    n
+}
+
 /// The SQL blocks of `docs/sql.md`.
 fn documented_questions() -> Vec<String> {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/sql.md")).unwrap();
@@ -270,13 +288,63 @@ async fn the_tables_hold_what_the_logs_hold() {
         format!("n\n{}\n", listed.len())
     );
 
-    // Every question of docs/sql.md runs against these jobs.
+    // Every question of docs/sql.md runs against these jobs, and the
+    // questions that count tasks or jobs agree with counts made from the
+    // logs' lines and the job list.
     let questions = documented_questions();
     assert!(questions.len() >= 10, "{}", questions.len());
+    let all_tasks: i64 = lines.values().sum();
+    let failed_tasks = failed_task_lines(&cluster.logs);
+    assert!(failed_tasks > 0, "the failing job's attempts");
+    let failed_jobs = listed.iter().filter(|j| j["status"] == "Failed").count() as i64;
+    let mut checked = 0;
     for q in &questions {
         let (status, body) = sql_raw(sched, q, "application/json").await;
         assert_eq!(status, 200, "{q}\n{body}");
+        let rows: Vec<serde_json::Map<String, serde_json::Value>> =
+            serde_json::from_str(&body).unwrap();
+        let columns: Vec<&str> = rows
+            .first()
+            .map(|r| r.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        let sum = |column: &str| {
+            rows.iter()
+                .map(|r| r[column].as_i64().unwrap_or(0))
+                .sum::<i64>()
+        };
+        let has = |names: &[&str]| names.iter().all(|n| columns.contains(n));
+        if has(&["executor", "attempts", "failed"]) {
+            assert_eq!(
+                (sum("attempts"), sum("failed")),
+                (all_tasks, failed_tasks),
+                "{q}"
+            );
+            checked += 1;
+        } else if has(&["failure_reason", "attempts"]) {
+            assert_eq!(sum("attempts"), failed_tasks, "{q}");
+            checked += 1;
+        } else if has(&["day", "jobs", "failed"]) {
+            assert_eq!(
+                (sum("jobs"), sum("failed")),
+                (listed.len() as i64, failed_jobs),
+                "{q}"
+            );
+            checked += 1;
+        } else if has(&["executor", "hour", "tasks"]) && rows.len() < 20 {
+            assert_eq!(sum("tasks"), all_tasks, "{q}");
+            checked += 1;
+        } else if has(&["job_id", "status", "duration_ms"]) {
+            for row in &rows {
+                let job = listed
+                    .iter()
+                    .find(|j| j["job_id"] == row["job_id"])
+                    .unwrap();
+                assert_eq!(row["status"], job["status"], "{q}");
+            }
+            checked += 1;
+        }
     }
+    assert_eq!(checked, 5, "the counting questions were all found");
     cluster.sched.terminate();
 }
 

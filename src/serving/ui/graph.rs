@@ -485,17 +485,37 @@ partitioning=Hash([k@0], 4)"]
 
     #[test]
     fn garbage_draws_nothing_and_does_not_fail() {
-        for text in [
-            "",
-            "}}}{{",
-            "digraph { a -> }",
-            "\"unterminated",
-            "subgraph",
+        // Each: (stages, operators, edges) read.
+        for (text, read) in [
+            ("", (0, 0, 0)),
+            ("}}}{{", (0, 0, 0)),
+            ("digraph { a -> }", (0, 0, 0)),
+            ("\"unterminated", (0, 0, 0)),
+            ("subgraph", (1, 0, 0)),
+            ("digraph { a -> b -> }", (0, 2, 1)),
         ] {
             let dot = Dot::parse(text);
-            assert!(dot.stages.len() <= 1, "{text}");
+            assert_eq!(
+                (dot.stages.len(), dot.operators.len(), dot.edges.len()),
+                read,
+                "{text}"
+            );
+            let nodes: Vec<Node> = dot
+                .operators
+                .iter()
+                .map(|o| Node {
+                    title: o.label.clone(),
+                    lines: Vec::new(),
+                    class: "idle",
+                    href: None,
+                    hover: String::new(),
+                })
+                .collect();
+            let drawn = draw(&nodes, &dot.edges, "g").into_string();
+            assert_eq!(drawn.matches("<rect").count(), read.1, "{text}");
         }
-        assert_eq!(layers(2, &[(0, 1), (1, 0)]).len(), 2);
+        // A cycle alone: no node is placed below another.
+        assert_eq!(layers(2, &[(0, 1), (1, 0)]), [0, 0]);
     }
 
     /// Regression: layers were found by relaxing every edge up to once per

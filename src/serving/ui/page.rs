@@ -5,6 +5,7 @@
 //! which escape it; nothing here splices unescaped text.
 
 use crate::serving::ui::Ui;
+pub(crate) use crate::serving::words::{count, duration};
 use maud::{DOCTYPE, Markup, html};
 
 /// Which item of the top bar is the current page.
@@ -78,26 +79,6 @@ pub(crate) fn error_page(ui: &Ui, title: &str, message: &str) -> Markup {
     )
 }
 
-/// `1.24 s`, `850 ms`, `2 min 05 s`, `1 h 02 min`.
-pub(crate) fn duration(ms: u64) -> String {
-    match ms {
-        0..1_000 => format!("{ms} ms"),
-        1_000..60_000 => format!("{:.2} s", ms as f64 / 1e3),
-        60_000..3_600_000 => format!("{} min {:02} s", ms / 60_000, ms / 1_000 % 60),
-        _ => format!("{} h {:02} min", ms / 3_600_000, ms / 60_000 % 60),
-    }
-}
-
-/// `950`, `20.0 K`, `1.50 M`.
-pub(crate) fn count(n: u64) -> String {
-    match n {
-        0..1_000 => n.to_string(),
-        1_000..1_000_000 => format!("{:.1} K", n as f64 / 1e3),
-        1_000_000..1_000_000_000 => format!("{:.2} M", n as f64 / 1e6),
-        _ => format!("{:.2} G", n as f64 / 1e9),
-    }
-}
-
 /// `1 234 567` for exact counts.
 pub(crate) fn exact(n: usize) -> String {
     let digits = n.to_string();
@@ -165,13 +146,6 @@ mod tests {
 
     #[test]
     fn numbers_read_as_people_write_them() {
-        assert_eq!(duration(850), "850 ms");
-        assert_eq!(duration(1_240), "1.24 s");
-        assert_eq!(duration(125_000), "2 min 05 s");
-        assert_eq!(duration(3_720_000), "1 h 02 min");
-        assert_eq!(count(950), "950");
-        assert_eq!(count(20_000), "20.0 K");
-        assert_eq!(count(1_500_000), "1.50 M");
         assert_eq!(exact(1_234_567), "1,234,567");
         assert_eq!(exact(999), "999");
     }
