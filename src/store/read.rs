@@ -273,41 +273,37 @@ fn footer_summary(path: &LogRef, footer: Footer, file_len: u64) -> JobEndSummary
     }
 }
 
-/// The bytes of the log's `JobEnd` line.
+/// The bytes of the log's `JobEnd` line: where the footer says it is, else
+/// (no footer, or one that does not match the file) read the slow way.
 pub(crate) fn terminal_line(log: impl Into<LogRef>) -> Result<Vec<u8>, StoreError> {
     let path: &LogRef = &log.into();
-    if path.is_zstd() {
-        if let Some((footer, file_len)) = zst_footer(path)? {
-            let frame = read_at(path, footer.job_end_offset, footer.job_end_len, file_len);
-            match frame.and_then(|frame| decompress_line(&frame)) {
-                Ok(line) if is_job_end_line(&line) => return Ok(line),
-                _ => log::warn!(
-                    "history: the footer of {} does not match the file (rewritten in place?); \
-                     reading it the slow way",
-                    path.shown()
-                ),
-            }
+    let located = if path.is_zstd() {
+        zst_footer(path)?.map(|(footer, file_len)| {
+            read_at(path, footer.job_end_offset, footer.job_end_len, file_len)
+                .and_then(|frame| decompress_line(&frame))
+        })
+    } else {
+        let tail = TailLine::read(path)?;
+        match tail.footer()? {
+            Some(footer) => Some(read_at(
+                path,
+                footer.job_end_offset,
+                footer.job_end_len,
+                tail.file_len,
+            )),
+            None => return tail.job_end_line(path),
         }
-        return forward_scan(open_decoded(path)?);
+    };
+    match located {
+        Some(Ok(line)) if is_job_end_line(&line) => return Ok(line),
+        Some(_) => log::warn!(
+            "history: the footer of {} does not match the file (rewritten in place?); \
+             reading it the slow way",
+            path.shown()
+        ),
+        None => {}
     }
-    let tail = TailLine::read(path)?;
-    if let Some(footer) = tail.footer()? {
-        match read_at(
-            path,
-            footer.job_end_offset,
-            footer.job_end_len,
-            tail.file_len,
-        ) {
-            Ok(line) if is_job_end_line(&line) => return Ok(line),
-            _ => log::warn!(
-                "history: the footer of {} does not match the file (rewritten in place?); \
-                 reading it the slow way",
-                path.shown()
-            ),
-        }
-        return forward_scan(open_decoded(path)?);
-    }
-    tail.job_end_line(path)
+    forward_scan(open_decoded(path)?)
 }
 
 /// A payload of a plain log at `[offset, offset + len)`, checked to sit

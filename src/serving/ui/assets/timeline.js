@@ -32,6 +32,34 @@
     return e;
   }
 
+  // A binary min-heap of [key, value] pairs.
+  function Heap() { this.a = []; }
+  Heap.prototype.size = function () { return this.a.length; };
+  Heap.prototype.top = function () { return this.a[0]; };
+  Heap.prototype.push = function (key, value) {
+    var a = this.a, i = a.length;
+    a.push(null);
+    while (i > 0) {
+      var p = (i - 1) >> 1;
+      if (a[p][0] <= key) break;
+      a[i] = a[p]; i = p;
+    }
+    a[i] = [key, value];
+  };
+  Heap.prototype.pop = function () {
+    var a = this.a, top = a[0], last = a.pop(), n = a.length, i = 0;
+    if (n === 0) return top;
+    for (;;) {
+      var l = 2 * i + 1, m = l;
+      if (l >= n) break;
+      if (l + 1 < n && a[l + 1][0] < a[l][0]) m = l + 1;
+      if (a[m][0] >= last[0]) break;
+      a[i] = a[m]; i = m;
+    }
+    a[i] = last;
+    return top;
+  };
+
   function build(box, d) {
     box.textContent = "";
     var n = d.stage.length;
@@ -45,22 +73,24 @@
     for (var i = 0; i < n; i++) order[i] = i;
     order.sort(function (a, b) { return d.exec[a] - d.exec[b] || d.start[a] - d.start[b]; });
     var row = new Int32Array(n), lanes = [], rowsOf = [];
-    var cur = -1, ends = [], base = 0;
+    // Each task takes the first row of its lane free at its start: rows
+    // that are busy wait in a heap by their end, free ones in a heap by
+    // index, so 150,000 overlapping tasks are placed in O(n log n).
+    var cur = -1, rows = 0, base = 0, busy = null, free = null;
     for (var k = 0; k < n; k++) {
       var t = order[k];
       if (d.exec[t] !== cur) {
-        if (cur >= 0) { lanes.push({ exec: cur, first: base, rows: ends.length }); base += ends.length; }
-        cur = d.exec[t]; ends = [];
+        if (cur >= 0) { lanes.push({ exec: cur, first: base, rows: rows }); base += rows; }
+        cur = d.exec[t]; rows = 0; busy = new Heap(); free = new Heap();
       }
-      var r = 0;
-      while (r < ends.length && ends[r] > d.start[t]) r++;
-      if (r === ends.length) ends.push(0);
-      ends[r] = Math.max(d.finish[t], d.start[t] + 1);
+      while (busy.size() && busy.top()[0] <= d.start[t]) { var done = busy.pop(); free.push(done[1], done[1]); }
+      var r = free.size() ? free.pop()[1] : rows++;
+      busy.push(Math.max(d.finish[t], d.start[t] + 1), r);
       row[t] = base + r;
       (rowsOf[base + r] = rowsOf[base + r] || []).push(t);
     }
-    lanes.push({ exec: cur, first: base, rows: ends.length });
-    var totalRows = base + ends.length;
+    lanes.push({ exec: cur, first: base, rows: rows });
+    var totalRows = base + rows;
     var rowH = totalRows > 300 ? 3 : totalRows > 120 ? 5 : totalRows > 40 ? 8 : 12;
     var stageIds = d.stages.map(function (s) { return s.id; });
     var color = {};
