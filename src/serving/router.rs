@@ -151,20 +151,26 @@ async fn get_timeline_svg(
     found(source.timeline(&job_id, TimelineRequest::Svg).await?)
 }
 
-/// `GET /api/job/{id}/eventlog`: the job's event log as it is on disk
-/// (decompressed when stored as zstd; what has been written so far while
-/// the job runs), streamed as a download.
-pub(crate) async fn get_eventlog(
+/// `GET /api/job/{id}/eventlog`: see [`eventlog`].
+async fn get_eventlog(
     State(source): State<Source>,
     Path(job_id): Path<String>,
 ) -> Result<Response, ApiError> {
+    eventlog(&source, &job_id).await
+}
+
+/// The job's event log as it is on disk (decompressed when stored as
+/// zstd; what has been written so far while the job runs), streamed as a
+/// download: the answer of `GET /api/job/{id}/eventlog` and of the page's
+/// download link alike.
+pub(crate) async fn eventlog(source: &Source, job_id: &str) -> Result<Response, ApiError> {
     use std::io::Read as _;
-    let Some((_, log)) = source.log_of(&job_id) else {
+    let Some((_, log)) = source.log_of(job_id) else {
         return Err(ApiError::Missing(format!(
             "no event log of job {job_id} here"
         )));
     };
-    let mut reader = read_log(&job_id, move || {
+    let mut reader = read_log(job_id, move || {
         crate::store::open_decoded(&log).map_err(crate::store::StoreError::from)
     })
     .await?;

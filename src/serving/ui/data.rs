@@ -128,7 +128,7 @@ pub(crate) async fn timeline_svg(State(ui): State<Ui>, Path(job_id): Path<String
 
 /// `GET /ui/job/{id}/eventlog`: the API's download, for a page's link.
 pub(crate) async fn eventlog(State(ui): State<Ui>, Path(job_id): Path<String>) -> Response {
-    match crate::serving::router::get_eventlog(State(ui.source.clone()), Path(job_id)).await {
+    match crate::serving::router::eventlog(&ui.source, &job_id).await {
         Ok(r) => r,
         Err(e) => api_error(&ui, e),
     }
