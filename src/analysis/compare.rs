@@ -6,7 +6,8 @@
 use crate::analysis::diagnosis::Diagnosis;
 use crate::analysis::stats::ratio;
 use crate::format::query_hash::hash_text;
-use serde::{Deserialize, Serialize};
+use crate::format::stages::{StageAnswer, StagesAnswer};
+use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -139,38 +140,6 @@ pub struct Comparison {
     pub findings: BTreeMap<&'static str, Vec<FindingKey>>,
 }
 
-#[derive(Deserialize, Default)]
-struct Stages {
-    #[serde(default)]
-    stages: Vec<Stage>,
-}
-
-#[derive(Deserialize)]
-struct Stage {
-    #[serde(deserialize_with = "crate::analysis::records::stage_id")]
-    stage_id: u32,
-    #[serde(default)]
-    input_rows: u64,
-    #[serde(default)]
-    output_rows: u64,
-    #[serde(default)]
-    stage_plan: Option<String>,
-    #[serde(default)]
-    tasks: Vec<StageTask>,
-}
-
-#[derive(Deserialize)]
-struct StageTask {
-    #[serde(default)]
-    launch_time: u64,
-    #[serde(default)]
-    start_exec_time: u64,
-    #[serde(default)]
-    finish_time: u64,
-    #[serde(default)]
-    end_exec_time: u64,
-}
-
 struct StageFacts {
     id: u32,
     shape: String,
@@ -181,39 +150,18 @@ struct StageFacts {
 }
 
 fn stage_facts(json: &[u8]) -> Vec<StageFacts> {
-    let parsed: Stages = serde_json::from_slice(json).unwrap_or_default();
-    let mut out: Vec<StageFacts> = parsed
+    let facts = |s: StageAnswer| StageFacts {
+        id: s.stage_id,
+        shape: shape(s.plan()),
+        duration: s.ended().saturating_sub(s.began()),
+        input_rows: s.input_rows,
+        output_rows: s.output_rows,
+        tasks: s.tasks.len(),
+    };
+    let mut out: Vec<StageFacts> = StagesAnswer::parse(json)
         .stages
         .into_iter()
-        .map(|s| {
-            let begin = s
-                .tasks
-                .iter()
-                .map(|t| {
-                    if t.launch_time > 0 {
-                        t.launch_time
-                    } else {
-                        t.start_exec_time
-                    }
-                })
-                .filter(|&t| t > 0)
-                .min()
-                .unwrap_or(0);
-            let end = s
-                .tasks
-                .iter()
-                .map(|t| t.finish_time.max(t.end_exec_time))
-                .max()
-                .unwrap_or(0);
-            StageFacts {
-                id: s.stage_id,
-                shape: shape(s.stage_plan.as_deref().unwrap_or("")),
-                duration: end.saturating_sub(begin),
-                input_rows: s.input_rows,
-                output_rows: s.output_rows,
-                tasks: s.tasks.len(),
-            }
-        })
+        .map(facts)
         .collect();
     out.sort_by_key(|s| s.id);
     out

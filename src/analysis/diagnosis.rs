@@ -12,6 +12,7 @@
 use crate::analysis::records::{JobHeader, JobRecords, Task};
 use crate::analysis::stats::{quantile, ratio};
 use crate::format::query_hash::hash_text;
+use crate::format::stages::TaskTimes;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet};
@@ -690,13 +691,7 @@ fn queueing(header: &JobHeader, records: &JobRecords, th: &Thresholds, out: &mut
     let first = records
         .tasks
         .iter()
-        .map(|t| {
-            if t.launch_time > 0 {
-                t.launch_time
-            } else {
-                t.begin()
-            }
-        })
+        .map(TaskTimes::launched)
         .filter(|&t| t > 0)
         .min();
     let (Some(first), true) = (first, queued > 0) else {

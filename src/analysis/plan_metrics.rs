@@ -3,6 +3,8 @@
 //! read back into numbers: the memory and spill of each operator for the
 //! diagnosis, and every metric for the `operators` table.
 
+use crate::format::stages::StagesAnswer;
+
 /// One operator's memory and spill metrics, from a metrics plan.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct OperatorMemory {
@@ -78,27 +80,8 @@ pub struct OperatorMetric {
 /// Every metric of every operator in the stored `?plan_format=metrics`
 /// stages answer; metrics whose value does not parse are left out.
 pub fn operator_metrics(stages_json: &[u8]) -> Vec<OperatorMetric> {
-    #[derive(serde::Deserialize)]
-    struct Stages {
-        #[serde(default)]
-        stages: Vec<Stage>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Stage {
-        #[serde(deserialize_with = "crate::analysis::records::stage_id")]
-        stage_id: u32,
-        #[serde(default)]
-        stage_plan: Option<String>,
-    }
-    let Ok(parsed) = serde_json::from_slice::<Stages>(stages_json) else {
-        return Vec::new();
-    };
-    plan_metrics(
-        parsed
-            .stages
-            .iter()
-            .map(|s| (s.stage_id, s.stage_plan.as_deref().unwrap_or(""))),
-    )
+    let answer = StagesAnswer::parse(stages_json);
+    plan_metrics(answer.stages.iter().map(|s| (s.stage_id, s.plan())))
 }
 
 /// Every metric of every operator in each stage's metrics plan, given as

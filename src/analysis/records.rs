@@ -10,6 +10,7 @@ use crate::format::JobState;
 use crate::format::record::{
     Envelope, JobStart, SCHEMA_VERSION, StageEnd, StageStart, TaskEnd, TaskOutcome, kind,
 };
+use crate::format::stages::TaskTimes;
 use crate::store::{Line, LogRef, MAX_LINE, StoreError, read_line};
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -94,23 +95,6 @@ pub(crate) fn scan(path: &LogRef, mut visit: impl FnMut(Rec)) -> Result<(), Stor
     }
 }
 
-/// A stage id as the `/stages` response writes it (`"0"`), or as a
-/// number; anything else reads as stage 0.
-pub(crate) fn stage_id<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-    #[derive(serde::Deserialize)]
-    #[serde(untagged)]
-    enum Id {
-        Number(u32),
-        Text(String),
-        Other(serde::de::IgnoredAny),
-    }
-    Ok(match <Id as serde::Deserialize>::deserialize(d)? {
-        Id::Number(n) => n,
-        Id::Text(t) => t.parse().unwrap_or(0),
-        Id::Other(_) => 0,
-    })
-}
-
 /// One task attempt, compact.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Task {
@@ -138,13 +122,17 @@ pub struct Task {
     pub compute_nanos: u64,
 }
 
+impl TaskTimes for Task {
+    fn times(&self) -> (u64, u64, u64) {
+        (self.launch_time, self.start_exec_time, self.end_exec_time)
+    }
+}
+
 impl Task {
-    /// When the attempt began: executor start, else launch, else its end.
+    /// When the attempt began ([`TaskTimes::began`]: executor start, else
+    /// launch, else its end).
     pub fn begin(&self) -> u64 {
-        [self.start_exec_time, self.launch_time]
-            .into_iter()
-            .find(|&t| t > 0)
-            .unwrap_or(self.end_exec_time)
+        self.began()
     }
 
     /// How long it ran on the executor (ms).

@@ -34,6 +34,7 @@
 use crate::analysis::plan_metrics::plan_metrics;
 use crate::analysis::records::JobRecords;
 use crate::format::record::WrittenJob;
+use crate::format::stages::StagesAnswer;
 use crate::metrics::HistoryMetrics;
 use crate::store::{LogStore, StoreError};
 use datafusion::arrow::array::RecordBatch;
@@ -634,34 +635,14 @@ pub fn rows_of_written(job: WrittenJob) -> (String, JobRows) {
 /// The rows of a job from its records and its `/stages?plan_format=metrics`
 /// response (each stage's status, the operators' metrics).
 fn rows_from(job_id: &str, records: &JobRecords, metrics: &[u8]) -> JobRows {
-    #[derive(Deserialize)]
-    struct Stages {
-        #[serde(default)]
-        stages: Vec<Stage>,
-    }
-    #[derive(Deserialize)]
-    struct Stage {
-        #[serde(deserialize_with = "crate::analysis::records::stage_id")]
-        stage_id: u32,
-        #[serde(default)]
-        stage_status: String,
-        #[serde(default)]
-        stage_plan: Option<String>,
-    }
     // One pass over the answer (it lists every task) for both.
-    let stages = serde_json::from_slice::<Stages>(metrics)
-        .map(|s| s.stages)
-        .unwrap_or_default();
+    let stages = StagesAnswer::parse(metrics).stages;
     let status: BTreeMap<u32, String> = stages
         .iter()
         .filter(|s| !s.stage_status.is_empty())
         .map(|s| (s.stage_id, s.stage_status.clone()))
         .collect();
-    let operators = plan_metrics(
-        stages
-            .iter()
-            .map(|s| (s.stage_id, s.stage_plan.as_deref().unwrap_or(""))),
-    );
+    let operators = plan_metrics(stages.iter().map(|s| (s.stage_id, s.plan())));
     job_rows(job_id, records, &status, &operators)
 }
 

@@ -1,7 +1,8 @@
 //! The bottom layer: what an event log is on disk. The record shapes
 //! (upstream's schema v1 envelope plus our additions), the names of log
 //! files, the footer's framing, the job-state words and epoch-millisecond
-//! times the records use, and the query hash of a logical plan.
+//! times the records use, the query hash of a logical plan, and the lenient
+//! reading of the stored `/stages` answer with the rule for a task's times.
 //!
 //! Everything else builds on this layer and it builds on nothing of the
 //! crate: it may import no other module of ours (not even `metrics`). The
@@ -12,6 +13,7 @@ pub(crate) mod footer;
 pub(crate) mod name;
 pub mod query_hash;
 pub mod record;
+pub mod stages;
 mod state;
 
 pub(crate) use name::LogName;

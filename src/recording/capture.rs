@@ -15,6 +15,7 @@
 use crate::format::record::{
     JobEnd, JobEndStatus, JobIndex, JobStart, Responses, StageEnd, StageStart, Variant, raw_or_null,
 };
+use crate::format::stages::{StageAnswer, StagesAnswer};
 use crate::recording::listener::{Ending, JobEvent};
 use crate::recording::live::{Answer, LiveApi, is_terminal, job_path};
 use crate::recording::redact::Redactor;
@@ -473,57 +474,29 @@ fn fallback_index(
 /// exposes no public stage-transition hook, so each stage's start is its
 /// first task launch and its end its last task finish.
 pub(crate) fn stage_records(stages_json: &str) -> Vec<(StageStart, StageEnd)> {
-    #[derive(Deserialize)]
-    struct Stages {
-        stages: Vec<Stage>,
-    }
-    #[derive(Deserialize)]
-    struct Stage {
-        stage_id: String,
-        stage_status: String,
-        #[serde(default)]
-        tasks: Vec<Option<Task>>,
-    }
-    #[derive(Deserialize)]
-    struct Task {
-        #[serde(default)]
-        partition_id: Vec<u32>,
-        #[serde(default)]
-        launch_time: u64,
-        #[serde(default)]
-        finish_time: u64,
-    }
-    let Ok(parsed) = serde_json::from_str::<Stages>(stages_json) else {
-        return Vec::new();
+    let answer = StagesAnswer::parse(stages_json.as_bytes());
+    let stage = |stage: StageAnswer| {
+        let partitions = stage.tasks.iter().map(|t| t.partition_id.len() as u32);
+        let start = StageStart {
+            stage_id: stage.stage_id,
+            partitions: partitions.sum(),
+            start_time: stage.began(),
+        };
+        let end_time = stage.ended();
+        let status = stage.stage_status;
+        let stage_id = stage.stage_id;
+        (
+            start,
+            StageEnd {
+                stage_id,
+                status,
+                end_time,
+            },
+        )
     };
-    parsed
-        .stages
-        .into_iter()
-        .filter_map(|stage| {
-            let stage_id = stage.stage_id.parse().ok()?;
-            let tasks: Vec<Task> = stage.tasks.into_iter().flatten().collect();
-            let partitions = tasks.iter().map(|t| t.partition_id.len() as u32).sum();
-            let start_time = tasks
-                .iter()
-                .map(|t| t.launch_time)
-                .filter(|&t| t > 0)
-                .min()
-                .unwrap_or(0);
-            let end_time = tasks.iter().map(|t| t.finish_time).max().unwrap_or(0);
-            Some((
-                StageStart {
-                    stage_id,
-                    partitions,
-                    start_time,
-                },
-                StageEnd {
-                    stage_id,
-                    status: stage.stage_status,
-                    end_time,
-                },
-            ))
-        })
-        .collect()
+    // Ballista numbers stages from 1: a 0 is an id that did not read.
+    let known = answer.stages.into_iter().filter(|s| s.stage_id > 0);
+    known.map(stage).collect()
 }
 
 #[cfg(test)]

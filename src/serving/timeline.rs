@@ -9,6 +9,7 @@ pub use crate::analysis::records::JobHeader;
 use crate::analysis::records::{Rec, scan};
 use crate::format::JobState;
 use crate::format::record::{JobStart, TaskEnd};
+use crate::format::stages::TaskTimes;
 use crate::serving::error::ApiError;
 use crate::serving::words::duration;
 use crate::store::LogRef;
@@ -263,11 +264,7 @@ pub(crate) fn read_timeline(
             Rec::Start(s) => start = s,
             Rec::Task(t) => {
                 stages.task(&t);
-                let begin = if t.launch_time > 0 {
-                    t.launch_time
-                } else {
-                    t.start_exec_time
-                };
+                let begin = t.launched();
                 let d = derived.entry(t.stage_id).or_insert((0, 0));
                 if begin > 0 && (d.0 == 0 || begin < d.0) {
                     d.0 = begin;
@@ -335,10 +332,7 @@ pub fn render_svg(log: impl Into<LogRef>, header: &JobHeader) -> Result<String, 
         Rec::Task(t) => {
             let next = executors.len() as u32;
             let executor = *executors.entry(t.executor_id.clone()).or_insert(next);
-            let start = [t.start_exec_time, t.launch_time]
-                .into_iter()
-                .find(|&v| v > 0)
-                .unwrap_or(t.end_exec_time);
+            let start = t.began();
             bars.push(Bar {
                 executor,
                 stage_id: t.stage_id,

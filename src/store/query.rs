@@ -88,20 +88,38 @@ impl Facts {
 /// ones, or an index entry, whose strings are only touched when a filter
 /// or a tie needs them.
 pub trait JobFacts: std::fmt::Debug {
+    /// The facts, strings borrowed: the one accessor each kind of job
+    /// implements; the others read it.
+    fn facts(&self) -> FactsRef<'_>;
+
     /// The job.
-    fn job_id(&self) -> &str;
+    fn job_id(&self) -> &str {
+        self.facts().job_id
+    }
     /// Its name.
-    fn job_name(&self) -> &str;
+    fn job_name(&self) -> &str {
+        self.facts().job_name
+    }
     /// Its state.
-    fn state(&self) -> JobState;
+    fn state(&self) -> JobState {
+        self.facts().state
+    }
     /// When it was queued (epoch millis; 0 when unknown).
-    fn queued_time(&self) -> u64;
+    fn queued_time(&self) -> u64 {
+        self.facts().queued_time
+    }
     /// Start time (epoch millis; 0 when not started).
-    fn start_time(&self) -> u64;
+    fn start_time(&self) -> u64 {
+        self.facts().start_time
+    }
     /// End time (epoch millis; 0 when not ended).
-    fn end_time(&self) -> u64;
+    fn end_time(&self) -> u64 {
+        self.facts().end_time
+    }
     /// The query hash of its logical plan (0 when unknown).
-    fn query_hash(&self) -> u64;
+    fn query_hash(&self) -> u64 {
+        self.facts().query_hash
+    }
 
     /// Progress records its log lost under backpressure (0 when none or
     /// unknown).
@@ -136,74 +154,34 @@ fn numeric(f: &(impl JobFacts + ?Sized), sort: Sort) -> u64 {
 }
 
 impl<S: AsRef<str> + std::fmt::Debug> JobFacts for Facts<S> {
-    fn job_id(&self) -> &str {
-        self.job_id.as_ref()
-    }
-    fn job_name(&self) -> &str {
-        self.job_name.as_ref()
-    }
-    fn state(&self) -> JobState {
-        self.state
-    }
-    fn queued_time(&self) -> u64 {
-        self.queued_time
-    }
-    fn start_time(&self) -> u64 {
-        self.start_time
-    }
-    fn end_time(&self) -> u64 {
-        self.end_time
-    }
-    fn query_hash(&self) -> u64 {
-        self.query_hash
+    fn facts(&self) -> FactsRef<'_> {
+        Facts {
+            job_id: self.job_id.as_ref(),
+            job_name: self.job_name.as_ref(),
+            state: self.state,
+            queued_time: self.queued_time,
+            start_time: self.start_time,
+            end_time: self.end_time,
+            query_hash: self.query_hash,
+        }
     }
 }
 
 impl<T: JobFacts + ?Sized> JobFacts for &T {
-    fn job_id(&self) -> &str {
-        (**self).job_id()
+    fn facts(&self) -> FactsRef<'_> {
+        (**self).facts()
     }
-    fn job_name(&self) -> &str {
-        (**self).job_name()
-    }
-    fn state(&self) -> JobState {
-        (**self).state()
-    }
-    fn queued_time(&self) -> u64 {
-        (**self).queued_time()
-    }
-    fn start_time(&self) -> u64 {
-        (**self).start_time()
-    }
-    fn end_time(&self) -> u64 {
-        (**self).end_time()
-    }
-    fn query_hash(&self) -> u64 {
-        (**self).query_hash()
+    fn dropped_records(&self) -> u64 {
+        (**self).dropped_records()
     }
 }
 
 impl JobFacts for Row {
-    fn job_id(&self) -> &str {
-        self.facts.job_id()
+    fn facts(&self) -> FactsRef<'_> {
+        self.facts.facts()
     }
-    fn job_name(&self) -> &str {
-        self.facts.job_name()
-    }
-    fn state(&self) -> JobState {
-        self.facts.state()
-    }
-    fn queued_time(&self) -> u64 {
-        self.facts.queued_time()
-    }
-    fn start_time(&self) -> u64 {
-        self.facts.start_time()
-    }
-    fn end_time(&self) -> u64 {
-        self.facts.end_time()
-    }
-    fn query_hash(&self) -> u64 {
-        self.facts.query_hash()
+    fn dropped_records(&self) -> u64 {
+        self.facts.dropped_records()
     }
 }
 

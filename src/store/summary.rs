@@ -324,26 +324,16 @@ impl JobSummary {
 }
 
 impl JobFacts for JobSummary {
-    fn job_id(&self) -> &str {
-        self.piece(0)
-    }
-    fn job_name(&self) -> &str {
-        self.piece(1)
-    }
-    fn state(&self) -> JobState {
-        self.state
-    }
-    fn queued_time(&self) -> u64 {
-        self.queued_time
-    }
-    fn start_time(&self) -> u64 {
-        self.start_time
-    }
-    fn end_time(&self) -> u64 {
-        self.end_time
-    }
-    fn query_hash(&self) -> u64 {
-        self.query_hash
+    fn facts(&self) -> FactsRef<'_> {
+        Facts {
+            job_id: self.piece(0),
+            job_name: self.piece(1),
+            state: self.state,
+            queued_time: self.queued_time,
+            start_time: self.start_time,
+            end_time: self.end_time,
+            query_hash: self.query_hash,
+        }
     }
     fn dropped_records(&self) -> u64 {
         self.dropped_records

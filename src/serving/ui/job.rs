@@ -11,6 +11,7 @@
 use crate::analysis::diagnosis::{Diagnosis, Thresholds, diagnose, operator_memory};
 use crate::analysis::records::{JobHeader, JobRecords, Task};
 use crate::analysis::stats::quantile;
+use crate::format::stages::{StageAnswer, StagesAnswer};
 use crate::serving::error::ApiError;
 use crate::serving::source::{Resource, read_log};
 use crate::serving::ui::graph::{Dot, Node, draw, operator_name};
@@ -43,29 +44,6 @@ struct JobView {
     physical_plan: Option<String>,
 }
 
-/// One stage of `GET /api/job/{id}/stages`, its task list skipped.
-#[derive(Deserialize)]
-pub(super) struct StoredStage {
-    #[serde(deserialize_with = "crate::analysis::records::stage_id")]
-    pub(super) stage_id: u32,
-    #[serde(default)]
-    pub(super) stage_status: String,
-    #[serde(default)]
-    pub(super) input_rows: u64,
-    #[serde(default)]
-    pub(super) output_rows: u64,
-    #[serde(default)]
-    pub(super) elapsed_compute: String,
-    #[serde(default)]
-    pub(super) stage_plan: String,
-}
-
-#[derive(Deserialize, Default)]
-struct StoredStages {
-    #[serde(default)]
-    stages: Vec<StoredStage>,
-}
-
 /// The body of a stored response, when the source has it.
 pub(super) async fn body(ui: &Ui, job_id: &str, resource: Resource) -> Option<Bytes> {
     match ui.source.get(job_id, resource).await {
@@ -78,10 +56,10 @@ pub(super) async fn stored_stages(
     ui: &Ui,
     job_id: &str,
     format: PlanFormat,
-) -> BTreeMap<u32, StoredStage> {
+) -> BTreeMap<u32, StageAnswer> {
     let parsed = match body(ui, job_id, Resource::Stages(format)).await {
-        Some(b) => serde_json::from_slice::<StoredStages>(&b).unwrap_or_default(),
-        None => StoredStages::default(),
+        Some(b) => StagesAnswer::parse(&b),
+        None => StagesAnswer::default(),
     };
     parsed.stages.into_iter().map(|s| (s.stage_id, s)).collect()
 }
@@ -124,7 +102,7 @@ pub(super) struct StageStats {
 
 pub(super) fn stage_stats(
     records: Option<&JobRecords>,
-    stored: &BTreeMap<u32, StoredStage>,
+    stored: &BTreeMap<u32, StageAnswer>,
     dot: &Dot,
 ) -> Vec<StageStats> {
     let mut by_stage: BTreeMap<u32, Vec<&Task>> = BTreeMap::new();
@@ -547,7 +525,7 @@ async fn plans(ui: &Ui, job_id: &str, view: &JobView, format: PlanFormat) -> Mar
         (plan_block("Logical plan", view.logical_plan.as_deref()))
         (plan_block("Physical plan", view.physical_plan.as_deref()))
         @for s in stored.values() {
-            (plan_block(&format!("Stage {} plan · {}", s.stage_id, s.stage_status), Some(&s.stage_plan)))
+            (plan_block(&format!("Stage {} plan · {}", s.stage_id, s.stage_status), Some(s.plan())))
         }
     }
 }

@@ -153,10 +153,10 @@ pub(crate) async fn stage_page(
             }
         }
     };
-    let plan = with_metrics.get(&stage_id).map(|s| s.stage_plan.as_str());
+    let plan = with_metrics.get(&stage_id).map(|s| s.plan());
     let compute_total = with_metrics
         .get(&stage_id)
-        .map(|s| s.elapsed_compute.as_str())
+        .and_then(|s| s.elapsed_compute.as_deref())
         .unwrap_or("");
     let body = html! {
         nav.crumbs aria-label="Breadcrumb" {
