@@ -51,8 +51,11 @@ type Source = Arc<dyn JobSource>;
 pub fn job_routes(source: Source) -> Router {
     Router::new()
         .route("/api/jobs", get(list_jobs))
-        .route("/api/job/{job_id}", get(get_job).patch(cancel_job))
-        .route("/api/job/{job_id}/stages", get(get_stages))
+        .route(
+            "/api/job/{job_id}",
+            get(get_formatted::<false>).patch(cancel_job),
+        )
+        .route("/api/job/{job_id}/stages", get(get_formatted::<true>))
         .route("/api/job/{job_id}/config", get(get_config))
         .route("/api/job/{job_id}/dot", get(get_dot))
         .route("/api/job/{job_id}/stage/{stage_id}/dot", get(get_stage_dot))
@@ -234,30 +237,19 @@ async fn answer(source: &Source, job_id: &str, resource: Resource) -> Result<Res
     found(source.get(job_id, resource).await?)
 }
 
-async fn get_job(
+/// `GET /api/job/{id}` and, with `STAGES`, `GET /api/job/{id}/stages`:
+/// the two answers that take `?plan_format=`.
+async fn get_formatted<const STAGES: bool>(
     State(source): State<Source>,
     Path(job_id): Path<String>,
     Query(params): Query<FormatParams>,
 ) -> Result<Response, ApiError> {
-    answer(
-        &source,
-        &job_id,
-        Resource::Job(params.plan_format.unwrap_or_default()),
-    )
-    .await
-}
-
-async fn get_stages(
-    State(source): State<Source>,
-    Path(job_id): Path<String>,
-    Query(params): Query<FormatParams>,
-) -> Result<Response, ApiError> {
-    answer(
-        &source,
-        &job_id,
-        Resource::Stages(params.plan_format.unwrap_or_default()),
-    )
-    .await
+    let format = params.plan_format.unwrap_or_default();
+    let resource = match STAGES {
+        true => Resource::Stages(format),
+        false => Resource::Job(format),
+    };
+    answer(&source, &job_id, resource).await
 }
 
 async fn get_config(

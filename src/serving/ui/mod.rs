@@ -145,27 +145,22 @@ struct Asset {
     body: &'static str,
 }
 
+/// An asset of `assets/`, served under its file name.
+macro_rules! asset {
+    ($name:literal, $content_type:literal) => {
+        Asset {
+            name: $name,
+            content_type: $content_type,
+            body: include_str!(concat!("assets/", $name)),
+        }
+    };
+}
+
 const ASSETS: &[Asset] = &[
-    Asset {
-        name: "ui.css",
-        content_type: "text/css; charset=utf-8",
-        body: include_str!("assets/ui.css"),
-    },
-    Asset {
-        name: "ui.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("assets/ui.js"),
-    },
-    Asset {
-        name: "timeline.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("assets/timeline.js"),
-    },
-    Asset {
-        name: "icon.svg",
-        content_type: "image/svg+xml",
-        body: include_str!("assets/icon.svg"),
-    },
+    asset!("ui.css", "text/css; charset=utf-8"),
+    asset!("ui.js", "text/javascript; charset=utf-8"),
+    asset!("timeline.js", "text/javascript; charset=utf-8"),
+    asset!("icon.svg", "image/svg+xml"),
 ];
 
 async fn asset(axum::extract::Path(name): axum::extract::Path<String>) -> Response {

@@ -12,6 +12,7 @@
 //! followed from elsewhere opens the page with the query in the editor,
 //! not run; an embed from elsewhere is refused.
 
+use crate::serving::sql::SqlEngine;
 use crate::serving::sql::worker::Format;
 use crate::serving::ui::page::{self, Nav, query_string};
 use crate::serving::ui::{Ui, api_error, error, html_response};
@@ -21,6 +22,7 @@ use axum::response::Response;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use maud::{Markup, html};
+use std::sync::Arc;
 
 /// Rows the page shows (the CSV has them all, up to the row limit).
 const SHOWN: usize = 1_000;
@@ -78,10 +80,8 @@ pub(crate) async fn page(
     State(ui): State<Ui>,
     headers: HeaderMap,
     Query(p): Query<Params>,
-) -> Response {
-    let Some(engine) = &ui.sql else {
-        return error(&ui, StatusCode::NOT_FOUND, "SQL is not served here.");
-    };
+) -> Result<Response, Response> {
+    let engine = served(&ui)?;
     let q = p.q.trim().to_string();
     let from_elsewhere = !q.is_empty() && !ours(&headers);
     if from_elsewhere {
@@ -130,7 +130,16 @@ pub(crate) async fn page(
             }
         }
     };
-    html_response(status, page::frame(&ui, "SQL", Nav::Sql, false, body))
+    Ok(html_response(
+        status,
+        page::frame(&ui, "SQL", Nav::Sql, false, body),
+    ))
+}
+
+/// The SQL engine, or the page that says SQL is not served here.
+fn served(ui: &Ui) -> Result<&Arc<SqlEngine>, Response> {
+    let not_served = || error(ui, StatusCode::NOT_FOUND, "SQL is not served here.");
+    ui.sql.as_ref().ok_or_else(not_served)
 }
 
 fn table(a: &crate::serving::sql::Answer) -> Markup {
@@ -156,24 +165,22 @@ fn table(a: &crate::serving::sql::Answer) -> Markup {
 /// worker.
 pub(crate) async fn csv(
     State(ui): State<Ui>,
-    headers: HeaderMap,
     Query(p): Query<Params>,
-) -> Response {
-    let Some(engine) = &ui.sql else {
-        return error(&ui, StatusCode::NOT_FOUND, "SQL is not served here.");
-    };
+    headers: HeaderMap,
+) -> Result<Response, Response> {
+    let engine = served(&ui)?;
     if !ours(&headers) {
         engine.refused(crate::serving::sql::pool::Outcome::CrossSite);
-        return error(
+        return Err(error(
             &ui,
             StatusCode::FORBIDDEN,
             "A page of another site asked for this answer; open the SQL page to run the query.",
-        );
+        ));
     }
-    let answer = match engine.query(&p.q, Format::Csv, usize::MAX).await {
-        Ok(a) => a,
-        Err(e) => return api_error(&ui, e),
-    };
+    let answer = engine
+        .query(&p.q, Format::Csv, usize::MAX)
+        .await
+        .map_err(|e| api_error(&ui, e))?;
     let mut response = Response::new(Body::from_stream(answer.body));
     let h = response.headers_mut();
     h.insert(
@@ -185,7 +192,7 @@ pub(crate) async fn csv(
         header::CONTENT_DISPOSITION,
         HeaderValue::from_static("attachment; filename=\"query.csv\""),
     );
-    response
+    Ok(response)
 }
 
 #[cfg(test)]
