@@ -164,6 +164,14 @@ pub(super) struct Manifest {
     pub(super) segments: Vec<Segment>,
 }
 
+impl Manifest {
+    /// The next segment's number, taken.
+    fn take_seq(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq - 1
+    }
+}
+
 /// What a query reads: the files of one generation, kept on disk while
 /// the query holds this.
 #[derive(Debug)]
@@ -307,21 +315,15 @@ impl Columnar {
     ) -> Result<Arc<Generation>, ColumnarError> {
         self.fresh.start();
         let mut state = self.state.lock().await;
+        let state = &mut *state;
         // Before the first index pass the store lists too little: what the
         // files hold stays as it is.
         if !store.is_ready() {
             return Ok(state.current.clone());
         }
-        // Nothing changed in the store, every file is where it was and
-        // (object stores) published: the files are up to date.
         let shared = Shared::of(store, self.metrics.clone());
         let version = Some(store.version());
-        let dir = self.dir.clone();
-        if version.is_some()
-            && version == state.seen
-            && (shared.is_none() || state.published || !publish)
-            && state.manifest.segments.iter().all(|s| intact(&dir, s))
-        {
+        if self.up_to_date(state, version, shared.is_some(), publish) {
             return Ok(state.current.clone());
         }
         let completed: HashSet<String> = store.with_completed(|jobs| {
@@ -329,23 +331,62 @@ impl Columnar {
                 .collect()
         });
         let mut changed = false;
-        // An object store: a new spool starts from what another server
-        // published, not from every log.
-        if let Some(shared) = &shared
-            && state.seen.is_none()
-            && state.manifest.segments.is_empty()
-        {
-            let mut next = state.manifest.next_seq;
-            let fetched = shared.fetch(&dir, &mut next, &mut state.remote_files).await;
-            state.manifest.next_seq = next;
-            changed |= !fetched.is_empty();
-            state.manifest.segments.extend(fetched);
+        if let Some(shared) = &shared {
+            changed |= self.start_from_published(state, shared).await;
         }
-        // Damaged or missing files: forget their segments.
+        changed |= self.forget_damaged(state);
+        changed |= self.rewrite_and_merge(state, &completed).await?;
+        changed |= self.add_written(state, &completed).await?;
+        changed |= self.add_from_logs(state, store, &completed).await?;
+        state.seen = version;
+        if changed {
+            state.published = false;
+        }
+        if let Some(shared) = &shared
+            && publish
+        {
+            changed |= self.publish(state, shared).await;
+        }
+        if changed {
+            state.manifest.version = 1;
+            write_manifest(&self.dir, &state.manifest)?;
+            state.current = Arc::new(generation(&self.dir, &state.manifest));
+        }
+        self.collect_retired();
+        Ok(state.current.clone())
+    }
+
+    /// Nothing changed in the store, every file is where it was and (object
+    /// stores) published: the files are up to date.
+    fn up_to_date(&self, state: &State, version: Option<u64>, shared: bool, publish: bool) -> bool {
+        version.is_some()
+            && version == state.seen
+            && (!shared || state.published || !publish)
+            && state.manifest.segments.iter().all(|s| intact(&self.dir, s))
+    }
+
+    /// An object store: a new spool starts from what another server
+    /// published, not from every log.
+    async fn start_from_published(&self, state: &mut State, shared: &Shared) -> bool {
+        if state.seen.is_some() || !state.manifest.segments.is_empty() {
+            return false;
+        }
+        let mut next = state.manifest.next_seq;
+        let fetched = shared
+            .fetch(&self.dir, &mut next, &mut state.remote_files)
+            .await;
+        state.manifest.next_seq = next;
+        let changed = !fetched.is_empty();
+        state.manifest.segments.extend(fetched);
+        changed
+    }
+
+    /// Damaged or missing files: forget their segments.
+    fn forget_damaged(&self, state: &mut State) -> bool {
         let before = state.manifest.segments.len();
         state.manifest.segments.retain(|s| {
             TABLES.iter().all(|(table, _)| {
-                let path = seg_path(&dir, table, s.seq);
+                let path = seg_path(&self.dir, table, s.seq);
                 let ok = readable(&path);
                 if !ok {
                     log::warn!(
@@ -357,19 +398,22 @@ impl Columnar {
                 ok
             })
         });
-        changed |= state.manifest.segments.len() != before;
-        // Jobs gone from the store: rewrite the segments holding them.
-        let mut rewrite = Vec::new();
-        for (i, s) in state.manifest.segments.iter().enumerate() {
-            if s.jobs.keys().any(|id| !completed.contains(id)) {
-                rewrite.push(i);
-            }
-        }
-        let merge = small_groups(&state.manifest.segments);
-        // Each rewrite alone (jobs gone), each group of small ones merged.
+        state.manifest.segments.len() != before
+    }
+
+    /// Rewrites each segment holding jobs gone from the store, alone, and
+    /// merges each group of small ones.
+    async fn rewrite_and_merge(
+        &self,
+        state: &mut State,
+        completed: &HashSet<String>,
+    ) -> Result<bool, ColumnarError> {
+        let segments = &state.manifest.segments;
+        let rewrite = (0..segments.len())
+            .filter(|&i| segments[i].jobs.keys().any(|id| !completed.contains(id)));
+        let merge = small_groups(segments);
         let merged: HashSet<usize> = merge.iter().flatten().copied().collect();
         let groups: Vec<Vec<usize>> = rewrite
-            .into_iter()
             .filter(|i| !merged.contains(i))
             .map(|i| vec![i])
             .chain(merge)
@@ -380,46 +424,58 @@ impl Columnar {
             .map(|g| g.iter().filter_map(|&i| slots[i].take()).collect())
             .collect();
         state.manifest.segments = slots.into_iter().flatten().collect();
+        let changed = !taken.is_empty();
         for old in taken {
-            let seq = state.manifest.next_seq;
-            state.manifest.next_seq += 1;
-            let keep = completed.clone();
-            let dir = self.dir.clone();
-            let olds = old.clone();
+            let seq = state.manifest.take_seq();
+            let (keep, dir, olds) = (completed.clone(), self.dir.clone(), old.clone());
             let merged =
                 tokio::task::spawn_blocking(move || merge_segments(&dir, &olds, &keep, seq))
                     .await??;
-            if let Some(seg) = merged {
-                state.manifest.segments.push(seg);
-            }
+            state.manifest.segments.extend(merged);
             for s in &old {
                 for (table, _) in TABLES {
                     self.retire(&state.current, seg_path(&self.dir, table, s.seq));
                 }
             }
-            changed = true;
         }
-        // Jobs the writer handed over: their rows from its records.
+        Ok(changed)
+    }
+
+    /// Jobs the writer handed over: their rows from its records.
+    async fn add_written(
+        &self,
+        state: &mut State,
+        completed: &HashSet<String>,
+    ) -> Result<bool, ColumnarError> {
         let written = {
             let held = held_jobs(&state.manifest);
             self.fresh
                 .take(|id| completed.contains(id) && !held.contains(id))
         };
-        if !written.is_empty() {
-            let n = written.len() as u64;
-            let seq = state.manifest.next_seq;
-            state.manifest.next_seq += 1;
-            let dir = self.dir.clone();
-            let seg = tokio::task::spawn_blocking(move || {
-                let rows = written.into_iter().map(rows_of_written).collect();
-                write_segment(&dir, seq, rows)
-            })
-            .await??;
-            self.metrics.columnar_jobs_from_writer.inc_by(n);
-            state.manifest.segments.push(seg);
-            changed = true;
+        if written.is_empty() {
+            return Ok(false);
         }
-        // New jobs: read their logs, write one segment.
+        let n = written.len() as u64;
+        let seq = state.manifest.take_seq();
+        let dir = self.dir.clone();
+        let seg = tokio::task::spawn_blocking(move || {
+            let rows = written.into_iter().map(rows_of_written).collect();
+            write_segment(&dir, seq, rows)
+        })
+        .await??;
+        self.metrics.columnar_jobs_from_writer.inc_by(n);
+        state.manifest.segments.push(seg);
+        Ok(true)
+    }
+
+    /// New jobs: read their logs, write a segment per chunk of them, so
+    /// memory stays bounded however many jobs are new.
+    async fn add_from_logs(
+        &self,
+        state: &mut State,
+        store: &Arc<LogStore>,
+        completed: &HashSet<String>,
+    ) -> Result<bool, ColumnarError> {
         let held = held_jobs(&state.manifest);
         let mut new: Vec<String> = completed
             .iter()
@@ -427,78 +483,80 @@ impl Columnar {
             .cloned()
             .collect();
         new.sort();
-        // In chunks, so memory stays bounded however many jobs are new.
+        let mut changed = false;
         for chunk in new.chunks(CHUNK) {
-            let rows: Vec<(String, Result<JobRows, ColumnarError>)> =
-                futures::stream::iter(chunk.iter().cloned())
-                    .map(|id| async move {
-                        let rows = rows_of(store, &id).await;
-                        (id, rows)
-                    })
-                    .buffer_unordered(READERS)
-                    .collect::<Vec<_>>()
-                    .await;
-            let rows: Vec<(String, JobRows)> = rows
-                .into_iter()
-                .filter_map(|(id, rows)| match rows {
-                    Ok(r) => {
-                        self.metrics.columnar_logs_read.inc();
-                        Some((id, r))
-                    }
-                    Err(e) => {
-                        log::warn!("history: job {id} left out of the SQL tables: {e}");
-                        state.unreadable.insert(id);
-                        None
-                    }
-                })
-                .collect();
+            let rows = self.read_rows(state, store, chunk).await;
             if rows.is_empty() {
                 continue;
             }
-            let seq = state.manifest.next_seq;
-            state.manifest.next_seq += 1;
+            let seq = state.manifest.take_seq();
             let dir = self.dir.clone();
             let seg = tokio::task::spawn_blocking(move || write_segment(&dir, seq, rows)).await??;
             state.manifest.segments.push(seg);
             changed = true;
         }
-        state.seen = version;
-        if changed {
-            state.published = false;
-        }
-        if let Some(shared) = &shared
-            && publish
-            && !state.published
-        {
-            // Published after every file is written; a failure is retried
-            // by the next refresh.
-            let State {
-                manifest,
-                remote_files,
-                ..
-            } = &mut *state;
-            match shared.publish(&self.dir, manifest, remote_files).await {
-                Ok(filled) => {
-                    state.published = true;
-                    changed |= filled;
+        Ok(changed)
+    }
+
+    /// The rows of `ids` from their logs; a log that does not read is left
+    /// out (and not tried again).
+    async fn read_rows(
+        &self,
+        state: &mut State,
+        store: &Arc<LogStore>,
+        ids: &[String],
+    ) -> Vec<(String, JobRows)> {
+        let rows: Vec<(String, Result<JobRows, ColumnarError>)> =
+            futures::stream::iter(ids.iter().cloned())
+                .map(|id| async move {
+                    let rows = rows_of(store, &id).await;
+                    (id, rows)
+                })
+                .buffer_unordered(READERS)
+                .collect()
+                .await;
+        let mut read = Vec::with_capacity(rows.len());
+        for (id, rows) in rows {
+            match rows {
+                Ok(r) => {
+                    self.metrics.columnar_logs_read.inc();
+                    read.push((id, r));
                 }
                 Err(e) => {
-                    state.published = false;
-                    log::warn!(
-                        "history: the columnar history is not published beside the logs \
-                         ({e}); retried at the next refresh"
-                    );
+                    log::warn!("history: job {id} left out of the SQL tables: {e}");
+                    state.unreadable.insert(id);
                 }
             }
         }
-        if changed {
-            state.manifest.version = 1;
-            write_manifest(&self.dir, &state.manifest)?;
-            let next = Arc::new(generation(&self.dir, &state.manifest));
-            state.current = next;
+        read
+    }
+
+    /// Publishes the files beside the logs after every file is written; a
+    /// failure is retried by the next refresh. Whether the manifest
+    /// changed (the store's copies filled in).
+    async fn publish(&self, state: &mut State, shared: &Shared) -> bool {
+        if state.published {
+            return false;
         }
-        self.collect_retired();
-        Ok(state.current.clone())
+        let State {
+            manifest,
+            remote_files,
+            ..
+        } = state;
+        match shared.publish(&self.dir, manifest, remote_files).await {
+            Ok(filled) => {
+                state.published = true;
+                filled
+            }
+            Err(e) => {
+                state.published = false;
+                log::warn!(
+                    "history: the columnar history is not published beside the logs \
+                     ({e}); retried at the next refresh"
+                );
+                false
+            }
+        }
     }
 
     /// Deletes `path` once no query holds `generation`.

@@ -6,7 +6,7 @@
 //! milliseconds; a value not known is null, never 0.
 
 use crate::analysis::plan_metrics::OperatorMetric;
-use crate::analysis::records::JobRecords;
+use crate::analysis::records::{JobRecords, StageMarks, Task};
 use crate::analysis::stats::quantile;
 use crate::store::query::JobFacts;
 use datafusion::arrow::array::{
@@ -146,84 +146,137 @@ pub fn job_rows(
     stage_status: &BTreeMap<u32, String>,
     metrics: &[OperatorMetric],
 ) -> JobRows {
-    let n = records.tasks.len();
-    let mut t = (
-        StringViewBuilder::with_capacity(n),
-        UInt32Builder::with_capacity(n),
-        UInt32Builder::with_capacity(n),
-        UInt32Builder::with_capacity(n),
-        StringViewBuilder::with_capacity(n),
-        StringViewBuilder::with_capacity(n),
-        StringViewBuilder::new(),
-        [
-            TimestampMillisecondBuilder::with_capacity(n),
-            TimestampMillisecondBuilder::with_capacity(n),
-            TimestampMillisecondBuilder::with_capacity(n),
-        ],
-        [
-            Int64Builder::with_capacity(n),
-            Int64Builder::with_capacity(n),
-            Int64Builder::with_capacity(n),
-            Int64Builder::with_capacity(n),
-        ],
-    );
-    let mut by_stage: BTreeMap<u32, Vec<&crate::analysis::records::Task>> = BTreeMap::new();
+    let mut tasks = TaskColumns::default();
+    let mut by_stage: BTreeMap<u32, Vec<&Task>> = BTreeMap::new();
     for id in records.stages.keys().chain(stage_status.keys()) {
         by_stage.entry(*id).or_default();
     }
     for task in &records.tasks {
         by_stage.entry(task.stage_id).or_default().push(task);
-        t.0.append_value(job_id);
-        t.1.append_value(task.stage_id);
-        t.2.append_value(task.task_id);
-        t.3.append_value(task.stage_attempt);
-        t.4.append_value(
-            records
-                .executors
-                .get(task.executor as usize)
-                .map_or("", String::as_str),
-        );
-        t.5.append_value(if task.succeeded() {
+        let executor = records.executors.get(task.executor as usize);
+        tasks.push(job_id, task, executor.map_or("", String::as_str));
+    }
+    let mut stages = StageColumns::default();
+    let mut last_stage_rows = 0i64;
+    for (stage_id, tasks) in &by_stage {
+        let marks = records.stages.get(stage_id);
+        let status = marks
+            .and_then(|m| m.status.clone())
+            .or_else(|| stage_status.get(stage_id).cloned());
+        last_stage_rows = stages.push(job_id, *stage_id, status, marks, tasks);
+    }
+    let mut operators = OperatorColumns::default();
+    for m in metrics {
+        operators.push(job_id, m);
+    }
+    JobRows {
+        stages: stages.finish(),
+        tasks: tasks.finish(),
+        operators: operators.finish(),
+        totals: JobTotals {
+            tasks: records.tasks.len() as i64,
+            failed_tasks: records.tasks.iter().filter(|t| !t.succeeded()).count() as i64,
+            output_rows: last_stage_rows,
+            scheduler_id: records.start.scheduler_id.clone(),
+        },
+    }
+}
+
+/// The `tasks` columns being built, in the table's order.
+#[derive(Default)]
+struct TaskColumns {
+    job_id: StringViewBuilder,
+    stage_id: UInt32Builder,
+    task_id: UInt32Builder,
+    stage_attempt: UInt32Builder,
+    executor: StringViewBuilder,
+    status: StringViewBuilder,
+    failure_reason: StringViewBuilder,
+    launch: TimestampMillisecondBuilder,
+    start: TimestampMillisecondBuilder,
+    end: TimestampMillisecondBuilder,
+    duration: Int64Builder,
+    input_rows: Int64Builder,
+    output_rows: Int64Builder,
+    compute: Int64Builder,
+}
+
+impl TaskColumns {
+    fn push(&mut self, job_id: &str, task: &Task, executor: &str) {
+        self.job_id.append_value(job_id);
+        self.stage_id.append_value(task.stage_id);
+        self.task_id.append_value(task.task_id);
+        self.stage_attempt.append_value(task.stage_attempt);
+        self.executor.append_value(executor);
+        let status = if task.succeeded() {
             "Successful"
         } else {
             "Failed"
-        });
-        t.6.append_option(task.failure.as_ref().map(|(reason, _)| reason.as_str()));
-        t.7[0].append_option(opt_ts(task.launch_time));
-        t.7[1].append_option(opt_ts(task.begin()));
-        t.7[2].append_option(opt_ts(task.end_exec_time));
-        t.8[0].append_value(task.duration() as i64);
-        t.8[1].append_value(task.input_rows as i64);
-        t.8[2].append_value(task.output_rows as i64);
-        t.8[3].append_value((task.compute_nanos / 1_000_000) as i64);
+        };
+        self.status.append_value(status);
+        let reason = task.failure.as_ref().map(|(reason, _)| reason.as_str());
+        self.failure_reason.append_option(reason);
+        self.launch.append_option(opt_ts(task.launch_time));
+        self.start.append_option(opt_ts(task.begin()));
+        self.end.append_option(opt_ts(task.end_exec_time));
+        self.duration.append_value(task.duration() as i64);
+        self.input_rows.append_value(task.input_rows as i64);
+        self.output_rows.append_value(task.output_rows as i64);
+        self.compute
+            .append_value((task.compute_nanos / 1_000_000) as i64);
     }
-    let [launch, start, end] = t.7;
-    let [duration, input, output, compute] = t.8;
-    let tasks = finish(
-        &TASKS,
-        vec![
-            Arc::new(t.0.finish()),
-            Arc::new(t.1.finish()),
-            Arc::new(t.2.finish()),
-            Arc::new(t.3.finish()),
-            Arc::new(t.4.finish()),
-            Arc::new(t.5.finish()),
-            Arc::new(t.6.finish()),
-            Arc::new(with_utc(launch)),
-            Arc::new(with_utc(start)),
-            Arc::new(with_utc(end)),
-            Arc::new({ duration }.finish()),
-            Arc::new({ input }.finish()),
-            Arc::new({ output }.finish()),
-            Arc::new({ compute }.finish()),
-        ],
-    );
 
-    let mut s = StageColumns::default();
-    let mut last_stage_rows = 0i64;
-    for (stage_id, tasks) in &by_stage {
+    fn finish(mut self) -> RecordBatch {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(self.job_id.finish()),
+            Arc::new(self.stage_id.finish()),
+            Arc::new(self.task_id.finish()),
+            Arc::new(self.stage_attempt.finish()),
+            Arc::new(self.executor.finish()),
+            Arc::new(self.status.finish()),
+            Arc::new(self.failure_reason.finish()),
+            Arc::new(with_utc(self.launch)),
+            Arc::new(with_utc(self.start)),
+            Arc::new(with_utc(self.end)),
+            Arc::new(self.duration.finish()),
+            Arc::new(self.input_rows.finish()),
+            Arc::new(self.output_rows.finish()),
+            Arc::new(self.compute.finish()),
+        ];
+        finish(&TASKS, columns)
+    }
+}
+
+/// The `stages` columns being built, in the table's order.
+#[derive(Default)]
+struct StageColumns {
+    job_id: StringViewBuilder,
+    stage_id: UInt32Builder,
+    status: StringViewBuilder,
+    start: TimestampMillisecondBuilder,
+    end: TimestampMillisecondBuilder,
+    duration: Int64Builder,
+    succeeded: Int64Builder,
+    failed: Int64Builder,
+    input_rows: Int64Builder,
+    output_rows: Int64Builder,
+    compute: Int64Builder,
+    /// Task durations: min, p25, median, p75, max.
+    quantiles: [Int64Builder; 5],
+}
+
+impl StageColumns {
+    /// Adds a stage's row from its marks (when recorded) and its task
+    /// attempts; gives the rows its successful tasks wrote.
+    fn push(
+        &mut self,
+        job_id: &str,
+        stage_id: u32,
+        status: Option<String>,
+        marks: Option<&StageMarks>,
+        tasks: &[&Task],
+    ) -> i64 {
         let ok: Vec<_> = tasks.iter().filter(|t| t.succeeded()).collect();
-        let marks = records.stages.get(stage_id);
         let begin = marks
             .map(|m| m.start_time)
             .filter(|&t| t > 0)
@@ -232,118 +285,87 @@ pub fn job_rows(
             .map(|m| m.end_time)
             .filter(|&t| t > 0)
             .or_else(|| tasks.iter().map(|t| t.end_exec_time).max());
-        let status = marks
-            .and_then(|m| m.status.clone())
-            .or_else(|| stage_status.get(stage_id).cloned());
         let mut durations: Vec<u64> = ok.iter().map(|t| t.duration()).collect();
         durations.sort_unstable();
-        let q = |p: f64| (!durations.is_empty()).then(|| quantile(&durations, p) as i64);
         let output_rows: i64 = ok.iter().map(|t| t.output_rows as i64).sum();
-        last_stage_rows = output_rows;
-        s.job_id.append_value(job_id);
-        s.stage_id.append_value(*stage_id);
-        s.status.append_option(status);
-        s.start.append_option(begin.and_then(opt_ts));
-        s.end.append_option(finish_time.and_then(opt_ts));
-        s.ints[0].append_option(match (begin, finish_time) {
+        self.job_id.append_value(job_id);
+        self.stage_id.append_value(stage_id);
+        self.status.append_option(status);
+        self.start.append_option(begin.and_then(opt_ts));
+        self.end.append_option(finish_time.and_then(opt_ts));
+        self.duration.append_option(match (begin, finish_time) {
             (Some(a), Some(b)) if a > 0 && b >= a => Some((b - a) as i64),
             _ => None,
         });
-        s.ints[1].append_value(ok.len() as i64);
-        s.ints[2].append_value((tasks.len() - ok.len()) as i64);
-        s.ints[3].append_value(ok.iter().map(|t| t.input_rows as i64).sum());
-        s.ints[4].append_value(output_rows);
-        s.ints[5].append_value(ok.iter().map(|t| t.compute_nanos).sum::<u64>() as i64 / 1_000_000);
-        for (i, p) in [0.0, 0.25, 0.5, 0.75, 1.0].into_iter().enumerate() {
-            s.ints[6 + i].append_option(q(p));
+        self.succeeded.append_value(ok.len() as i64);
+        self.failed.append_value((tasks.len() - ok.len()) as i64);
+        self.input_rows
+            .append_value(ok.iter().map(|t| t.input_rows as i64).sum());
+        self.output_rows.append_value(output_rows);
+        let compute = ok.iter().map(|t| t.compute_nanos).sum::<u64>() as i64 / 1_000_000;
+        self.compute.append_value(compute);
+        for (b, p) in self.quantiles.iter_mut().zip([0.0, 0.25, 0.5, 0.75, 1.0]) {
+            b.append_option((!durations.is_empty()).then(|| quantile(&durations, p) as i64));
         }
+        output_rows
     }
-    let [
-        duration,
-        tasks_ok,
-        failed,
-        input,
-        output,
-        compute,
-        q0,
-        q25,
-        q50,
-        q75,
-        q100,
-    ] = s.ints;
-    let stages = finish(
-        &STAGES,
-        vec![
-            Arc::new(s.job_id.finish()),
-            Arc::new(s.stage_id.finish()),
-            Arc::new(s.status.finish()),
-            Arc::new(with_utc(s.start)),
-            Arc::new(with_utc(s.end)),
-            Arc::new({ duration }.finish()),
-            Arc::new({ tasks_ok }.finish()),
-            Arc::new({ failed }.finish()),
-            Arc::new({ input }.finish()),
-            Arc::new({ output }.finish()),
-            Arc::new({ compute }.finish()),
-            Arc::new({ q0 }.finish()),
-            Arc::new({ q25 }.finish()),
-            Arc::new({ q50 }.finish()),
-            Arc::new({ q75 }.finish()),
-            Arc::new({ q100 }.finish()),
-        ],
-    );
 
-    let mut o = (
-        StringViewBuilder::new(),
-        UInt32Builder::new(),
-        UInt32Builder::new(),
-        StringViewBuilder::new(),
-        StringViewBuilder::new(),
-        Float64Builder::new(),
-        StringViewBuilder::new(),
-    );
-    for m in metrics {
-        o.0.append_value(job_id);
-        o.1.append_value(m.stage_id);
-        o.2.append_value(m.position);
-        o.3.append_value(&m.operator);
-        o.4.append_value(&m.metric);
-        o.5.append_value(m.value);
-        o.6.append_value(m.unit);
-    }
-    let operators = finish(
-        &OPERATORS,
-        vec![
-            Arc::new(o.0.finish()),
-            Arc::new(o.1.finish()),
-            Arc::new(o.2.finish()),
-            Arc::new(o.3.finish()),
-            Arc::new(o.4.finish()),
-            Arc::new(o.5.finish()),
-            Arc::new(o.6.finish()),
-        ],
-    );
-    JobRows {
-        stages,
-        tasks,
-        operators,
-        totals: JobTotals {
-            tasks: n as i64,
-            failed_tasks: records.tasks.iter().filter(|t| !t.succeeded()).count() as i64,
-            output_rows: last_stage_rows,
-            scheduler_id: records.start.scheduler_id.clone(),
-        },
+    fn finish(mut self) -> RecordBatch {
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(self.job_id.finish()),
+            Arc::new(self.stage_id.finish()),
+            Arc::new(self.status.finish()),
+            Arc::new(with_utc(self.start)),
+            Arc::new(with_utc(self.end)),
+            Arc::new(self.duration.finish()),
+            Arc::new(self.succeeded.finish()),
+            Arc::new(self.failed.finish()),
+            Arc::new(self.input_rows.finish()),
+            Arc::new(self.output_rows.finish()),
+            Arc::new(self.compute.finish()),
+        ];
+        for mut q in self.quantiles {
+            columns.push(Arc::new(q.finish()));
+        }
+        finish(&STAGES, columns)
     }
 }
 
+/// The `operators` columns being built, in the table's order.
 #[derive(Default)]
-struct StageColumns {
+struct OperatorColumns {
     job_id: StringViewBuilder,
     stage_id: UInt32Builder,
-    status: StringViewBuilder,
-    start: TimestampMillisecondBuilder,
-    end: TimestampMillisecondBuilder,
-    ints: [Int64Builder; 11],
+    position: UInt32Builder,
+    operator: StringViewBuilder,
+    metric: StringViewBuilder,
+    value: Float64Builder,
+    unit: StringViewBuilder,
+}
+
+impl OperatorColumns {
+    fn push(&mut self, job_id: &str, m: &OperatorMetric) {
+        self.job_id.append_value(job_id);
+        self.stage_id.append_value(m.stage_id);
+        self.position.append_value(m.position);
+        self.operator.append_value(&m.operator);
+        self.metric.append_value(&m.metric);
+        self.value.append_value(m.value);
+        self.unit.append_value(m.unit);
+    }
+
+    fn finish(mut self) -> RecordBatch {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(self.job_id.finish()),
+            Arc::new(self.stage_id.finish()),
+            Arc::new(self.position.finish()),
+            Arc::new(self.operator.finish()),
+            Arc::new(self.metric.finish()),
+            Arc::new(self.value.finish()),
+            Arc::new(self.unit.finish()),
+        ];
+        finish(&OPERATORS, columns)
+    }
 }
 
 fn with_utc(

@@ -11,7 +11,7 @@ use crate::format::JobState;
 use crate::serving::router::cursor_facts;
 use crate::serving::ui::page::{self, Nav, count, duration, exact, job_href, query_string};
 use crate::serving::ui::{Ui, api_error, error, html_response};
-use crate::store::query::{ListQuery, Order, Sort};
+use crate::store::query::{ListQuery, Order, Page, Row, Sort};
 use axum::extract::{Query, State};
 use axum::response::Response;
 use http::StatusCode;
@@ -59,121 +59,89 @@ fn with<'a>(
     out
 }
 
+/// The page's view: the query string without empty fields, the list query
+/// it makes, and the `range` preset.
+struct View {
+    pairs: Vec<(String, String)>,
+    query: ListQuery,
+    range: Option<&'static str>,
+}
+
+impl View {
+    /// The view asked for; a bad value is the 400's message.
+    fn parse(pairs: Vec<(String, String)>) -> Result<Self, String> {
+        // A form sends empty fields; they mean "no filter".
+        let pairs: Vec<(String, String)> =
+            pairs.into_iter().filter(|(_, v)| !v.is_empty()).collect();
+        let mut range = None;
+        for (_, v) in pairs.iter().filter(|(k, _)| k == "range") {
+            let Some(r) = RANGES.iter().find(|r| r.0 == v) else {
+                return Err(format!(
+                    "invalid value {v:?} for parameter `range`: expected 1h, 24h or 7d"
+                ));
+            };
+            range = Some(*r);
+        }
+        let api_pairs: Vec<_> = pairs
+            .iter()
+            .filter(|(k, _)| k != "range")
+            .cloned()
+            .collect();
+        let mut query = ListQuery::parse(&api_pairs).map_err(|e| e.0)?;
+        if let Some((_, _, span)) = range {
+            let since = crate::format::now_millis().saturating_sub(span);
+            query.started_after = Some(query.started_after.map_or(since, |a| a.max(since)));
+        }
+        query.limit.get_or_insert(PAGE_ROWS);
+        Ok(View {
+            pairs,
+            query,
+            range: range.map(|r| r.0),
+        })
+    }
+}
+
 /// `GET /`.
 pub(crate) async fn page(
     State(ui): State<Ui>,
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> Response {
-    // A form sends empty fields; they mean "no filter".
-    let pairs: Vec<(String, String)> = pairs.into_iter().filter(|(_, v)| !v.is_empty()).collect();
-    let mut api_pairs = Vec::with_capacity(pairs.len() + 1);
-    let mut range = None;
-    for (k, v) in &pairs {
-        if k == "range" {
-            match RANGES.iter().find(|r| r.0 == v) {
-                Some(r) => range = Some(*r),
-                None => {
-                    return error(
-                        &ui,
-                        StatusCode::BAD_REQUEST,
-                        &format!(
-                            "invalid value {v:?} for parameter `range`: expected 1h, 24h or 7d"
-                        ),
-                    );
-                }
-            }
-        } else {
-            api_pairs.push((k.clone(), v.clone()));
-        }
-    }
-    let mut query = match ListQuery::parse(&api_pairs) {
-        Ok(q) => q,
-        Err(e) => return error(&ui, StatusCode::BAD_REQUEST, &e.0),
+    let view = match View::parse(pairs) {
+        Ok(view) => view,
+        Err(why) => return error(&ui, StatusCode::BAD_REQUEST, &why),
     };
-    if let Some((_, _, span)) = range {
-        let since = crate::format::now_millis().saturating_sub(span);
-        query.started_after = Some(query.started_after.map_or(since, |a| a.max(since)));
-    }
-    let limit = *query.limit.get_or_insert(PAGE_ROWS);
-    let cursor = match cursor_facts(&*ui.source, &query).await {
+    let query = &view.query;
+    let cursor = match cursor_facts(&*ui.source, query).await {
         Ok(c) => c,
         Err(e) => return api_error(&ui, e),
     };
     let (page, counts) = match (
-        ui.source.list(&query, cursor.as_ref()).await,
+        ui.source.list(query, cursor.as_ref()).await,
         ui.source.counts(query.wants_unfinished()).await,
     ) {
         (Ok(p), Ok(c)) => (p, c),
         (Err(e), _) | (_, Err(e)) => return api_error(&ui, e),
     };
-    let kept = kept(&pairs);
     let running = page
         .rows
         .iter()
         .any(|r| r.facts.state().is_unfinished() && r.facts.state() != JobState::Abandoned)
         || counts[JobState::Running.index()] + counts[JobState::Queued.index()] > 0;
     let refresh = ui.live && running && query.cursor_id().is_none();
-    let longest = page
-        .rows
-        .iter()
-        .filter_map(|r| r.facts.duration())
-        .max()
-        .unwrap_or(0);
-    let first = page.rows.first().map(|r| r.facts.job_id().to_string());
-    let last = page.rows.last().map(|r| r.facts.job_id().to_string());
-    let full = page.rows.len() == limit;
-    let has_prev = query.after.is_some() || (query.before.is_some() && full);
-    let has_next = full || query.before.is_some();
-    let dropped_any = page.rows.iter().any(|r| r.facts.dropped_records() > 0);
-    let chosen: Vec<JobState> = query.states.clone().unwrap_or_default();
-    let sort_link = |key: &'static str, sort: Sort, label: &str| -> Markup {
-        let active = query.sort == sort;
-        let order = query.order();
-        // A click on the active column turns it; on another, its default.
-        let next_order = match (active, order) {
-            (true, Order::Desc) => "asc",
-            (true, Order::Asc) => "desc",
-            (false, _) => {
-                if sort == Sort::Name {
-                    "asc"
-                } else {
-                    "desc"
-                }
-            }
-        };
-        let href = query_string(with(
-            &with(&kept, "sort", Some(key)),
-            "order",
-            Some(next_order),
-        ));
-        let aria = active.then_some(match order {
-            Order::Asc => "ascending",
-            Order::Desc => "descending",
-        });
-        html! {
-            th aria-sort=[aria] {
-                a href={ "/" (href) } { (label) @if active { @if order == Order::Asc { " ▲" } @else { " ▼" } } }
-            }
-        }
-    };
-    let body = html! {
+    let body = render(&view, &page, &counts, refresh);
+    html_response(
+        StatusCode::OK,
+        page::frame(&ui, "Jobs", Nav::Jobs, refresh, body),
+    )
+}
+
+/// The page's body: counts, filters, notices, the table, the pager.
+fn render(view: &View, page: &Page, counts: &[usize; 6], refresh: bool) -> Markup {
+    let (query, kept) = (&view.query, kept(&view.pairs));
+    html! {
         h1 { "Jobs" }
-        nav.counts aria-label="Jobs by status" {
-            a href={ "/" (query_string(with(&kept, "status", None))) }
-                aria-current=[chosen.is_empty().then_some("true")] {
-                "All " span.n { (exact(counts.iter().sum())) }
-            }
-            @for (word, state) in JobState::ALL {
-                @let n = counts[state.index()];
-                @if n > 0 || chosen.contains(&state) || !state.is_unfinished() {
-                    a href={ "/" (query_string(with(&kept, "status", Some(word)))) }
-                        aria-current=[(chosen == [state]).then_some("true")] {
-                        (page::status(state.status_word())) " " span.n { (exact(n)) }
-                    }
-                }
-            }
-        }
-        (filters(&pairs, &query, range.map(|r| r.0)))
+        (status_counts(query, &kept, counts))
+        (filters(&view.pairs, query, view.range))
         @if !query.ignored.is_empty() {
             p.notice { "Ignored unknown parameters: " (query.ignored.join(", ")) }
         }
@@ -187,63 +155,142 @@ pub(crate) async fn page(
         @if page.rows.is_empty() {
             p.empty { "No job matches these filters." }
         } @else {
-            div.table-wrap {
-                table.jobs {
-                    thead { tr {
-                        th { "Job" }
-                        (sort_link("name", Sort::Name, "Name"))
-                        th { "Status" }
-                        (sort_link("queued_time", Sort::QueuedTime, "Queued"))
-                        (sort_link("start_time", Sort::StartTime, "Started"))
-                        (sort_link("duration", Sort::Duration, "Duration"))
-                        th.num { "Stages" }
-                        @if dropped_any { th.num title="Progress records dropped under backpressure" { "Dropped" } }
-                    } }
-                    tbody {
-                        @for row in &page.rows {
-                            @let f = &row.facts;
-                            @let entry: Entry = serde_json::from_slice(&row.entry).unwrap_or_default();
-                            tr {
-                                td.id { a href=(job_href(f.job_id())) { (f.job_id()) } }
-                                td.name title=[(f.job_name().len() > 40).then_some(f.job_name())] { (f.job_name()) }
-                                td title=[(f.state() == JobState::Failed).then_some(&entry.job_status)] { (page::status(f.state().status_word())) }
-                                td { (page::time(f.queued_time())) }
-                                td { (page::time(f.start_time())) }
-                                td.num {
-                                    @match f.duration() {
-                                        Some(d) => {
-                                            (duration(d))
-                                            i class={ "bar b" (bar_step(d, longest)) } {}
-                                        }
-                                        None => span.muted { "—" },
-                                    }
-                                }
-                                td.num { (entry.completed_stages) " / " (entry.num_stages) }
-                                @if dropped_any {
-                                    td.num { @if f.dropped_records() > 0 { span.warn { (count(f.dropped_records())) } } }
-                                }
-                            }
-                        }
+            (table(query, &kept, page))
+        }
+        (pager(query, &kept, page))
+    }
+}
+
+/// The links that narrow the list to one status, with their counts.
+fn status_counts(query: &ListQuery, kept: &[(&str, &str)], counts: &[usize; 6]) -> Markup {
+    let chosen: Vec<JobState> = query.states.clone().unwrap_or_default();
+    html! {
+        nav.counts aria-label="Jobs by status" {
+            a href={ "/" (query_string(with(kept, "status", None))) }
+                aria-current=[chosen.is_empty().then_some("true")] {
+                "All " span.n { (exact(counts.iter().sum())) }
+            }
+            @for (word, state) in JobState::ALL {
+                @let n = counts[state.index()];
+                @if n > 0 || chosen.contains(&state) || !state.is_unfinished() {
+                    a href={ "/" (query_string(with(kept, "status", Some(word)))) }
+                        aria-current=[(chosen == [state]).then_some("true")] {
+                        (page::status(state.status_word())) " " span.n { (exact(n)) }
                     }
                 }
             }
         }
+    }
+}
+
+/// A sortable column's head: a click on the active column turns it; on
+/// another, sorts by it in its default direction.
+fn sort_head(
+    query: &ListQuery,
+    kept: &[(&str, &str)],
+    key: &str,
+    sort: Sort,
+    label: &str,
+) -> Markup {
+    let active = query.sort == sort;
+    let order = query.order();
+    let next_order = match (active, order) {
+        (true, Order::Desc) => "asc",
+        (true, Order::Asc) => "desc",
+        (false, _) if sort == Sort::Name => "asc",
+        (false, _) => "desc",
+    };
+    let href = query_string(with(
+        &with(kept, "sort", Some(key)),
+        "order",
+        Some(next_order),
+    ));
+    let aria = active.then_some(match order {
+        Order::Asc => "ascending",
+        Order::Desc => "descending",
+    });
+    html! {
+        th aria-sort=[aria] {
+            a href={ "/" (href) } { (label) @if active { @if order == Order::Asc { " ▲" } @else { " ▼" } } }
+        }
+    }
+}
+
+/// The page's jobs.
+fn table(query: &ListQuery, kept: &[(&str, &str)], page: &Page) -> Markup {
+    let longest = page.rows.iter().filter_map(|r| r.facts.duration()).max();
+    let longest = longest.unwrap_or(0);
+    let dropped_any = page.rows.iter().any(|r| r.facts.dropped_records() > 0);
+    let head = |key, sort, label| sort_head(query, kept, key, sort, label);
+    html! {
+        div.table-wrap {
+            table.jobs {
+                thead { tr {
+                    th { "Job" }
+                    (head("name", Sort::Name, "Name"))
+                    th { "Status" }
+                    (head("queued_time", Sort::QueuedTime, "Queued"))
+                    (head("start_time", Sort::StartTime, "Started"))
+                    (head("duration", Sort::Duration, "Duration"))
+                    th.num { "Stages" }
+                    @if dropped_any { th.num title="Progress records dropped under backpressure" { "Dropped" } }
+                } }
+                tbody {
+                    @for row in &page.rows { (job_row(row, longest, dropped_any)) }
+                }
+            }
+        }
+    }
+}
+
+/// One job's row.
+fn job_row(row: &Row, longest: u64, dropped_any: bool) -> Markup {
+    let f = &row.facts;
+    let entry: Entry = serde_json::from_slice(&row.entry).unwrap_or_default();
+    html! {
+        tr {
+            td.id { a href=(job_href(f.job_id())) { (f.job_id()) } }
+            td.name title=[(f.job_name().len() > 40).then_some(f.job_name())] { (f.job_name()) }
+            td title=[(f.state() == JobState::Failed).then_some(&entry.job_status)] { (page::status(f.state().status_word())) }
+            td { (page::time(f.queued_time())) }
+            td { (page::time(f.start_time())) }
+            td.num {
+                @match f.duration() {
+                    Some(d) => {
+                        (duration(d))
+                        i class={ "bar b" (bar_step(d, longest)) } {}
+                    }
+                    None => span.muted { "—" },
+                }
+            }
+            td.num { (entry.completed_stages) " / " (entry.num_stages) }
+            @if dropped_any {
+                td.num { @if f.dropped_records() > 0 { span.warn { (count(f.dropped_records())) } } }
+            }
+        }
+    }
+}
+
+/// The links to the newest, previous and next pages.
+fn pager(query: &ListQuery, kept: &[(&str, &str)], page: &Page) -> Markup {
+    let first = page.rows.first().map(|r| r.facts.job_id().to_string());
+    let last = page.rows.last().map(|r| r.facts.job_id().to_string());
+    let full = Some(page.rows.len()) == query.limit;
+    let has_prev = query.after.is_some() || (query.before.is_some() && full);
+    let has_next = full || query.before.is_some();
+    html! {
         nav.pager aria-label="Pages" {
             @if query.cursor_id().is_some() {
                 a href={ "/" (query_string(kept.iter().copied())) } { "« Newest" }
             }
             @if has_prev && let Some(first) = &first {
-                a rel="prev" href={ "/" (query_string(with(&kept, "before", Some(first)))) } { "‹ Previous" }
+                a rel="prev" href={ "/" (query_string(with(kept, "before", Some(first)))) } { "‹ Previous" }
             }
             @if has_next && let Some(last) = &last {
-                a rel="next" href={ "/" (query_string(with(&kept, "after", Some(last)))) } { "Next ›" }
+                a rel="next" href={ "/" (query_string(with(kept, "after", Some(last)))) } { "Next ›" }
             }
         }
-    };
-    html_response(
-        StatusCode::OK,
-        page::frame(&ui, "Jobs", Nav::Jobs, refresh, body),
-    )
+    }
 }
 
 /// The bar of a duration: 0 to 20 twentieths of the page's longest.

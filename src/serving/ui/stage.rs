@@ -4,16 +4,19 @@
 //! paged, failed ones with their reasons.
 
 use crate::analysis::records::Task;
+use crate::format::stages::StageAnswer;
 use crate::serving::source::Resource;
 use crate::serving::ui::graph::Dot;
-use crate::serving::ui::job::{body, operator_graph, records, stage_stats, stored_stages};
+use crate::serving::ui::job::{
+    StageStats, body, operator_graph, records, stage_stats, stored_stages,
+};
 use crate::serving::ui::page::{self, Nav, count, duration, job_href, query_string};
 use crate::serving::ui::{Ui, api_error, error, html_response};
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use ballista_api_types::dto::PlanFormat;
 use http::StatusCode;
-use maud::html;
+use maud::{Markup, html};
 
 type Pairs = Query<Vec<(String, String)>>;
 
@@ -24,6 +27,83 @@ const TASK_SORTS: &[&str] = &[
 /// Task rows per page.
 const TASK_ROWS: usize = 100;
 
+/// The task table's view: its sort key, direction and page (0-based),
+/// parsed once from the query string.
+struct TaskView {
+    sort: &'static str,
+    desc: bool,
+    page: usize,
+}
+
+impl TaskView {
+    /// The view asked for; a bad value is the 400's message.
+    fn parse(pairs: &[(String, String)]) -> Result<Self, String> {
+        let bad = |param: &str, v: &str, accepts: &str| {
+            format!("invalid value {v:?} for parameter `{param}`: expected {accepts}")
+        };
+        let mut view = TaskView {
+            sort: "finish",
+            desc: false,
+            page: 0,
+        };
+        for (k, v) in pairs {
+            match k.as_str() {
+                "sort" => {
+                    let accepts = format!("one of {}", TASK_SORTS.join(", "));
+                    let known = TASK_SORTS.iter().find(|s| *s == v);
+                    view.sort = known.ok_or_else(|| bad("sort", v, &accepts))?;
+                }
+                "order" => {
+                    view.desc = match v.as_str() {
+                        "asc" => false,
+                        "desc" => true,
+                        _ => return Err(bad("order", v, "asc or desc")),
+                    }
+                }
+                "page" => match v.parse::<usize>() {
+                    Ok(n) if n >= 1 => view.page = n - 1,
+                    _ => return Err(bad("page", v, "a page number from 1")),
+                },
+                _ => {}
+            }
+        }
+        Ok(view)
+    }
+
+    /// The query string of this view's page `n` (1-based).
+    fn at(&self, n: usize) -> String {
+        let order = if self.desc { "desc" } else { "asc" };
+        let n = n.to_string();
+        query_string([("sort", self.sort), ("order", order), ("page", n.as_str())])
+    }
+
+    /// Sorts `tasks` as the view asks.
+    fn sort<'a>(&self, tasks: &mut [&'a Task], executor: impl Fn(&Task) -> &'a str) {
+        match self.sort {
+            "duration" => tasks.sort_by_key(|t| t.duration()),
+            "start" => tasks.sort_by_key(|t| t.begin()),
+            "rows_in" => tasks.sort_by_key(|t| t.input_rows),
+            "rows_out" => tasks.sort_by_key(|t| t.output_rows),
+            "compute" => tasks.sort_by_key(|t| t.compute_nanos),
+            "executor" => tasks.sort_by(|a, b| executor(a).cmp(executor(b))),
+            "status" => tasks.sort_by_key(|t| t.succeeded()),
+            _ => {}
+        }
+        if self.desc {
+            tasks.reverse();
+        }
+    }
+}
+
+/// What the stage page shows, loaded.
+struct Loaded {
+    stats: StageStats,
+    dot: Dot,
+    with_metrics: Option<StageAnswer>,
+    executors: Vec<String>,
+    tasks: Vec<Task>,
+}
+
 /// `GET /ui/job/{id}/stage/{n}`.
 pub(crate) async fn stage_page(
     State(ui): State<Ui>,
@@ -31,138 +111,92 @@ pub(crate) async fn stage_page(
     Query(pairs): Pairs,
 ) -> Response {
     let Ok(stage_id) = stage.parse::<u32>() else {
-        return error(
-            &ui,
-            StatusCode::BAD_REQUEST,
-            &format!("{stage:?} is not a stage id: expected a non-negative integer"),
-        );
+        let why = format!("{stage:?} is not a stage id: expected a non-negative integer");
+        return error(&ui, StatusCode::BAD_REQUEST, &why);
     };
-    let (mut sort, mut desc, mut page_no) = ("finish", false, 0usize);
-    for (k, v) in &pairs {
-        match k.as_str() {
-            "sort" => match TASK_SORTS.iter().find(|s| *s == v) {
-                Some(s) => sort = s,
-                None => {
-                    return error(
-                        &ui,
-                        StatusCode::BAD_REQUEST,
-                        &format!(
-                            "invalid value {v:?} for parameter `sort`: expected one of {}",
-                            TASK_SORTS.join(", ")
-                        ),
-                    );
-                }
-            },
-            "order" => {
-                desc = match v.as_str() {
-                    "asc" => false,
-                    "desc" => true,
-                    _ => {
-                        return error(
-                            &ui,
-                            StatusCode::BAD_REQUEST,
-                            &format!(
-                                "invalid value {v:?} for parameter `order`: expected asc or desc"
-                            ),
-                        );
-                    }
-                }
-            }
-            "page" => match v.parse::<usize>() {
-                Ok(n) if n >= 1 => page_no = n - 1,
-                _ => {
-                    return error(
-                        &ui,
-                        StatusCode::BAD_REQUEST,
-                        &format!(
-                            "invalid value {v:?} for parameter `page`: expected a page number from 1"
-                        ),
-                    );
-                }
-            },
-            _ => {}
-        }
+    let view = match TaskView::parse(&pairs) {
+        Ok(view) => view,
+        Err(why) => return error(&ui, StatusCode::BAD_REQUEST, &why),
+    };
+    let loaded = match load(&ui, &job_id, stage_id).await {
+        Ok(loaded) => loaded,
+        Err(answer) => return answer,
+    };
+    let title = format!("Stage {stage_id} of job {job_id}");
+    let body = render(&job_id, stage_id, &view, loaded);
+    html_response(
+        StatusCode::OK,
+        page::frame(&ui, &title, Nav::Jobs, false, body),
+    )
+}
+
+/// The stage's numbers, operators, plan and tasks; a 404 page when the job
+/// or the stage is unknown.
+async fn load(ui: &Ui, job_id: &str, stage_id: u32) -> Result<Loaded, Response> {
+    if !matches!(ui.source.facts(job_id).await, Ok(Some(_))) {
+        let why = format!("No job {job_id:?} here.");
+        return Err(error(ui, StatusCode::NOT_FOUND, &why));
     }
-    if !matches!(ui.source.facts(&job_id).await, Ok(Some(_))) {
-        return error(
-            &ui,
-            StatusCode::NOT_FOUND,
-            &format!("No job {job_id:?} here."),
-        );
-    }
-    let loaded = match records(&ui, &job_id).await {
-        Ok(r) => r,
-        Err(e) => return api_error(&ui, e),
+    let loaded = records(ui, job_id).await.map_err(|e| api_error(ui, e))?;
+    let records = loaded.map(|l| l.1);
+    let mut with_metrics = stored_stages(ui, job_id, PlanFormat::Metrics).await;
+    let job_dot = body(ui, job_id, Resource::Dot).await;
+    let job_dot = Dot::parse(&String::from_utf8_lossy(job_dot.as_deref().unwrap_or(b"")));
+    let stats = stage_stats(records.as_ref(), &with_metrics, &job_dot);
+    let Some(stats) = stats.into_iter().find(|s| s.stage_id == stage_id) else {
+        let why = format!("Job {job_id} has no stage {stage_id}.");
+        return Err(error(ui, StatusCode::NOT_FOUND, &why));
     };
-    let records = loaded.as_ref().map(|l| &l.1);
-    let with_metrics = stored_stages(&ui, &job_id, PlanFormat::Metrics).await;
-    let job_dot = body(&ui, &job_id, Resource::Dot).await;
-    let job_dot = Dot::parse(
-        job_dot
-            .as_deref()
-            .map(String::from_utf8_lossy)
-            .as_deref()
-            .unwrap_or(""),
-    );
-    let stats = stage_stats(records, &with_metrics, &job_dot);
-    let Some(s) = stats.iter().find(|s| s.stage_id == stage_id) else {
-        return error(
-            &ui,
-            StatusCode::NOT_FOUND,
-            &format!("Job {job_id} has no stage {stage_id}."),
-        );
-    };
-    let dot = match body(&ui, &job_id, Resource::StageDot(stage_id as usize)).await {
+    let dot = match body(ui, job_id, Resource::StageDot(stage_id as usize)).await {
         Some(b) => Dot::parse(&String::from_utf8_lossy(&b)),
-        None => job_dot.clone(),
+        None => job_dot,
     };
-    let executors: &[String] = records.map_or(&[], |r| &r.executors);
-    let mut tasks: Vec<&Task> = records
-        .map(|r| r.tasks.iter().filter(|t| t.stage_id == stage_id).collect())
-        .unwrap_or_default();
-    let executor = |t: &Task| {
-        executors
-            .get(t.executor as usize)
-            .map_or("", String::as_str)
-    };
-    match sort {
-        "duration" => tasks.sort_by_key(|t| t.duration()),
-        "start" => tasks.sort_by_key(|t| t.begin()),
-        "rows_in" => tasks.sort_by_key(|t| t.input_rows),
-        "rows_out" => tasks.sort_by_key(|t| t.output_rows),
-        "compute" => tasks.sort_by_key(|t| t.compute_nanos),
-        "executor" => tasks.sort_by(|a, b| executor(a).cmp(executor(b))),
-        "status" => tasks.sort_by_key(|t| t.succeeded()),
-        _ => {}
-    }
-    if desc {
-        tasks.reverse();
-    }
-    let pages = tasks.len().div_ceil(TASK_ROWS).max(1);
-    let page_no = page_no.min(pages - 1);
-    let shown = tasks.iter().skip(page_no * TASK_ROWS).take(TASK_ROWS);
-    let base = format!("{}/stage/{stage_id}", job_href(&job_id));
-    let head = |key: &'static str, label: &'static str, num: bool| {
-        let active = sort == key;
-        let order = if active && !desc { "desc" } else { "asc" };
-        html! {
-            th class=[num.then_some("num")] aria-sort=[active.then_some(if desc { "descending" } else { "ascending" })] {
-                a href={ (base) (query_string([("sort", key), ("order", order)])) } {
-                    (label) @if active { @if desc { " ▼" } @else { " ▲" } }
-                }
-            }
-        }
-    };
-    let plan = with_metrics.get(&stage_id).map(|s| s.plan());
-    let compute_total = with_metrics
-        .get(&stage_id)
-        .and_then(|s| s.elapsed_compute.as_deref())
-        .unwrap_or("");
-    let body = html! {
+    let (executors, tasks) = records.map_or_else(Default::default, |r| {
+        let tasks = r.tasks.into_iter().filter(|t| t.stage_id == stage_id);
+        (r.executors, tasks.collect())
+    });
+    Ok(Loaded {
+        stats,
+        dot,
+        with_metrics: with_metrics.remove(&stage_id),
+        executors,
+        tasks,
+    })
+}
+
+/// The page's body.
+fn render(job_id: &str, stage_id: u32, view: &TaskView, loaded: Loaded) -> Markup {
+    let s = &loaded.stats;
+    html! {
         nav.crumbs aria-label="Breadcrumb" {
-            a href="/" { "Jobs" } " › " a href=(job_href(&job_id)) { (job_id) } " › stage " (stage_id)
+            a href="/" { "Jobs" } " › " a href=(job_href(job_id)) { (job_id) } " › stage " (stage_id)
         }
         h1 { "Stage " (stage_id) " of job " span.id { (job_id) } }
+        (facts(s, loaded.with_metrics.as_ref()))
+        (quantiles(s))
+        div.split {
+            section aria-labelledby="ops-h" {
+                h2 id="ops-h" { "Operators" }
+                div.graph-box { (operator_graph(&loaded.dot, stage_id)) }
+            }
+            section aria-labelledby="plan-h" {
+                h2 id="plan-h" { "Plan" @if loaded.with_metrics.is_some() { " with metrics" } }
+                @match loaded.with_metrics.as_ref().map(StageAnswer::plan).filter(|p| !p.is_empty()) {
+                    Some(p) => pre.plan { (p) },
+                    None => p.muted { "Not recorded." },
+                }
+            }
+        }
+        (task_section(job_id, stage_id, view, &loaded))
+    }
+}
+
+/// The stage's facts: status, times, tasks, rows, compute.
+fn facts(s: &StageStats, with_metrics: Option<&StageAnswer>) -> Markup {
+    let compute_total = with_metrics
+        .and_then(|s| s.elapsed_compute.as_deref())
+        .unwrap_or("");
+    html! {
         dl.facts {
             div { dt { "Status" } dd { (page::status(&s.status)) } }
             div { dt { "Started" } dd { (page::time(s.start)) } }
@@ -172,6 +206,12 @@ pub(crate) async fn stage_page(
             div { dt { "Rows" } dd { (count(s.input_rows)) " in, " (count(s.output_rows)) " out" } }
             div { dt { "Compute" } dd { (duration(s.compute_ms)) @if !compute_total.is_empty() { " (scheduler: " (compute_total) ")" } } }
         }
+    }
+}
+
+/// Min, quartiles and max of the completed tasks.
+fn quantiles(s: &StageStats) -> Markup {
+    html! {
         section aria-labelledby="q-h" {
             h2 id="q-h" { "Summary metrics for " (s.succeeded) " completed tasks" }
             table.quantiles {
@@ -184,19 +224,34 @@ pub(crate) async fn stage_page(
                 }
             }
         }
-        div.split {
-            section aria-labelledby="ops-h" {
-                h2 id="ops-h" { "Operators" }
-                div.graph-box { (operator_graph(&dot, stage_id)) }
-            }
-            section aria-labelledby="plan-h" {
-                h2 id="plan-h" { "Plan" @if with_metrics.contains_key(&stage_id) { " with metrics" } }
-                @match plan.filter(|p| !p.is_empty()) {
-                    Some(p) => pre.plan { (p) },
-                    None => p.muted { "Not recorded." },
+    }
+}
+
+/// The task attempts: one sorted page of them, and the pager.
+fn task_section(job_id: &str, stage_id: u32, view: &TaskView, loaded: &Loaded) -> Markup {
+    let executor = |t: &Task| {
+        let name = loaded.executors.get(t.executor as usize);
+        name.map_or("", String::as_str)
+    };
+    let mut tasks: Vec<&Task> = loaded.tasks.iter().collect();
+    view.sort(&mut tasks, executor);
+    let pages = tasks.len().div_ceil(TASK_ROWS).max(1);
+    let page_no = view.page.min(pages - 1);
+    let shown = tasks.iter().skip(page_no * TASK_ROWS).take(TASK_ROWS);
+    let base = format!("{}/stage/{stage_id}", job_href(job_id));
+    let head = |key: &'static str, label: &'static str, num: bool| {
+        let active = view.sort == key;
+        let order = if active && !view.desc { "desc" } else { "asc" };
+        let desc = view.desc;
+        html! {
+            th class=[num.then_some("num")] aria-sort=[active.then_some(if desc { "descending" } else { "ascending" })] {
+                a href={ (base) (query_string([("sort", key), ("order", order)])) } {
+                    (label) @if active { @if desc { " ▼" } @else { " ▲" } }
                 }
             }
         }
+    };
+    html! {
         section aria-labelledby="tasks-h" {
             h2 id="tasks-h" { "Task attempts (" (tasks.len()) ")" }
             div.table-wrap {
@@ -208,49 +263,38 @@ pub(crate) async fn stage_page(
                         (head("rows_in", "Rows in", true)) (head("rows_out", "Rows out", true))
                         (head("compute", "Compute", true)) th { "Failure" }
                     } }
-                    tbody {
-                        @for t in shown {
-                            tr class=[(!t.succeeded()).then_some("failed")] {
-                                td.num { (t.task_id) }
-                                td.num { (t.stage_attempt) }
-                                td { code { (executor(t)) } }
-                                td { (page::status(if t.succeeded() { "Successful" } else { "Failed" })) }
-                                td { (page::time(t.begin())) }
-                                td.num { (duration(t.duration())) }
-                                td.num { (count(t.input_rows)) }
-                                td.num { (count(t.output_rows)) }
-                                td.num { (duration(t.compute_nanos / 1_000_000)) }
-                                td.failure {
-                                    @if let Some((reason, err)) = &t.failure {
-                                        details { summary { (reason) } pre { (err) } }
-                                    }
-                                }
-                            }
-                        }
-                    }
+                    tbody { @for t in shown { (task_row(t, executor(t))) } }
                 }
             }
             @if pages > 1 {
                 nav.pager aria-label="Task pages" {
-                    @let keep = |n: usize| {
-                        let n = n.to_string();
-                        query_string([("sort", sort), ("order", if desc { "desc" } else { "asc" }), ("page", n.as_str())])
-                    };
-                    @if page_no > 0 { a rel="prev" href={ (base) (keep(page_no)) } { "‹ Previous" } }
+                    @if page_no > 0 { a rel="prev" href={ (base) (view.at(page_no)) } { "‹ Previous" } }
                     span { "Page " (page_no + 1) " of " (pages) }
-                    @if page_no + 1 < pages { a rel="next" href={ (base) (keep(page_no + 2)) } { "Next ›" } }
+                    @if page_no + 1 < pages { a rel="next" href={ (base) (view.at(page_no + 2)) } { "Next ›" } }
                 }
             }
         }
-    };
-    html_response(
-        StatusCode::OK,
-        page::frame(
-            &ui,
-            &format!("Stage {stage_id} of job {job_id}"),
-            Nav::Jobs,
-            false,
-            body,
-        ),
-    )
+    }
+}
+
+/// One task attempt's row.
+fn task_row(t: &Task, executor: &str) -> Markup {
+    html! {
+        tr class=[(!t.succeeded()).then_some("failed")] {
+            td.num { (t.task_id) }
+            td.num { (t.stage_attempt) }
+            td { code { (executor) } }
+            td { (page::status(if t.succeeded() { "Successful" } else { "Failed" })) }
+            td { (page::time(t.begin())) }
+            td.num { (duration(t.duration())) }
+            td.num { (count(t.input_rows)) }
+            td.num { (count(t.output_rows)) }
+            td.num { (duration(t.compute_nanos / 1_000_000)) }
+            td.failure {
+                @if let Some((reason, err)) = &t.failure {
+                    details { summary { (reason) } pre { (err) } }
+                }
+            }
+        }
+    }
 }
