@@ -266,6 +266,60 @@ fn bad(param: &str, accepts: &str, got: &str) -> BadParam {
     ))
 }
 
+/// `limit`: 1 to [`MAX_LIMIT`].
+fn parse_limit(value: &str) -> Result<usize, BadParam> {
+    let accepts = &format!("an integer from 1 to {MAX_LIMIT}");
+    let n = parse_u64("limit", value, accepts)? as usize;
+    if n == 0 || n > MAX_LIMIT {
+        return Err(bad("limit", accepts, value));
+    }
+    Ok(n)
+}
+
+/// `status`: a comma-separated list of states, added to `states` once each.
+fn parse_states(value: &str, states: &mut Vec<JobState>) -> Result<(), BadParam> {
+    const ACCEPTS: &str = "a comma-separated list of queued, running, \
+                           completed, failed, cancelled, abandoned";
+    for word in value.split(',').map(str::trim) {
+        let state = JobState::ALL
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(word))
+            .map(|(_, s)| *s)
+            .ok_or_else(|| bad("status", ACCEPTS, value))?;
+        if !states.contains(&state) {
+            states.push(state);
+        }
+    }
+    Ok(())
+}
+
+/// `name`: a term of at most [`MAX_NAME_TERM`] characters, lower-cased.
+fn parse_name(value: &str) -> Result<String, BadParam> {
+    let chars = value.chars().count();
+    if chars > MAX_NAME_TERM {
+        return Err(BadParam(format!(
+            "invalid value for parameter `name`: expected at most {MAX_NAME_TERM} characters, \
+             got {chars}"
+        )));
+    }
+    Ok(value.to_lowercase())
+}
+
+/// `sort`: one of the sort keys.
+fn parse_sort(value: &str) -> Result<Sort, BadParam> {
+    Ok(match value {
+        "queued_time" => Sort::QueuedTime,
+        "start_time" => Sort::StartTime,
+        "end_time" => Sort::EndTime,
+        "duration" => Sort::Duration,
+        "name" => Sort::Name,
+        _ => {
+            let accepts = "one of queued_time, start_time, end_time, duration, name";
+            return Err(bad("sort", accepts, value));
+        }
+    })
+}
+
 fn parse_u64(param: &str, value: &str, accepts: &str) -> Result<u64, BadParam> {
     value.parse().map_err(|_| bad(param, accepts, value))
 }
@@ -297,108 +351,7 @@ impl ListQuery {
     pub fn parse(pairs: &[(String, String)]) -> Result<Self, BadParam> {
         let mut q = ListQuery::default();
         for (key, value) in pairs {
-            let value = value.as_str();
-            match key.as_str() {
-                "limit" => {
-                    let accepts = &format!("an integer from 1 to {MAX_LIMIT}");
-                    let n = parse_u64("limit", value, accepts)? as usize;
-                    if n == 0 || n > MAX_LIMIT {
-                        return Err(bad("limit", accepts, value));
-                    }
-                    q.limit = Some(n);
-                }
-                "offset" => {
-                    q.offset = parse_u64("offset", value, "a non-negative integer")? as usize;
-                }
-                "after" => {
-                    if value.is_empty() {
-                        return Err(bad("after", "a job id from a previous page", value));
-                    }
-                    q.after = Some(value.to_string());
-                }
-                "before" => {
-                    if value.is_empty() {
-                        return Err(bad("before", "a job id from a previous page", value));
-                    }
-                    q.before = Some(value.to_string());
-                }
-                "status" => {
-                    const ACCEPTS: &str = "a comma-separated list of queued, running, \
-                                           completed, failed, cancelled, abandoned";
-                    let states = q.states.get_or_insert_with(Vec::new);
-                    for word in value.split(',').map(str::trim) {
-                        let state = JobState::ALL
-                            .iter()
-                            .find(|(name, _)| name.eq_ignore_ascii_case(word))
-                            .map(|(_, s)| *s)
-                            .ok_or_else(|| bad("status", ACCEPTS, value))?;
-                        if !states.contains(&state) {
-                            states.push(state);
-                        }
-                    }
-                }
-                "include_unfinished" => {
-                    q.include_unfinished = parse_bool("include_unfinished", value)?;
-                }
-                "name" => {
-                    if value.chars().count() > MAX_NAME_TERM {
-                        return Err(BadParam(format!(
-                            "invalid value for parameter `name`: expected at most \
-                             {MAX_NAME_TERM} characters, got {}",
-                            value.chars().count()
-                        )));
-                    }
-                    q.name = Some(value.to_lowercase());
-                }
-                "started_after" => q.started_after = Some(parse_time(key, value)?),
-                "started_before" => q.started_before = Some(parse_time(key, value)?),
-                "ended_after" => q.ended_after = Some(parse_time(key, value)?),
-                "ended_before" => q.ended_before = Some(parse_time(key, value)?),
-                "min_duration_ms" => {
-                    q.min_duration_ms = Some(parse_u64(
-                        "min_duration_ms",
-                        value,
-                        "a non-negative integer (milliseconds)",
-                    )?);
-                }
-                "query_hash" => {
-                    q.query_hash = Some(
-                        crate::format::query_hash::parse_hash(value)
-                            .ok_or_else(|| bad("query_hash", "16 hex digits", value))?,
-                    );
-                }
-                "sort" => {
-                    q.sort = match value {
-                        "queued_time" => Sort::QueuedTime,
-                        "start_time" => Sort::StartTime,
-                        "end_time" => Sort::EndTime,
-                        "duration" => Sort::Duration,
-                        "name" => Sort::Name,
-                        _ => {
-                            return Err(bad(
-                                "sort",
-                                "one of queued_time, start_time, end_time, duration, name",
-                                value,
-                            ));
-                        }
-                    }
-                }
-                "order" => {
-                    q.order = Some(match value {
-                        "asc" => Order::Asc,
-                        "desc" => Order::Desc,
-                        _ => return Err(bad("order", "asc or desc", value)),
-                    })
-                }
-                // Upstream's route ignores parameters it does not know; so
-                // does this one, and names them (a misspelt filter then
-                // shows in the answer's headers, not as a wrong list).
-                other => {
-                    if !q.ignored.iter().any(|i| i == other) {
-                        q.ignored.push(other.to_string());
-                    }
-                }
-            }
+            q.apply(key, value)?;
         }
         if q.after.is_some() && q.before.is_some() {
             return Err(BadParam(
@@ -408,6 +361,57 @@ impl ListQuery {
             ));
         }
         Ok(q)
+    }
+
+    /// Takes one parameter.
+    fn apply(&mut self, key: &str, value: &str) -> Result<(), BadParam> {
+        let cursor = |name: &str| match value {
+            "" => Err(bad(name, "a job id from a previous page", value)),
+            id => Ok(Some(id.to_string())),
+        };
+        match key {
+            "limit" => self.limit = Some(parse_limit(value)?),
+            "offset" => {
+                self.offset = parse_u64("offset", value, "a non-negative integer")? as usize;
+            }
+            "after" => self.after = cursor("after")?,
+            "before" => self.before = cursor("before")?,
+            "status" => parse_states(value, self.states.get_or_insert_with(Vec::new))?,
+            "include_unfinished" => {
+                self.include_unfinished = parse_bool("include_unfinished", value)?;
+            }
+            "name" => self.name = Some(parse_name(value)?),
+            "started_after" => self.started_after = Some(parse_time(key, value)?),
+            "started_before" => self.started_before = Some(parse_time(key, value)?),
+            "ended_after" => self.ended_after = Some(parse_time(key, value)?),
+            "ended_before" => self.ended_before = Some(parse_time(key, value)?),
+            "min_duration_ms" => {
+                let accepts = "a non-negative integer (milliseconds)";
+                self.min_duration_ms = Some(parse_u64("min_duration_ms", value, accepts)?);
+            }
+            "query_hash" => {
+                let hash = crate::format::query_hash::parse_hash(value);
+                self.query_hash =
+                    Some(hash.ok_or_else(|| bad("query_hash", "16 hex digits", value))?);
+            }
+            "sort" => self.sort = parse_sort(value)?,
+            "order" => {
+                self.order = Some(match value {
+                    "asc" => Order::Asc,
+                    "desc" => Order::Desc,
+                    _ => return Err(bad("order", "asc or desc", value)),
+                })
+            }
+            // Upstream's route ignores parameters it does not know; so
+            // does this one, and names them (a misspelt filter then
+            // shows in the answer's headers, not as a wrong list).
+            other => {
+                if !self.ignored.iter().any(|i| i == other) {
+                    self.ignored.push(other.to_string());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The job id the page is cut at (`after` or `before`), if any.

@@ -117,11 +117,56 @@ pub(crate) fn read_summary_located(
 /// The summary of a `JobEnd` line starting at byte `start` of its file,
 /// and where each payload's JSON value sits in the file. The payloads are
 /// skipped as raw JSON (checked, never built); only the `job` payload's
-/// logical plan is read, for the query hash.
+/// logical plan is read, for the query hash. The usual case is a scan
+/// ([`located`]); a line the scan does not fit is parsed ([`parsed`]).
 pub(super) fn summary_and_ranges(
     line: &[u8],
     start: u64,
 ) -> Result<(JobEndSummary, Option<PayloadRanges>), StoreError> {
+    match located(line, start) {
+        Some(found) => Ok(found),
+        None => parsed(line, start),
+    }
+}
+
+/// The fields located by a scan, the summary's parsed from their slices,
+/// the payloads never built; `None` when the scan does not fit the line.
+fn located(line: &[u8], start: u64) -> Option<(JobEndSummary, Option<PayloadRanges>)> {
+    let found = super::locate::job_end_fields(line)?;
+    if found.version > SCHEMA_VERSION {
+        return None;
+    }
+    let value = |key: &str| found.get(line, key);
+    let number = |key: &str| value(key).map_or(Some(0), |v| serde_json::from_slice::<u64>(v).ok());
+    let status = serde_json::from_slice(value("status")?).ok()?;
+    let index = serde_json::from_slice(value("index")?).ok()?;
+    let (queued_at, dropped_records) = (number("queued_at")?, number("dropped_records")?);
+    // The logical plan alone, found the same way inside `job`.
+    let plans = PlansOfJob {
+        logical_plan: value(crate::format::record::payload::JOB)
+            .and_then(|job| super::locate::object_field(job, "logical_plan"))
+            .and_then(|plan| serde_json::from_slice(plan).ok()),
+    };
+    let mut ranges = PayloadRanges::default();
+    for name in PayloadRanges::NAMES {
+        if let Some([at, len]) = found.range(name) {
+            ranges.set(name, [start + at, len]);
+        }
+    }
+    let summary = JobEndSummary {
+        status,
+        queued_at,
+        index,
+        dropped_records,
+        plans,
+        stated_hash: None,
+    };
+    Some((summary, Some(ranges)))
+}
+
+/// One pass over the line with serde; when it does not fit (another
+/// record, a newer schema, damage) the envelope alone says why.
+fn parsed(line: &[u8], start: u64) -> Result<(JobEndSummary, Option<PayloadRanges>), StoreError> {
     use serde_json::value::RawValue;
     #[derive(serde::Deserialize)]
     struct End<'a> {
@@ -150,54 +195,6 @@ pub(super) fn summary_and_ranges(
         #[serde(borrow)]
         data: End<'a>,
     }
-    // The usual case: the fields located by a scan, the summary's parsed
-    // from their slices, the payloads never built.
-    if let Some(found) = super::locate::job_end_fields(line)
-        && found.version <= SCHEMA_VERSION
-    {
-        let number = |key: &str| {
-            found
-                .get(line, key)
-                .map_or(Some(0), |v| serde_json::from_slice::<u64>(v).ok())
-        };
-        let status = found
-            .get(line, "status")
-            .and_then(|v| serde_json::from_slice(v).ok());
-        let index = found
-            .get(line, "index")
-            .and_then(|v| serde_json::from_slice(v).ok());
-        if let (Some(status), Some(index), Some(queued_at), Some(dropped_records)) = (
-            status,
-            index,
-            number("queued_at"),
-            number("dropped_records"),
-        ) {
-            // The logical plan alone, found the same way inside `job`.
-            let plans = PlansOfJob {
-                logical_plan: found
-                    .get(line, crate::format::record::payload::JOB)
-                    .and_then(|job| super::locate::object_field(job, "logical_plan"))
-                    .and_then(|plan| serde_json::from_slice(plan).ok()),
-            };
-            let mut ranges = PayloadRanges::default();
-            for name in PayloadRanges::NAMES {
-                if let Some([at, len]) = found.range(name) {
-                    ranges.set(name, [start + at, len]);
-                }
-            }
-            let summary = JobEndSummary {
-                status,
-                queued_at,
-                index,
-                dropped_records,
-                plans,
-                stated_hash: None,
-            };
-            return Ok((summary, Some(ranges)));
-        }
-    }
-    // Else one pass over the line; when it does not fit (another record,
-    // a newer schema, damage) the envelope alone says why.
     let end = match serde_json::from_slice::<Whole>(line) {
         Ok(w) if w.ev == kind::JOB_END && w.version <= SCHEMA_VERSION => w.data,
         Ok(_) | Err(_) => {
@@ -213,18 +210,14 @@ pub(super) fn summary_and_ranges(
     // Where a borrowed value sits: its distance from the line's first byte.
     let base = line.as_ptr() as usize;
     let mut ranges = PayloadRanges::default();
-    for (name, value) in
-        PayloadRanges::NAMES
-            .iter()
-            .zip([end.job, end.stages, end.config, end.dot, end.responses])
-    {
-        if let Some(value) = value {
-            let at = (value.get().as_ptr() as usize).wrapping_sub(base);
-            if at + value.get().len() <= line.len()
-                && line[at..].starts_with(value.get().as_bytes())
-            {
-                ranges.set(name, [start + at as u64, value.get().len() as u64]);
-            }
+    let payloads = [end.job, end.stages, end.config, end.dot, end.responses];
+    for (name, value) in PayloadRanges::NAMES.iter().zip(payloads) {
+        let Some(value) = value.map(RawValue::get) else {
+            continue;
+        };
+        let at = (value.as_ptr() as usize).wrapping_sub(base);
+        if at + value.len() <= line.len() && line[at..].starts_with(value.as_bytes()) {
+            ranges.set(name, [start + at as u64, value.len() as u64]);
         }
     }
     let summary = JobEndSummary {

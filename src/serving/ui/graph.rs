@@ -303,6 +303,15 @@ fn layers(n: usize, edges: &[(usize, usize)]) -> Vec<usize> {
     layer
 }
 
+/// Where each box goes: its top-left corner and size, and the picture's
+/// size.
+struct Layout {
+    at: Vec<(f64, f64)>,
+    size: Vec<(f64, f64)>,
+    width: f64,
+    height: f64,
+}
+
 /// Draws `nodes` in layers with `edges` (data flowing downwards).
 pub(crate) fn draw(nodes: &[Node], edges: &[(usize, usize)], label: &str) -> Markup {
     if nodes.is_empty() {
@@ -316,60 +325,62 @@ pub(crate) fn draw(nodes: &[Node], edges: &[(usize, usize)], label: &str) -> Mar
             }
         };
     }
-    let layer = layers(nodes.len(), edges);
+    let layout = layout(nodes, edges);
+    render(nodes, edges, label, &layout)
+}
+
+/// A box's size: wide enough for its longest (clipped) line, tall enough
+/// for its lines.
+fn box_size(n: &Node) -> (f64, f64) {
+    let lines = n.lines.iter().chain([&n.title]);
+    let chars = lines.map(|l| clip(l).chars().count()).max().unwrap_or(8);
+    (
+        (chars as f64 * 6.6 + 20.0).clamp(110.0, 340.0),
+        12.0 + LINE * (1 + n.lines.len()) as f64,
+    )
+}
+
+/// The boxes of each layer, each layer ordered by the mean position of its
+/// inputs, then by index.
+fn ordered_rows(n: usize, edges: &[(usize, usize)], layer: &[usize]) -> Vec<Vec<usize>> {
     let depth = layer.iter().max().copied().unwrap_or(0) + 1;
-    let size: Vec<(f64, f64)> = nodes
-        .iter()
-        .map(|n| {
-            let chars = n
-                .lines
-                .iter()
-                .chain([&n.title])
-                .map(|l| clip(l).chars().count())
-                .max()
-                .unwrap_or(8);
-            (
-                (chars as f64 * 6.6 + 20.0).clamp(110.0, 340.0),
-                12.0 + LINE * (1 + n.lines.len()) as f64,
-            )
-        })
-        .collect();
-    // Order each layer by the mean position of its inputs, then by index.
-    let mut rows: Vec<Vec<usize>> = vec![Vec::new(); depth];
-    let mut pos = vec![0.0f64; nodes.len()];
     let mut by_layer: Vec<Vec<usize>> = vec![Vec::new(); depth];
-    for v in 0..nodes.len() {
+    for v in 0..n {
         by_layer[layer[v]].push(v);
     }
-    let mut inputs_of: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    let mut inputs_of: Vec<Vec<usize>> = vec![Vec::new(); n];
     for &(a, b) in edges {
-        if a < nodes.len() && b < nodes.len() {
+        if a < n && b < n {
             inputs_of[b].push(a);
         }
     }
-    for (l, row) in rows.iter_mut().enumerate() {
-        let mut members: Vec<(f64, usize)> = by_layer[l]
-            .iter()
-            .map(|&v| {
-                let inputs: Vec<f64> = inputs_of[v]
-                    .iter()
-                    .filter(|&&a| layer[a] < l)
-                    .map(|&a| pos[a])
-                    .collect();
-                let key = if inputs.is_empty() {
-                    v as f64
-                } else {
-                    inputs.iter().sum::<f64>() / inputs.len() as f64
-                };
-                (key, v)
-            })
-            .collect();
+    let mut pos = vec![0.0f64; n];
+    let mut rows: Vec<Vec<usize>> = Vec::with_capacity(depth);
+    for (l, members) in by_layer.iter().enumerate() {
+        let key = |v: usize| {
+            let inputs = inputs_of[v].iter().filter(|&&a| layer[a] < l);
+            let (sum, count) = inputs.fold((0.0, 0), |(s, c), &a| (s + pos[a], c + 1));
+            if count == 0 {
+                v as f64
+            } else {
+                sum / count as f64
+            }
+        };
+        let mut members: Vec<(f64, usize)> = members.iter().map(|&v| (key(v), v)).collect();
         members.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         for (i, (_, v)) in members.iter().enumerate() {
             pos[*v] = i as f64;
         }
-        *row = members.into_iter().map(|(_, v)| v).collect();
+        rows.push(members.into_iter().map(|(_, v)| v).collect());
     }
+    rows
+}
+
+/// Places the boxes: layers top to bottom, each row centred.
+fn layout(nodes: &[Node], edges: &[(usize, usize)]) -> Layout {
+    let layer = layers(nodes.len(), edges);
+    let size: Vec<(f64, f64)> = nodes.iter().map(box_size).collect();
+    let rows = ordered_rows(nodes.len(), edges, &layer);
     let row_width = |row: &[usize]| {
         row.iter().map(|&v| size[v].0).sum::<f64>() + GAP_X * row.len().saturating_sub(1) as f64
     };
@@ -386,6 +397,22 @@ pub(crate) fn draw(nodes: &[Node], edges: &[(usize, usize)], label: &str) -> Mar
         y += height + GAP_Y;
     }
     let height = y - GAP_Y + 10.0;
+    Layout {
+        at,
+        size,
+        width,
+        height,
+    }
+}
+
+/// The picture of a layout.
+fn render(nodes: &[Node], edges: &[(usize, usize)], label: &str, layout: &Layout) -> Markup {
+    let Layout {
+        at,
+        size,
+        width,
+        height,
+    } = layout;
     html! {
         svg.graph viewBox={ "0 0 " (width.ceil()) " " (height.ceil()) }
             width=(width.ceil()) height=(height.ceil())

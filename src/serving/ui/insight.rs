@@ -2,14 +2,14 @@
 //! comparison of two runs (`/ui/compare?a=&b=`), the same numbers as
 //! `GET /api/queries` and `GET /api/compare`.
 
-use crate::analysis::compare::compare;
+use crate::analysis::compare::{Comparison, Side, compare};
 use crate::serving::insight::{recurring_queries, run_view};
 use crate::serving::ui::page::{self, Nav, duration, exact, job_href, query_string};
 use crate::serving::ui::{Ui, api_error, error, html_response};
 use axum::extract::{Query, State};
 use axum::response::Response;
 use http::StatusCode;
-use maud::html;
+use maud::{Markup, html};
 
 /// Rows of the queries page.
 const QUERY_ROWS: usize = 200;
@@ -99,7 +99,33 @@ pub(crate) async fn compare_page(
         (Err(e), _) | (_, Err(e)) => return api_error(&ui, e),
     };
     let c = compare(&va, &vb);
-    let side = |s: &crate::analysis::compare::Side| {
+    let body = html! {
+        nav.crumbs aria-label="Breadcrumb" { a href="/" { "Jobs" } " › compare" }
+        h1 { "Run " span.id { (b) } " against " span.id { (a) } }
+        @if c.regression {
+            p.error-box role="alert" { "Regression: the later run took markedly longer (see the threshold below)." }
+        }
+        @if let Some(note) = &c.note { p.notice { (note) } }
+        @if c.same_query { p.muted { "Both runs ran the same query (equal query hashes)." } }
+        (runs(&c))
+        h2 { "Stages, matched by plan shape" }
+        (stages(&c, &a, &b))
+        h2 { "Findings" }
+        (findings(&c))
+        h2 { "Config changes" }
+        (config(&c))
+        h2 { "Physical plan" }
+        (plan_diff(&c))
+    };
+    html_response(
+        StatusCode::OK,
+        page::frame(&ui, "Compare runs", Nav::None, false, body),
+    )
+}
+
+/// The two runs side by side, and the regression threshold.
+fn runs(c: &Comparison) -> Markup {
+    let side = |s: &Side| {
         html! {
             td { a href=(job_href(&s.job_id)) { (s.job_id) } }
             td { (page::status(&s.status)) }
@@ -110,14 +136,7 @@ pub(crate) async fn compare_page(
             td.num { (page::count(s.output_rows)) }
         }
     };
-    let body = html! {
-        nav.crumbs aria-label="Breadcrumb" { a href="/" { "Jobs" } " › compare" }
-        h1 { "Run " span.id { (b) } " against " span.id { (a) } }
-        @if c.regression {
-            p.error-box role="alert" { "Regression: the later run took markedly longer (see the threshold below)." }
-        }
-        @if let Some(note) = &c.note { p.notice { (note) } }
-        @if c.same_query { p.muted { "Both runs ran the same query (equal query hashes)." } }
+    html! {
         table {
             thead { tr { th { "" } th { "Job" } th { "Status" } th.num { "Duration" } th.num { "Stages" } th.num { "Task attempts" } th.num { "Failed" } th.num { "Rows out" } } }
             tbody {
@@ -129,7 +148,12 @@ pub(crate) async fn compare_page(
             "Regression threshold: "
             @for (k, v) in &c.regression_threshold { (k) " " (v.to_string()) "; " }
         }
-        h2 { "Stages, matched by plan shape" }
+    }
+}
+
+/// The stages matched by plan shape, and those only one run has.
+fn stages(c: &Comparison, a: &str, b: &str) -> Markup {
+    html! {
         @if c.stages.is_empty() {
             p.muted { "No stage of one run matches a stage of the other." }
         } @else {
@@ -139,8 +163,8 @@ pub(crate) async fn compare_page(
                     tbody {
                         @for s in &c.stages {
                             tr class=[(s.ratio >= 1.2 && s.delta_ms >= 1000).then_some("slower")] {
-                                td { a href={ (job_href(&a)) "/stage/" (s.a_stage) } { (s.a_stage) } }
-                                td { a href={ (job_href(&b)) "/stage/" (s.b_stage) } { (s.b_stage) } }
+                                td { a href={ (job_href(a)) "/stage/" (s.a_stage) } { (s.a_stage) } }
+                                td { a href={ (job_href(b)) "/stage/" (s.b_stage) } { (s.b_stage) } }
                                 td.num { (duration(s.a_duration_ms)) }
                                 td.num { (duration(s.b_duration_ms)) }
                                 td.num { @if s.delta_ms < 0 { "−" (duration(s.delta_ms.unsigned_abs())) } @else { "+" (duration(s.delta_ms as u64)) } }
@@ -158,7 +182,12 @@ pub(crate) async fn compare_page(
                 p.muted { "Stages only in " (side) ": " (ids.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")) }
             }
         }
-        h2 { "Findings" }
+    }
+}
+
+/// The findings new in b and resolved since a.
+fn findings(c: &Comparison) -> Markup {
+    html! {
         @for (what, keys) in &c.findings {
             p { strong { (what) ": " }
                 @if keys.is_empty() { span.muted { "none" } }
@@ -167,7 +196,12 @@ pub(crate) async fn compare_page(
                 }
             }
         }
-        h2 { "Config changes" }
+    }
+}
+
+/// The config keys whose values differ.
+fn config(c: &Comparison) -> Markup {
+    html! {
         @if c.config.is_empty() {
             p.muted { "The configs are equal." }
         } @else {
@@ -180,7 +214,12 @@ pub(crate) async fn compare_page(
                 }
             }
         }
-        h2 { "Physical plan" }
+    }
+}
+
+/// The physical plans' diff, its lines marked.
+fn plan_diff(c: &Comparison) -> Markup {
+    html! {
         @if c.plan_diff.is_empty() {
             p.muted { "The physical plans are equal." }
         } @else {
@@ -191,9 +230,5 @@ pub(crate) async fn compare_page(
                 }
             }
         }
-    };
-    html_response(
-        StatusCode::OK,
-        page::frame(&ui, "Compare runs", Nav::None, false, body),
-    )
+    }
 }
