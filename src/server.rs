@@ -492,72 +492,40 @@ pub async fn run_scheduler(
     scheduler.init().await?;
     let scheduler = Arc::new(scheduler);
     let api = LiveApi::new(scheduler.clone());
+    let parts = LiveParts {
+        scheduler: scheduler.clone(),
+        config: config.clone(),
+        api,
+    };
 
     let (stop_tx, stop) = Stop::new();
     let mut background = Vec::new();
     let fresh = recording.as_ref().map(|r| r.fresh.clone());
     let (source, tap, writer_parts) = match (&history, recording) {
         (Some(options), Some(recording)) => {
-            let (source, tap, parts) = recording.spawn(options, &api, &stop, &mut background);
+            let (source, tap, parts) = recording.spawn(options, &parts.api, &stop, &mut background);
             (Some(source), Some(tap), Some(parts))
         }
         _ => (None, None, None),
     };
-
     let token = history.as_ref().and_then(|h| h.api_token.clone());
     let sql = match (&history, &source) {
         (Some(options), Some(source)) => {
             let engine = options.sql_engine(source.clone(), fresh.clone());
-            background.push(tokio::spawn(
-                engine
-                    .clone()
-                    .keep_fresh(options.update_interval, stop.stopped()),
-            ));
+            let fresh = engine
+                .clone()
+                .keep_fresh(options.update_interval, stop.stopped());
+            background.push(tokio::spawn(fresh));
             Some(engine)
         }
         _ => None,
     };
-    let router = crate::serving::auth::protect(
-        live_router(&scheduler, &config, api, source, tap, token.clone(), sql),
-        token.clone(),
+    let router = protected(
+        live_router(parts, source, tap, token.clone(), sql),
+        token,
+        history.as_ref(),
     );
-    let router = match &history {
-        Some(h) if token.is_none() => crate::serving::hosts::guard(
-            router,
-            crate::serving::hosts::AllowedHosts::new(&h.allowed_hosts),
-        ),
-        _ => router,
-    };
-    log::info!(
-        "Ballista scheduler v{BALLISTA_VERSION} listening on {:?}{}",
-        listener.local_addr().ok(),
-        match &history {
-            Some(h) => format!(", recording jobs to {}", h.shown()),
-            None => String::new(),
-        }
-    );
-    // Without a log directory the port is served as upstream serves it.
-    let served = match &history {
-        Some(h) => {
-            crate::serving::http::serve(
-                listener,
-                router,
-                h.http,
-                HistoryMetrics::global().connections_refused.clone(),
-                shutdown,
-            )
-            .await
-        }
-        None => {
-            axum::serve(
-                listener,
-                router.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .with_graceful_shutdown(shutdown)
-            .await
-        }
-    };
-
+    let served = serve(listener, router, history.as_ref(), shutdown).await;
     let _ = stop_tx.send(true);
     for task in background {
         let _ = task.await;
@@ -570,23 +538,71 @@ pub async fn run_scheduler(
     served.map_err(ServerError::from)
 }
 
-fn live_router(
-    scheduler: &Arc<
-        SchedulerServer<
-            datafusion_proto::protobuf::LogicalPlanNode,
-            datafusion_proto::protobuf::PhysicalPlanNode,
-        >,
-    >,
-    config: &Arc<SchedulerConfig>,
-    api: LiveApi,
-    source: Option<Arc<dyn JobSource>>,
-    tap: Option<TaskTap>,
+/// `router` behind the token, when there is one, else (recording) behind
+/// the allowed hosts.
+fn protected(
+    router: Router,
     token: Option<crate::serving::auth::ApiToken>,
-    sql: Option<Arc<crate::serving::sql::SqlEngine>>,
+    history: Option<&HistoryOptions>,
 ) -> Router {
+    let router = crate::serving::auth::protect(router, token.clone());
+    match history {
+        Some(h) if token.is_none() => crate::serving::hosts::guard(
+            router,
+            crate::serving::hosts::AllowedHosts::new(&h.allowed_hosts),
+        ),
+        _ => router,
+    }
+}
+
+/// Serves `router` on `listener` until `shutdown`: with a log directory
+/// through our connection limits, without one as upstream serves it.
+async fn serve(
+    listener: TcpListener,
+    router: Router,
+    history: Option<&HistoryOptions>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    log::info!(
+        "Ballista scheduler v{BALLISTA_VERSION} listening on {:?}{}",
+        listener.local_addr().ok(),
+        match history {
+            Some(h) => format!(", recording jobs to {}", h.shown()),
+            None => String::new(),
+        }
+    );
+    match history {
+        Some(h) => {
+            let refused = HistoryMetrics::global().connections_refused.clone();
+            crate::serving::http::serve(listener, router, h.http, refused, shutdown).await
+        }
+        None => {
+            let service = router.into_make_service_with_connect_info::<SocketAddr>();
+            axum::serve(listener, service)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    }
+}
+
+/// The running scheduler, its configuration and its REST adapter.
+struct LiveParts {
+    scheduler: Arc<Scheduler>,
+    config: Arc<SchedulerConfig>,
+    api: LiveApi,
+}
+
+type Scheduler = SchedulerServer<
+    datafusion_proto::protobuf::LogicalPlanNode,
+    datafusion_proto::protobuf::PhysicalPlanNode,
+>;
+
+/// The scheduler's gRPC services (and its Flight proxy when enabled), its
+/// task statuses passing `tap`.
+fn grpc_router(scheduler: &Scheduler, config: &SchedulerConfig, tap: Option<TaskTap>) -> Router {
     let max_decoding = config.grpc_server_max_decoding_message_size as usize;
     let max_encoding = config.grpc_server_max_encoding_message_size as usize;
-    let grpc = SchedulerGrpcServer::new(TappedScheduler::new(scheduler.as_ref().clone(), tap))
+    let grpc = SchedulerGrpcServer::new(TappedScheduler::new(scheduler.clone(), tap))
         .max_encoding_message_size(max_encoding)
         .max_decoding_message_size(max_decoding);
     let mut routes = tonic::service::RoutesBuilder::default();
@@ -604,31 +620,48 @@ fn live_router(
                 .max_encoding_message_size(max_encoding),
         );
     }
-    let grpc = routes.routes().into_axum_router();
+    routes.routes().into_axum_router()
+}
 
-    let ready_scheduler = scheduler.clone();
-    let health = Router::new()
+/// `/healthz`, and `/readyz` once enough executors registered.
+fn health_router(scheduler: Arc<Scheduler>) -> Router {
+    let ready = move || {
+        let s = scheduler.clone();
+        async move {
+            let required = s.state.config.min_ready_executors;
+            if s.is_ready() {
+                (StatusCode::OK, "ready\n".to_string())
+            } else {
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("not ready: fewer than {required} executors registered\n"),
+                )
+            }
+        }
+    };
+    Router::new()
         .route(
             "/healthz",
             axum::routing::get(|| async { (StatusCode::OK, "ok") }),
         )
-        .route(
-            "/readyz",
-            axum::routing::get(move || {
-                let s = ready_scheduler.clone();
-                async move {
-                    let required = s.state.config.min_ready_executors;
-                    if s.is_ready() {
-                        (StatusCode::OK, "ready\n".to_string())
-                    } else {
-                        (
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            format!("not ready: fewer than {required} executors registered\n"),
-                        )
-                    }
-                }
-            }),
-        );
+        .route("/readyz", axum::routing::get(ready))
+}
+
+fn live_router(
+    parts: LiveParts,
+    source: Option<Arc<dyn JobSource>>,
+    tap: Option<TaskTap>,
+    token: Option<crate::serving::auth::ApiToken>,
+    sql: Option<Arc<crate::serving::sql::SqlEngine>>,
+) -> Router {
+    let LiveParts {
+        scheduler,
+        config,
+        api,
+    } = parts;
+    let config = &config;
+    let grpc = grpc_router(&scheduler, config, tap);
+    let health = health_router(scheduler.clone());
 
     // Unmatched requests fall through: our job routes (when recording) and
     // health first, then the scheduler's own REST routes, then gRPC, then a

@@ -231,13 +231,42 @@ pub fn compare(a: &RunView, b: &RunView) -> Comparison {
     let (stages_a, stages_b) = (stage_facts(&a.stages), stage_facts(&b.stages));
     let (side_a, side_b) = (side(a, &stages_a), side(b, &stages_b));
     let same_query = a.query_hash != 0 && a.query_hash == b.query_hash;
-    let note = if a.query_hash == 0 || b.query_hash == 0 {
+    let (delta, regression) = deltas(a, b, &side_a, &side_b);
+    let (stages, unmatched_stages) = match_stages(&stages_a, &stages_b);
+    let (fa, fb) = (finding_keys(a), finding_keys(b));
+    let findings = BTreeMap::from([
+        ("new", fb.difference(&fa).cloned().collect()),
+        ("resolved", fa.difference(&fb).cloned().collect()),
+    ]);
+    Comparison {
+        a: side_a,
+        b: side_b,
+        same_query,
+        note: query_note(a.query_hash, b.query_hash),
+        delta,
+        regression,
+        regression_threshold: BTreeMap::from([
+            ("ratio", Value::from(REGRESSION_RATIO)),
+            ("min_ms", Value::from(REGRESSION_MIN_MS)),
+        ]),
+        stages,
+        unmatched_stages,
+        config: config_changes(&a.config, &b.config),
+        plan_diff: unified_diff(&a.physical_plan, &b.physical_plan, &a.job_id, &b.job_id),
+        findings,
+    }
+}
+
+/// What the comparison can say of the two queries when it cannot say they
+/// are the same.
+fn query_note(hash_a: u64, hash_b: u64) -> Option<String> {
+    if hash_a == 0 || hash_b == 0 {
         Some(
             "a run has no logical plan (it never got as far as planning), so whether both \
               ran the same query cannot be told"
                 .to_string(),
         )
-    } else if !same_query {
+    } else if hash_a != hash_b {
         Some(
             "the runs are of different queries (their logical plans differ): stages are \
              matched by plan shape only, and the deltas compare different work"
@@ -245,8 +274,16 @@ pub fn compare(a: &RunView, b: &RunView) -> Comparison {
         )
     } else {
         None
-    };
+    }
+}
 
+/// The whole runs' differences (b − a), and whether b is a regression.
+fn deltas(
+    a: &RunView,
+    b: &RunView,
+    side_a: &Side,
+    side_b: &Side,
+) -> (BTreeMap<&'static str, Value>, bool) {
     let mut delta = BTreeMap::new();
     let mut regression = false;
     if let (Some(da), Some(db)) = (a.duration_ms, b.duration_ms) {
@@ -255,29 +292,26 @@ pub fn compare(a: &RunView, b: &RunView) -> Comparison {
         regression =
             db as f64 > REGRESSION_RATIO * da as f64 && db.saturating_sub(da) >= REGRESSION_MIN_MS;
     }
-    delta.insert(
-        "task_attempts",
-        Value::from(signed(
-            side_b.task_attempts as u64,
-            side_a.task_attempts as u64,
-        )),
-    );
-    delta.insert(
-        "failed_attempts",
-        Value::from(signed(
-            side_b.failed_attempts as u64,
-            side_a.failed_attempts as u64,
-        )),
-    );
-    delta.insert(
-        "output_rows",
-        Value::from(signed(side_b.output_rows, side_a.output_rows)),
-    );
+    let count = |b: usize, a: usize| Value::from(signed(b as u64, a as u64));
+    let attempts = count(side_b.task_attempts, side_a.task_attempts);
+    delta.insert("task_attempts", attempts);
+    let failed = count(side_b.failed_attempts, side_a.failed_attempts);
+    delta.insert("failed_attempts", failed);
+    let rows = Value::from(signed(side_b.output_rows, side_a.output_rows));
+    delta.insert("output_rows", rows);
+    (delta, regression)
+}
 
+/// Pairs each stage of a with the first unpaired stage of b of the same
+/// plan shape; the stages left over, per side.
+fn match_stages(
+    stages_a: &[StageFacts],
+    stages_b: &[StageFacts],
+) -> (Vec<StagePair>, BTreeMap<&'static str, Vec<u32>>) {
     let mut used = vec![false; stages_b.len()];
     let mut pairs = Vec::new();
     let mut unmatched_a = Vec::new();
-    for sa in &stages_a {
+    for sa in stages_a {
         let found = (0..stages_b.len()).find(|&i| !used[i] && stages_b[i].shape == sa.shape);
         let Some(i) = found else {
             unmatched_a.push(sa.id);
@@ -304,41 +338,22 @@ pub fn compare(a: &RunView, b: &RunView) -> Comparison {
         .filter(|(_, u)| !**u)
         .map(|(s, _)| s.id)
         .collect();
+    let unmatched = BTreeMap::from([("a", unmatched_a), ("b", unmatched_b)]);
+    (pairs, unmatched)
+}
 
-    let (ca, cb) = (config_map(&a.config), config_map(&b.config));
+/// The config keys whose values differ.
+fn config_changes(a: &[u8], b: &[u8]) -> Vec<ConfigChange> {
+    let (ca, cb) = (config_map(a), config_map(b));
     let keys: std::collections::BTreeSet<&String> = ca.keys().chain(cb.keys()).collect();
-    let config = keys
-        .into_iter()
+    keys.into_iter()
         .filter(|k| ca.get(*k) != cb.get(*k))
         .map(|k| ConfigChange {
             key: k.clone(),
             a: ca.get(k).cloned(),
             b: cb.get(k).cloned(),
         })
-        .collect();
-
-    let (fa, fb) = (finding_keys(a), finding_keys(b));
-    let mut findings = BTreeMap::new();
-    findings.insert("new", fb.difference(&fa).cloned().collect());
-    findings.insert("resolved", fa.difference(&fb).cloned().collect());
-
-    Comparison {
-        a: side_a,
-        b: side_b,
-        same_query,
-        note,
-        delta,
-        regression,
-        regression_threshold: BTreeMap::from([
-            ("ratio", Value::from(REGRESSION_RATIO)),
-            ("min_ms", Value::from(REGRESSION_MIN_MS)),
-        ]),
-        stages: pairs,
-        unmatched_stages: BTreeMap::from([("a", unmatched_a), ("b", unmatched_b)]),
-        config,
-        plan_diff: unified_diff(&a.physical_plan, &b.physical_plan, &a.job_id, &b.job_id),
-        findings,
-    }
+        .collect()
 }
 
 /// A unified diff (3 lines of context) of two texts, line by line; empty

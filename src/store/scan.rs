@@ -497,82 +497,10 @@ impl LogStore {
             read: pass.to_read.len(),
             ..ScanReport::default()
         };
-        let mut fresh = Vec::new();
-        let mut newly_bad = Vec::new();
-        for ((name, stamp), found) in pass.to_read.iter().zip(results) {
-            match found {
-                Ok(Found::Completed(summary)) => {
-                    fresh.push(Found::Completed(summary));
-                }
-                Ok(Found::Unfinished(unfinished)) => {
-                    pass.seen_unfinished.insert(unfinished.job_id.clone());
-                    fresh.push(Found::Unfinished(unfinished));
-                }
-                Err(e) => {
-                    log::warn!("history: skipping event log {name}: {e}");
-                    self.metrics.unreadable_logs.inc();
-                    report.bad += 1;
-                    pass.seen_bad.insert(name.clone());
-                    newly_bad.push((name.clone(), *stamp));
-                }
-            }
-        }
+        let (fresh, newly_bad) = self.read_or_bad(pass, results, &mut report);
         let mut index = self.catalog.write();
-        // Jobs whose log changed are replaced, not gone.
-        let reread: HashSet<&str> = fresh
-            .iter()
-            .filter_map(|f| match f {
-                Found::Completed(s) => Some(s.job_id()),
-                Found::Unfinished(_) => None,
-            })
-            .collect();
-        let gone: Vec<Arc<JobSummary>> = index
-            .jobs
-            .iter()
-            .filter(|j| !pass.seen.contains(*j) && !reread.contains(j.0.job_id()))
-            .map(|j| j.0.clone())
-            .collect();
-        // A log the writer completed after this pass listed the directory
-        // was taken in by `take_in_log` meanwhile: not gone, though the
-        // listing missed it. A stat of each missing log tells (few are).
-        let gone: Vec<Arc<JobSummary>> =
-            gone.into_iter().filter(|j| !self.still_there(j)).collect();
-        drop(reread);
-        report.removed = gone.len();
-        if !gone.is_empty() {
-            self.dirty.store(true, Ordering::Release);
-        }
-        for job in gone {
-            index.remove(job.job_id());
-        }
-        // A first pass over a large directory fills the empty catalog at
-        // once (each job once; with a job logged twice, one by one).
-        if index.jobs.is_empty() && fresh.len() >= PARALLEL_FROM {
-            let (completed, rest): (Vec<Found>, Vec<Found>) = fresh
-                .into_iter()
-                .partition(|f| matches!(f, Found::Completed(_)));
-            let jobs: Vec<Arc<JobSummary>> = completed
-                .into_iter()
-                .filter_map(|f| match f {
-                    Found::Completed(s) => Some(Arc::new(s)),
-                    Found::Unfinished(_) => None,
-                })
-                .collect();
-            let sets = catalog_sets(&jobs);
-            if sets.1.len() == jobs.len() && sets.0.len() == jobs.len() {
-                if !jobs.is_empty() {
-                    self.dirty.store(true, Ordering::Release);
-                }
-                index.set_completed(sets);
-                fresh = rest;
-            } else {
-                fresh = jobs
-                    .into_iter()
-                    .map(|j| Found::Completed(Arc::unwrap_or_clone(j)))
-                    .chain(rest)
-                    .collect();
-            }
-        }
+        report.removed = self.remove_gone(&mut index, pass, &fresh);
+        let fresh = self.fill_at_once(&mut index, fresh);
         for found in fresh {
             match found {
                 Found::Completed(summary) => {
@@ -592,10 +520,95 @@ impl LogStore {
         } = &mut *index;
         unfinished.retain(|id, _| pass.seen_unfinished.contains(id) && !jobs.contains(&**id));
         index.bad.retain(|name, _| pass.seen_bad.contains(name));
-        for (name, stamp) in newly_bad {
-            index.bad.insert(name, stamp);
-        }
+        index.bad.extend(newly_bad);
         report
+    }
+
+    /// The logs a pass read, and those it could not read (counted, logged
+    /// and remembered by name and stamp).
+    fn read_or_bad(
+        &self,
+        pass: &mut Pass,
+        results: Vec<Result<Found, StoreError>>,
+        report: &mut ScanReport,
+    ) -> (Vec<Found>, Vec<(String, Stamp)>) {
+        let mut fresh = Vec::new();
+        let mut newly_bad = Vec::new();
+        for ((name, stamp), found) in pass.to_read.iter().zip(results) {
+            match found {
+                Ok(Found::Completed(summary)) => fresh.push(Found::Completed(summary)),
+                Ok(Found::Unfinished(unfinished)) => {
+                    pass.seen_unfinished.insert(unfinished.job_id.clone());
+                    fresh.push(Found::Unfinished(unfinished));
+                }
+                Err(e) => {
+                    log::warn!("history: skipping event log {name}: {e}");
+                    self.metrics.unreadable_logs.inc();
+                    report.bad += 1;
+                    pass.seen_bad.insert(name.clone());
+                    newly_bad.push((name.clone(), *stamp));
+                }
+            }
+        }
+        (fresh, newly_bad)
+    }
+
+    /// Removes the completed jobs the pass did not list (a job whose log
+    /// changed is replaced, not gone); how many.
+    fn remove_gone(&self, index: &mut Catalog, pass: &Pass, fresh: &[Found]) -> usize {
+        let reread: HashSet<&str> = fresh
+            .iter()
+            .filter_map(|f| match f {
+                Found::Completed(s) => Some(s.job_id()),
+                Found::Unfinished(_) => None,
+            })
+            .collect();
+        // A log the writer completed after this pass listed the directory
+        // was taken in by `take_in_log` meanwhile: not gone, though the
+        // listing missed it. A stat of each missing log tells (few are).
+        let gone: Vec<Arc<JobSummary>> = index
+            .jobs
+            .iter()
+            .filter(|j| !pass.seen.contains(*j) && !reread.contains(j.0.job_id()))
+            .map(|j| j.0.clone())
+            .filter(|j| !self.still_there(j))
+            .collect();
+        if !gone.is_empty() {
+            self.dirty.store(true, Ordering::Release);
+        }
+        for job in &gone {
+            index.remove(job.job_id());
+        }
+        gone.len()
+    }
+
+    /// A first pass over a large directory fills the empty catalog at once
+    /// (each job once; with a job logged twice, one by one): what is left
+    /// to insert one by one.
+    fn fill_at_once(&self, index: &mut Catalog, fresh: Vec<Found>) -> Vec<Found> {
+        if !index.jobs.is_empty() || fresh.len() < PARALLEL_FROM {
+            return fresh;
+        }
+        let (completed, rest): (Vec<Found>, Vec<Found>) = fresh
+            .into_iter()
+            .partition(|f| matches!(f, Found::Completed(_)));
+        let jobs: Vec<Arc<JobSummary>> = completed
+            .into_iter()
+            .filter_map(|f| match f {
+                Found::Completed(s) => Some(Arc::new(s)),
+                Found::Unfinished(_) => None,
+            })
+            .collect();
+        let sets = catalog_sets(&jobs);
+        if sets.1.len() != jobs.len() || sets.0.len() != jobs.len() {
+            let jobs = jobs.into_iter().map(Arc::unwrap_or_clone);
+            return jobs.map(Found::Completed).chain(rest).collect();
+        }
+        if !jobs.is_empty() {
+            self.dirty.store(true, Ordering::Release);
+        }
+        index.set_completed(sets);
+        rest
     }
 
     /// Rescans every `interval` until `stop` resolves. An interval of zero

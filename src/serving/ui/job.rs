@@ -322,47 +322,68 @@ async fn previous_run(ui: &Ui, facts: &Facts) -> Option<String> {
     page.rows.first().map(|r| r.facts.job_id().to_string())
 }
 
+/// The job page's view: its tab, the plans' format and the config filter,
+/// parsed once from the query string.
+struct JobTab {
+    tab: &'static str,
+    format: PlanFormat,
+    filter: String,
+}
+
+impl JobTab {
+    /// The view asked for; a bad value is the 400's message.
+    fn parse(pairs: &[(String, String)]) -> Result<Self, String> {
+        let mut view = JobTab {
+            tab: "overview",
+            format: PlanFormat::Default,
+            filter: String::new(),
+        };
+        for (k, v) in pairs {
+            match k.as_str() {
+                "tab" => {
+                    let Some(t) = TABS.iter().find(|t| t.0 == v) else {
+                        return Err(format!(
+                            "invalid value {v:?} for parameter `tab`: expected overview, plans, \
+                             config or diagnosis"
+                        ));
+                    };
+                    view.tab = t.0;
+                }
+                "format" => {
+                    view.format = match v.as_str() {
+                        "text" | "" => PlanFormat::Default,
+                        "tree" => PlanFormat::Tree,
+                        "metrics" => PlanFormat::Metrics,
+                        _ => {
+                            return Err(format!(
+                                "invalid value {v:?} for parameter `format`: expected text, tree \
+                                 or metrics"
+                            ));
+                        }
+                    }
+                }
+                "q" => view.filter = v.to_lowercase(),
+                _ => {}
+            }
+        }
+        Ok(view)
+    }
+}
+
 /// `GET /ui/job/{id}`.
 pub(crate) async fn page(
     State(ui): State<Ui>,
     Path(job_id): Path<String>,
     Query(pairs): Pairs,
 ) -> Response {
-    let (mut tab, mut format, mut filter) = ("overview", PlanFormat::Default, String::new());
-    for (k, v) in &pairs {
-        match k.as_str() {
-            "tab" => match TABS.iter().find(|t| t.0 == v) {
-                Some(t) => tab = t.0,
-                None => {
-                    return error(
-                        &ui,
-                        StatusCode::BAD_REQUEST,
-                        &format!(
-                            "invalid value {v:?} for parameter `tab`: expected overview, plans, config or diagnosis"
-                        ),
-                    );
-                }
-            },
-            "format" => {
-                format = match v.as_str() {
-                    "text" | "" => PlanFormat::Default,
-                    "tree" => PlanFormat::Tree,
-                    "metrics" => PlanFormat::Metrics,
-                    _ => {
-                        return error(
-                            &ui,
-                            StatusCode::BAD_REQUEST,
-                            &format!(
-                                "invalid value {v:?} for parameter `format`: expected text, tree or metrics"
-                            ),
-                        );
-                    }
-                }
-            }
-            "q" => filter = v.to_lowercase(),
-            _ => {}
-        }
-    }
+    let JobTab {
+        tab,
+        format,
+        filter,
+    } = match JobTab::parse(&pairs) {
+        Ok(view) => view,
+        Err(why) => return error(&ui, StatusCode::BAD_REQUEST, &why),
+    };
     let facts = match ui.source.facts(&job_id).await {
         Ok(Some(f)) => f,
         Ok(None) => {
@@ -394,7 +415,6 @@ pub(crate) async fn page(
         .source
         .log_of(&job_id)
         .and_then(|(h, _)| h.dropped_records);
-    let base = job_href(&job_id);
     let prev = previous_run(&ui, &facts).await;
     let content = match tab {
         "overview" => overview(&ui, &job_id, loaded.as_ref().map(|l| &l.1)).await,
@@ -407,16 +427,7 @@ pub(crate) async fn page(
     let body = html! {
         nav.crumbs aria-label="Breadcrumb" { a href="/" { "Jobs" } " › " (job_id) }
         (summary(&job_id, &facts, &view, loaded.as_ref().map(|l| &l.1), dropped))
-        nav.tabs aria-label="Job sections" {
-            @for (key, label) in TABS {
-                a href={ (base) (query_string([("tab", *key)])) } aria-current=[(tab == *key).then_some("page")] { (label) }
-            }
-            span.spacer {}
-            a.action href={ (base) "/eventlog" } download { "Download event log" }
-            @if let Some(prev) = &prev {
-                a.action href={ "/ui/compare" (query_string([("a", prev.as_str()), ("b", job_id.as_str())])) } { "Compare with previous run" }
-            }
-        }
+        (tabs(&job_id, tab, prev.as_deref()))
         @if live { p.notice.live role="status" { "The job is running: this page refreshes every 5 s." } }
         (content)
     };
@@ -424,6 +435,24 @@ pub(crate) async fn page(
         StatusCode::OK,
         page::frame(&ui, &format!("Job {job_id}"), Nav::Jobs, live, body),
     )
+}
+
+/// The tabs, the log's download and the link to compare with the
+/// previous run of the same query.
+fn tabs(job_id: &str, tab: &str, prev: Option<&str>) -> Markup {
+    let base = job_href(job_id);
+    html! {
+        nav.tabs aria-label="Job sections" {
+            @for (key, label) in TABS {
+                a href={ (base) (query_string([("tab", *key)])) } aria-current=[(tab == *key).then_some("page")] { (label) }
+            }
+            span.spacer {}
+            a.action href={ (base) "/eventlog" } download { "Download event log" }
+            @if let Some(prev) = prev {
+                a.action href={ "/ui/compare" (query_string([("a", prev), ("b", job_id)])) } { "Compare with previous run" }
+            }
+        }
+    }
 }
 
 async fn overview(ui: &Ui, job_id: &str, records: Option<&JobRecords>) -> Markup {
