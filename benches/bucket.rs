@@ -9,17 +9,23 @@
 //! comparing within one run.
 
 mod corpus;
+#[path = "../tests/it/moto.rs"]
+#[allow(
+    dead_code,
+    reason = "the bench waits on the port itself and builds its own URLs"
+)]
+mod moto;
+use moto::MotoServer;
 
 use ballista_api_types::dto::PlanFormat;
-use ballista_job_history::metrics::HistoryMetrics;
-use ballista_job_history::serving::source::{DiskSource, JobSource, Resource};
-use ballista_job_history::store::LogStore;
-use ballista_job_history::store::remote::RemoteDir;
+use ballista_job_history::bench_support::metrics::HistoryMetrics;
+use ballista_job_history::bench_support::serving::source::{DiskSource, JobSource, Resource};
+use ballista_job_history::bench_support::store::LogStore;
+use ballista_job_history::bench_support::store::remote::RemoteDir;
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures::StreamExt;
 use object_store::ObjectStoreExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 const JOBS: usize = 10_000;
@@ -27,38 +33,20 @@ const BUCKET: &str = "bench";
 
 /// moto on a loopback port, its request log in a file; killed on drop.
 struct Moto {
-    child: Child,
-    port: u16,
+    server: MotoServer,
     log: PathBuf,
 }
 
 impl Moto {
     fn start(log: PathBuf) -> Moto {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("python3")
-            .args([
-                "-m",
-                "moto.server",
-                "-H",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-            ])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("moto starts (python3 -m pip install 'moto[server]')");
-        let moto = Moto { child, port, log };
+        let stderr = std::fs::File::create(&log).unwrap();
+        let server = MotoServer::spawn(stderr.into());
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while std::net::TcpStream::connect(("127.0.0.1", server.port)).is_err() {
             assert!(std::time::Instant::now() < deadline, "moto did not start");
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        moto
+        Moto { server, log }
     }
 
     /// Requests served so far: (LIST, GET of an object, other).
@@ -75,13 +63,6 @@ impl Moto {
             }
         }
         (list, get, other)
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -122,7 +103,7 @@ fn bucket(c: &mut Criterion) {
     let s3 = Arc::new(
         object_store::aws::AmazonS3Builder::new()
             .with_bucket_name(BUCKET)
-            .with_endpoint(format!("http://127.0.0.1:{}", moto.port))
+            .with_endpoint(format!("http://127.0.0.1:{}", moto.server.port))
             .with_allow_http(true)
             .with_access_key_id("bench")
             .with_secret_access_key("bench")
@@ -130,7 +111,7 @@ fn bucket(c: &mut Criterion) {
             .build()
             .unwrap(),
     );
-    let bytes = upload(&runtime, &s3, moto.port, &local);
+    let bytes = upload(&runtime, &s3, moto.server.port, &local);
     println!("corpus: {JOBS} logs, {:.1} MB", bytes as f64 / 1_000_000.0);
     let remote = RemoteDir::new(
         s3,

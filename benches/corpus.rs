@@ -4,12 +4,14 @@
 #![allow(dead_code)]
 
 use ballista_api_types::dto::TaskStatus;
-use ballista_job_history::format::record::{
+use ballista_job_history::bench_support::format::record::{
     JobEnd, JobEndStatus, JobIndex, JobStart, StageEnd, StageStart, TaskEnd, TaskMetrics,
     raw_or_null,
 };
-use ballista_job_history::metrics::HistoryMetrics;
-use ballista_job_history::recording::writer::{self, Compression, WriterConfig, WriterMsg};
+use ballista_job_history::bench_support::metrics::HistoryMetrics;
+use ballista_job_history::bench_support::recording::writer::{
+    self, Compression, WriterConfig, WriterMsg,
+};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -217,22 +219,22 @@ pub fn write_corpus_with(
 /// `n` index entries of a history (no logs): a job every 500 ms, one in
 /// twenty failed and one in twenty cancelled, 977 distinct names.
 #[allow(dead_code)]
-pub fn summaries(n: usize) -> Vec<ballista_job_history::store::JobSummary> {
+pub fn summaries(n: usize) -> Vec<ballista_job_history::bench_support::store::JobSummary> {
     let mut rng = Rng::new(11);
     (0..n)
         .map(|i| {
             let start = 1_700_000_000_000 + i as u64 * 500 + rng.below(400);
             let state = match rng.below(20) {
-                0 => ballista_job_history::format::JobState::Failed,
-                1 => ballista_job_history::format::JobState::Cancelled,
-                _ => ballista_job_history::format::JobState::Completed,
+                0 => ballista_job_history::bench_support::format::JobState::Failed,
+                1 => ballista_job_history::bench_support::format::JobState::Cancelled,
+                _ => ballista_job_history::bench_support::format::JobState::Completed,
             };
             let id = format!("0{i:012X}");
             let name = format!("nightly report {}", i % 977);
             let file_name = format!("{id}.eventlog");
-            ballista_job_history::store::JobSummary::restore(
-                ballista_job_history::store::SummaryParts {
-                    facts: ballista_job_history::store::query::FactsRef {
+            ballista_job_history::bench_support::store::JobSummary::restore(
+                ballista_job_history::bench_support::store::SummaryParts {
+                    facts: ballista_job_history::bench_support::store::query::FactsRef {
                         job_id: &id,
                         job_name: &name,
                         state,
@@ -280,14 +282,14 @@ pub fn ms(d: std::time::Duration) -> String {
 /// A store listing `n` generated jobs (no logs), loaded from a persistent
 /// index written into `dir`.
 #[allow(dead_code)]
-pub fn indexed_store(dir: &Path, n: usize) -> ballista_job_history::store::LogStore {
+pub fn indexed_store(dir: &Path, n: usize) -> ballista_job_history::bench_support::store::LogStore {
     let index = dir.join("index");
     std::fs::write(
         &index,
-        ballista_job_history::store::snapshot::encode(summaries(n).iter()),
+        ballista_job_history::bench_support::store::snapshot::encode(summaries(n).iter()),
     )
     .unwrap();
-    let store = ballista_job_history::store::LogStore::new(
+    let store = ballista_job_history::bench_support::store::LogStore::new(
         dir.join("empty"),
         Arc::new(HistoryMetrics::unregistered()),
     )

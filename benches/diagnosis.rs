@@ -7,9 +7,9 @@
 
 mod corpus;
 
-use ballista_job_history::analysis::diagnosis::{Thresholds, diagnose};
-use ballista_job_history::analysis::records::{JobHeader, JobRecords};
-use ballista_job_history::format::JobState;
+use ballista_job_history::bench_support::analysis::diagnosis::{Thresholds, diagnose};
+use ballista_job_history::bench_support::format::JobState;
+use ballista_job_history::bench_support::store::records::{JobHeader, JobRecords};
 use ballista_scheduler::history::HistoryStore;
 use criterion::{Criterion, criterion_group, criterion_main};
 

@@ -9,9 +9,9 @@
 
 mod corpus;
 
-use ballista_job_history::metrics::HistoryMetrics;
-use ballista_job_history::store::query::{Facts, FactsRef, JobFacts, ListQuery};
-use ballista_job_history::store::{JobSummary, LogStore, SummaryParts};
+use ballista_job_history::bench_support::metrics::HistoryMetrics;
+use ballista_job_history::bench_support::store::query::{Facts, FactsRef, JobFacts, ListQuery};
+use ballista_job_history::bench_support::store::{JobSummary, LogStore, SummaryParts};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -62,8 +62,8 @@ fn process_restart(n: usize) {
     drop(jobs);
     std::fs::write(
         dir.path()
-            .join(ballista_job_history::store::snapshot::DEFAULT_FILE_NAME),
-        ballista_job_history::store::snapshot::encode(index.iter()),
+            .join(ballista_job_history::bench_support::store::snapshot::DEFAULT_FILE_NAME),
+        ballista_job_history::bench_support::store::snapshot::encode(index.iter()),
     )
     .unwrap();
     drop(index);
@@ -166,7 +166,7 @@ fn main() {
     let jobs = corpus::summaries(n);
     std::fs::write(
         &index,
-        ballista_job_history::store::snapshot::encode(jobs.iter()),
+        ballista_job_history::bench_support::store::snapshot::encode(jobs.iter()),
     )
     .unwrap();
     drop(jobs);
@@ -204,7 +204,7 @@ fn main() {
             std::hint::black_box(std::fs::read(&index).unwrap());
         }),
         ("of which: reading and decoding it", &|| {
-            let jobs = ballista_job_history::store::snapshot::load(&index).unwrap();
+            let jobs = ballista_job_history::bench_support::store::snapshot::load(&index).unwrap();
             assert_eq!(jobs.len(), n);
         }),
     ];

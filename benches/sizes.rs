@@ -4,7 +4,7 @@
 
 mod corpus;
 
-use ballista_job_history::recording::writer::{Compression, DEFAULT_ZSTD_LEVEL};
+use ballista_job_history::bench_support::recording::writer::{Compression, DEFAULT_ZSTD_LEVEL};
 use std::path::Path;
 
 fn dir_bytes(dir: &Path) -> (u64, usize) {

@@ -18,11 +18,11 @@
 
 mod corpus;
 
-use ballista_job_history::analysis::records::{JobRecords, Task};
-use ballista_job_history::columnar::tables::{TASKS, job_rows};
-use ballista_job_history::columnar::{Generation, write_file};
-use ballista_job_history::serving::sql::SqlLimits;
-use ballista_job_history::serving::sql::worker::answer_in_process;
+use ballista_job_history::bench_support::columnar::tables::{TASKS, job_rows};
+use ballista_job_history::bench_support::columnar::{Generation, write_file};
+use ballista_job_history::bench_support::serving::sql::SqlLimits;
+use ballista_job_history::bench_support::serving::sql::worker::answer_in_process;
+use ballista_job_history::bench_support::store::records::{JobRecords, Task};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -392,16 +392,18 @@ fn main() {
     let n = env_usize("SQL_INDEX_JOBS", 1_000_000);
     let index_dir = tempfile::tempdir().unwrap();
     let store = corpus::indexed_store(index_dir.path(), n);
-    let engine = ballista_job_history::serving::sql::SqlEngine::new(
-        std::sync::Arc::new(ballista_job_history::serving::source::DiskSource::new(
-            std::sync::Arc::new(store),
-        )),
+    let engine = ballista_job_history::bench_support::serving::sql::SqlEngine::new(
+        std::sync::Arc::new(
+            ballista_job_history::bench_support::serving::source::DiskSource::new(
+                std::sync::Arc::new(store),
+            ),
+        ),
         index_dir.path().join("columnar"),
         limits,
         env!("CARGO_BIN_EXE_ballista-scheduler").into(),
     );
     let failed = (n / 20) as i64;
-    let count = |engine: &ballista_job_history::serving::sql::SqlEngine| {
+    let count = |engine: &ballista_job_history::bench_support::serving::sql::SqlEngine| {
         let answer = runtime
             .block_on(
                 engine.query_rows("SELECT count(*) AS n FROM jobs WHERE status = 'Failed'", 10),
@@ -452,13 +454,18 @@ fn main() {
 
     // One row end to end: in a worker, and in this process as before.
     let empty = tempfile::tempdir().unwrap();
-    let small = ballista_job_history::serving::sql::SqlEngine::new(
-        std::sync::Arc::new(ballista_job_history::serving::source::DiskSource::new(
-            std::sync::Arc::new(ballista_job_history::store::LogStore::new(
-                empty.path(),
-                std::sync::Arc::new(ballista_job_history::metrics::HistoryMetrics::unregistered()),
-            )),
-        )),
+    let small = ballista_job_history::bench_support::serving::sql::SqlEngine::new(
+        std::sync::Arc::new(
+            ballista_job_history::bench_support::serving::source::DiskSource::new(
+                std::sync::Arc::new(ballista_job_history::bench_support::store::LogStore::new(
+                    empty.path(),
+                    std::sync::Arc::new(
+                        ballista_job_history::bench_support::metrics::HistoryMetrics::unregistered(
+                        ),
+                    ),
+                )),
+            ),
+        ),
         empty.path().join("columnar"),
         SqlLimits::default(),
         env!("CARGO_BIN_EXE_ballista-scheduler").into(),

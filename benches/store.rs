@@ -7,10 +7,10 @@
 mod corpus;
 
 use ballista_api_types::dto::PlanFormat;
-use ballista_job_history::metrics::HistoryMetrics;
-use ballista_job_history::recording::writer::{Compression, DEFAULT_ZSTD_LEVEL};
-use ballista_job_history::serving::source::{DiskSource, JobSource, Resource};
-use ballista_job_history::store::LogStore;
+use ballista_job_history::bench_support::metrics::HistoryMetrics;
+use ballista_job_history::bench_support::recording::writer::{Compression, DEFAULT_ZSTD_LEVEL};
+use ballista_job_history::bench_support::serving::source::{DiskSource, JobSource, Resource};
+use ballista_job_history::bench_support::store::LogStore;
 use ballista_scheduler::history::HistoryStore;
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::sync::Arc;
@@ -32,7 +32,9 @@ async fn body_of(router: &axum::Router, path: &str) -> bytes::Bytes {
 fn routers(dir: &std::path::Path) -> (axum::Router, axum::Router) {
     let store = Arc::new(LogStore::new(dir, Arc::new(HistoryMetrics::unregistered())));
     store.rescan();
-    let ours = ballista_job_history::serving::router::job_routes(Arc::new(DiskSource::new(store)));
+    let ours = ballista_job_history::bench_support::serving::router::job_routes(Arc::new(
+        DiskSource::new(store),
+    ));
     let upstream =
         ballista_scheduler::history::history_router(Arc::new(HistoryStore::load(dir).unwrap()));
     (ours, upstream)

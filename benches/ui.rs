@@ -13,9 +13,9 @@
 mod browser;
 mod corpus;
 
-use ballista_job_history::metrics::HistoryMetrics;
-use ballista_job_history::server::history_router;
-use ballista_job_history::store::LogStore;
+use ballista_job_history::bench_support::metrics::HistoryMetrics;
+use ballista_job_history::bench_support::server::history_router;
+use ballista_job_history::bench_support::store::LogStore;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tower::ServiceExt;

@@ -10,14 +10,14 @@
 mod corpus;
 
 use ballista_core::serde::protobuf::{self as pb, SuccessfulTask, task_status};
-use ballista_job_history::analysis::records::JobRecords;
-use ballista_job_history::columnar;
-use ballista_job_history::columnar::fresh::Fresh;
-use ballista_job_history::format::record::WrittenJob;
-use ballista_job_history::format::record::{JobStart, TaskEnd, TaskMetrics};
-use ballista_job_history::metrics::HistoryMetrics;
-use ballista_job_history::recording::listener::TaskTap;
-use ballista_job_history::recording::writer::{self, WriterConfig, WriterMsg};
+use ballista_job_history::bench_support::columnar;
+use ballista_job_history::bench_support::columnar::fresh::Fresh;
+use ballista_job_history::bench_support::format::record::WrittenJob;
+use ballista_job_history::bench_support::format::record::{JobStart, TaskEnd, TaskMetrics};
+use ballista_job_history::bench_support::metrics::HistoryMetrics;
+use ballista_job_history::bench_support::recording::listener::TaskTap;
+use ballista_job_history::bench_support::recording::writer::{self, WriterConfig, WriterMsg};
+use ballista_job_history::bench_support::store::records::JobRecords;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::sync::Arc;
 
@@ -133,8 +133,11 @@ fn handed(dir: &std::path::Path, tasks: usize) -> WrittenJob {
 }
 
 /// Writes one job's rows as the three Parquet files of a segment.
-fn write_rows(dir: &std::path::Path, rows: &ballista_job_history::columnar::tables::JobRows) {
-    use ballista_job_history::columnar::tables::{OPERATORS, STAGES, TASKS};
+fn write_rows(
+    dir: &std::path::Path,
+    rows: &ballista_job_history::bench_support::columnar::tables::JobRows,
+) {
+    use ballista_job_history::bench_support::columnar::tables::{OPERATORS, STAGES, TASKS};
     for (name, schema, batch) in [
         ("stages", &STAGES, &rows.stages),
         ("tasks", &TASKS, &rows.tasks),
@@ -192,7 +195,7 @@ fn columnar_cost(c: &mut Criterion) {
             let log = dir.path().join("job.eventlog");
             b.iter(|| {
                 let records = JobRecords::read(log.as_path()).unwrap();
-                let rows = ballista_job_history::columnar::tables::job_rows(
+                let rows = ballista_job_history::bench_support::columnar::tables::job_rows(
                     "job",
                     &records,
                     &Default::default(),

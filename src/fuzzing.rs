@@ -81,7 +81,7 @@ pub fn read_log(data: &[u8]) {
         };
         let _ = timeline::read_timeline(&path, &header, TimelineParams::default());
         let _ = timeline::render_svg(&path, &header);
-        if let Ok(records) = crate::analysis::records::JobRecords::read(&path) {
+        if let Ok(records) = crate::store::records::JobRecords::read(&path) {
             let _ = crate::analysis::diagnosis::diagnose(
                 &header,
                 &records,

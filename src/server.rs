@@ -13,10 +13,10 @@ use crate::columnar::fresh::Fresh;
 use crate::metrics::HistoryMetrics;
 use crate::recording::capture::Capturer;
 use crate::recording::listener::{EventLogListener, JobEvent, TappedScheduler, TaskTap};
-use crate::recording::live::LiveApi;
 use crate::recording::redact::Redactor;
 use crate::recording::upload::{Bucket, Uploader, lock_spool, running_logs};
 use crate::recording::writer::{self, Compression, WriterConfig, WriterMsg};
+use crate::serving::live::LiveApi;
 use crate::serving::source::{DiskSource, JobSource, Layered, LiveSource};
 use crate::serving::{error::ApiError, router};
 use crate::store::LogStore;
@@ -84,7 +84,7 @@ pub struct HistoryOptions {
     pub retention: Option<RetentionPolicy>,
     /// The persistent index file; `None` keeps none.
     pub index_file: Option<PathBuf>,
-    /// The bearer token the REST API requires (see [`crate::serving::auth`]);
+    /// The bearer token the REST API requires (see [`ApiToken`](crate::ApiToken));
     /// `None` leaves it open, as upstream's is.
     pub api_token: Option<crate::serving::auth::ApiToken>,
     /// The object-store prefix the logs live under, when they are not
@@ -397,7 +397,11 @@ impl Recording {
             orphans,
             ..
         } = self;
-        let capturer = Capturer::new(api.clone(), writer.clone(), options.redactor.clone());
+        let capturer = Capturer::new(
+            Arc::new(api.clone()),
+            writer.clone(),
+            options.redactor.clone(),
+        );
         background.push(tokio::spawn(capturer.run(events_rx, stop.stopped())));
         let store = Arc::new(options.store(metrics.clone()));
         match &options.remote {

@@ -2,5 +2,5 @@
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    ballista_job_history::fuzzing::index_log(data);
+    ballista_job_history::bench_support::fuzzing::index_log(data);
 });

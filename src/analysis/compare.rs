@@ -23,7 +23,7 @@ const DIFF_BUDGET: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// One run, as the comparison reads it.
 #[derive(Debug, Clone, Default)]
-pub struct RunView {
+pub struct ComparedRun {
     /// The job.
     pub job_id: String,
     /// Its status word.
@@ -196,7 +196,7 @@ fn config_map(json: &[u8]) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn side(run: &RunView, stages: &[StageFacts]) -> Side {
+fn side(run: &ComparedRun, stages: &[StageFacts]) -> Side {
     let d = run.diagnosis.as_ref();
     Side {
         job_id: run.job_id.clone(),
@@ -210,7 +210,7 @@ fn side(run: &RunView, stages: &[StageFacts]) -> Side {
     }
 }
 
-fn finding_keys(run: &RunView) -> std::collections::BTreeSet<FindingKey> {
+fn finding_keys(run: &ComparedRun) -> std::collections::BTreeSet<FindingKey> {
     run.diagnosis
         .iter()
         .flat_map(|d| &d.findings)
@@ -227,7 +227,7 @@ fn signed(b: u64, a: u64) -> i64 {
 }
 
 /// Compares run `a` with run `b`.
-pub fn compare(a: &RunView, b: &RunView) -> Comparison {
+pub fn compare(a: &ComparedRun, b: &ComparedRun) -> Comparison {
     let (stages_a, stages_b) = (stage_facts(&a.stages), stage_facts(&b.stages));
     let (side_a, side_b) = (side(a, &stages_a), side(b, &stages_b));
     let same_query = a.query_hash != 0 && a.query_hash == b.query_hash;
@@ -279,8 +279,8 @@ fn query_note(hash_a: u64, hash_b: u64) -> Option<String> {
 
 /// The whole runs' differences (b − a), and whether b is a regression.
 fn deltas(
-    a: &RunView,
-    b: &RunView,
+    a: &ComparedRun,
+    b: &ComparedRun,
     side_a: &Side,
     side_b: &Side,
 ) -> (BTreeMap<&'static str, Value>, bool) {
@@ -451,7 +451,7 @@ mod tests {
         let scan = "ShuffleWriterExec: x\n  DataSourceExec: y";
         let agg = "ShuffleWriterExec: x\n  AggregateExec: z";
         let sort = "SortExec: s";
-        let a = RunView {
+        let a = ComparedRun {
             job_id: "a".into(),
             status: "Completed".into(),
             duration_ms: Some(2_000),
@@ -461,7 +461,7 @@ mod tests {
             physical_plan: "P1\nP2".into(),
             diagnosis: None,
         };
-        let b = RunView {
+        let b = ComparedRun {
             job_id: "b".into(),
             duration_ms: Some(3_500),
             stages: stages(&[("0", agg, 1_700), ("1", scan, 400)]),
@@ -484,7 +484,7 @@ mod tests {
         let keys: Vec<&str> = c.config.iter().map(|k| k.key.as_str()).collect();
         assert_eq!(keys, ["k2", "k3"]);
         assert!(c.plan_diff.contains("-P2\n+P3\n"), "{}", c.plan_diff);
-        let other = RunView {
+        let other = ComparedRun {
             query_hash: 6,
             duration_ms: Some(2_100),
             ..b.clone()

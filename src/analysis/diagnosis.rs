@@ -9,10 +9,10 @@
 //! millisecond tasks never look skewed however their ratios fall.
 //! `docs/diagnosis.md` explains each kind.
 
-use crate::analysis::records::{JobHeader, JobRecords, Task};
 use crate::analysis::stats::{quantile, ratio};
 use crate::format::query_hash::hash_text;
 use crate::format::stages::TaskTimes;
+use crate::store::records::{JobHeader, JobRecords, Task};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet};

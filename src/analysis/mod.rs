@@ -1,9 +1,10 @@
-//! Analysis: what a job's records mean. One job's records gathered
-//! (`records`), its diagnosis (`diagnosis`), the recurring queries of a
-//! history (`queries`) and the comparison of two runs (`compare`).
+//! Analysis: what a job's records mean. Its diagnosis (`diagnosis`), the
+//! recurring queries of a history (`queries`), the comparison of two runs
+//! (`compare`) and the metrics of a stage's plan (`plan_metrics`).
 //!
-//! Pure computation over what the store reads: nothing here serves HTTP or
-//! writes anything, so every finding can be tested on generated records.
+//! Pure computation over what the store reads (`store::records` hands it a
+//! job's records): nothing here opens a file, serves HTTP or writes
+//! anything, so every finding can be tested on generated records.
 //!
 //! **Rule:** this layer imports `format`, `metrics` and `store`; `serving`
 //! imports it, and nothing below `serving` does.
@@ -12,5 +13,4 @@ pub mod compare;
 pub mod diagnosis;
 pub mod plan_metrics;
 pub mod queries;
-pub mod records;
 pub(crate) mod stats;

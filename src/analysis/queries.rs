@@ -17,7 +17,7 @@ pub const TREND_RATIO: f64 = 1.25;
 
 /// One run of a query.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct Run {
+pub struct RecurringRun {
     /// The job.
     pub job_id: String,
     /// Its start (epoch millis).
@@ -55,13 +55,13 @@ pub struct QueryRow {
     /// The last run's duration over that median.
     pub trend_ratio: Option<f64>,
     /// The last runs, oldest first.
-    pub recent: Vec<Run>,
+    pub recent: Vec<RecurringRun>,
 }
 
 /// Groups `jobs` (finished ones with a query hash; the rest are left out)
 /// by query hash, most recently run first.
 pub fn recurring<'a>(jobs: impl Iterator<Item = &'a (dyn JobFacts + 'a)>) -> Vec<QueryRow> {
-    let mut groups: HashMap<u64, Vec<(Run, &'a str)>> = HashMap::new();
+    let mut groups: HashMap<u64, Vec<(RecurringRun, &'a str)>> = HashMap::new();
     for job in jobs {
         let finished = matches!(
             job.state(),
@@ -71,7 +71,7 @@ pub fn recurring<'a>(jobs: impl Iterator<Item = &'a (dyn JobFacts + 'a)>) -> Vec
             continue;
         }
         groups.entry(job.query_hash()).or_default().push((
-            Run {
+            RecurringRun {
                 job_id: job.job_id().to_string(),
                 start_time: job.start_time(),
                 duration_ms: job.duration().unwrap_or(0),
@@ -87,7 +87,7 @@ pub fn recurring<'a>(jobs: impl Iterator<Item = &'a (dyn JobFacts + 'a)>) -> Vec
             let mut durations: Vec<u64> = runs.iter().map(|r| r.0.duration_ms).collect();
             durations.sort_unstable();
             let (last, name) = runs.last().expect("a group has a run").clone();
-            let recent: Vec<Run> = runs
+            let recent: Vec<RecurringRun> = runs
                 .iter()
                 .skip(runs.len().saturating_sub(RECENT_RUNS))
                 .map(|r| r.0.clone())
@@ -113,7 +113,7 @@ pub fn recurring<'a>(jobs: impl Iterator<Item = &'a (dyn JobFacts + 'a)>) -> Vec
     rows
 }
 
-fn trend(recent: &[Run]) -> (&'static str, Option<f64>) {
+fn trend(recent: &[RecurringRun]) -> (&'static str, Option<f64>) {
     let Some((last, before)) = recent.split_last() else {
         return ("too_few_runs", None);
     };

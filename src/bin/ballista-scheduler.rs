@@ -2,16 +2,11 @@
 //! It only parses flags and calls the library.
 
 use ballista_core::config::LogRotationPolicy;
-use ballista_job_history::recording::redact::{DEFAULT_PATTERN, Redactor};
-use ballista_job_history::recording::writer::{Compression, DEFAULT_ZSTD_LEVEL};
-use ballista_job_history::server::export_parquet;
-use ballista_job_history::serving::auth::ApiToken;
-use ballista_job_history::serving::sql::SqlLimits;
-use ballista_job_history::store::remote::{EventLogDir, RemoteOptions};
-use ballista_job_history::store::retention::{
-    DEFAULT_ORPHAN_GRACE, RetentionPolicy, parse_bytes, parse_duration,
+use ballista_job_history::{
+    ApiToken, Compression, DEFAULT_ORPHAN_GRACE, DEFAULT_PATTERN, DEFAULT_ZSTD_LEVEL, EventLogDir,
+    HistoryOptions, Redactor, RemoteOptions, RetentionPolicy, SqlLimits, export_parquet,
+    parse_bytes, parse_duration, run_history, run_scheduler,
 };
-use ballista_job_history::{HistoryOptions, run_history, run_scheduler};
 use ballista_scheduler::config::{Config, SchedulerConfig};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches};
@@ -333,7 +328,7 @@ fn refuse_idle_flags(cli: &Cli, matches: &ArgMatches, remote: bool) -> Result<()
 
 fn main() -> ExitCode {
     // A SQL worker started by the server answers its one query and exits.
-    if let Some(code) = ballista_job_history::serving::sql::worker::run_if_worker() {
+    if let Some(code) = ballista_job_history::run_if_worker() {
         return code;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -419,9 +414,9 @@ async fn run(cli: Cli, matches: &ArgMatches) -> Result<(), Box<dyn std::error::E
     refuse_idle_flags(&cli, matches, matches!(dir, Some(EventLogDir::Remote(_))))?;
     // The default spool is checked to be private before anything runs.
     let spool = match (&dir, &cli.event_log_spool) {
-        (Some(EventLogDir::Remote(_)), None) => Some(ballista_job_history::server::default_spool(
-            cli.upstream.bind_port,
-        )?),
+        (Some(EventLogDir::Remote(_)), None) => {
+            Some(ballista_job_history::default_spool(cli.upstream.bind_port)?)
+        }
         (_, named) => named.clone(),
     };
     let history = dir.map(|dir| {
@@ -450,7 +445,7 @@ async fn run(cli: Cli, matches: &ArgMatches) -> Result<(), Box<dyn std::error::E
             workers: cli.sql_workers.max(1),
             queue: cli.sql_queue,
         };
-        options.http = ballista_job_history::serving::http::HttpLimits {
+        options.http = ballista_job_history::HttpLimits {
             header_timeout: Duration::from_secs(cli.http_header_timeout_seconds.max(1)),
             max_connections: cli.http_max_connections.max(1),
         };

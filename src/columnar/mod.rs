@@ -32,10 +32,10 @@
 //! nothing, and the next query rebuilds it.
 
 use crate::analysis::plan_metrics::plan_metrics;
-use crate::analysis::records::JobRecords;
 use crate::format::record::WrittenJob;
 use crate::format::stages::StagesAnswer;
 use crate::metrics::HistoryMetrics;
+use crate::store::records::JobRecords;
 use crate::store::{LogStore, StoreError};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
@@ -176,7 +176,7 @@ impl Manifest {
 /// the query holds this.
 #[derive(Debug)]
 pub struct Generation {
-    /// Per table (as [`TABLES`]), its segment files.
+    /// Per table (in the order of the tables), its segment files.
     pub files: [Vec<PathBuf>; 3],
     /// Per job, its totals (`tasks`, `failed_tasks`, `output_rows`,
     /// `scheduler_id` of `jobs`).

@@ -6,9 +6,9 @@
 //! milliseconds; a value not known is null, never 0.
 
 use crate::analysis::plan_metrics::OperatorMetric;
-use crate::analysis::records::{JobRecords, StageMarks, Task};
 use crate::analysis::stats::quantile;
 use crate::store::query::JobFacts;
+use crate::store::records::{JobRecords, StageMarks, Task};
 use datafusion::arrow::array::{
     ArrayRef, Float64Builder, Int64Builder, RecordBatch, StringViewBuilder,
     TimestampMillisecondBuilder, UInt32Builder,

@@ -17,12 +17,13 @@ use crate::format::record::{
 };
 use crate::format::stages::{StageAnswer, StagesAnswer};
 use crate::recording::listener::{Ending, JobEvent};
-use crate::recording::live::{Answer, LiveApi, is_terminal, job_path};
+use crate::recording::live::{HttpAnswer, LiveScheduler, is_terminal, job_path};
 use crate::recording::redact::Redactor;
 use crate::recording::writer::{WriterHandle, WriterMsg};
 use ballista_core::serde::protobuf::job_status;
 use http::StatusCode;
 use serde::Deserialize;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinSet;
@@ -37,14 +38,18 @@ const PLAN_FORMATS: [&str; 2] = ["tree", "metrics"];
 /// Renders records for the writer.
 #[derive(Clone)]
 pub(crate) struct Capturer {
-    api: LiveApi,
+    api: Arc<dyn LiveScheduler>,
     writer: WriterHandle,
     redactor: Redactor,
 }
 
 impl Capturer {
     /// A capturer reading from `api` and writing through `writer`.
-    pub(crate) fn new(api: LiveApi, writer: WriterHandle, redactor: Redactor) -> Self {
+    pub(crate) fn new(
+        api: Arc<dyn LiveScheduler>,
+        writer: WriterHandle,
+        redactor: Redactor,
+    ) -> Self {
         Self {
             api,
             writer,
@@ -155,7 +160,7 @@ impl Capturer {
             job_id: job_id.to_string(),
             queued_at,
             submitted_at,
-            scheduler_id: Some(self.api.scheduler().scheduler_id.clone()),
+            scheduler_id: Some(self.api.scheduler_id().to_string()),
             ..Default::default()
         };
         if answer.status == StatusCode::OK
@@ -224,7 +229,7 @@ impl Capturer {
     }
 
     /// A response's text with the job's secrets scrubbed.
-    fn clean(&self, answer: &Answer, secrets: &[String]) -> Option<String> {
+    fn clean(&self, answer: &HttpAnswer, secrets: &[String]) -> Option<String> {
         answer.text().map(|t| self.redactor.scrub(t, secrets))
     }
 
@@ -365,7 +370,7 @@ impl Capturer {
             job_name: index.job_name.clone(),
             queued_at,
             submitted_at: index.start_time,
-            scheduler_id: Some(self.api.scheduler().scheduler_id.clone()),
+            scheduler_id: Some(self.api.scheduler_id().to_string()),
             logical_plan: plans.logical_plan,
             physical_plan: plans.physical_plan,
         }
@@ -433,7 +438,7 @@ struct JobPlans {
     physical_plan: Option<String>,
 }
 
-fn ok_text(answer: &Answer) -> Option<String> {
+fn ok_text(answer: &HttpAnswer) -> Option<String> {
     (answer.status == StatusCode::OK)
         .then(|| answer.text().map(str::to_string))
         .flatten()
@@ -494,9 +499,7 @@ pub(crate) fn stage_records(stages_json: &str) -> Vec<(StageStart, StageEnd)> {
             },
         )
     };
-    // Ballista numbers stages from 1: a 0 is an id that did not read.
-    let known = answer.stages.into_iter().filter(|s| s.stage_id > 0);
-    known.map(stage).collect()
+    answer.stages.into_iter().map(stage).collect()
 }
 
 #[cfg(test)]

@@ -991,7 +991,7 @@ mod tests {
     /// while they were not wanted, is not handed over.
     #[tokio::test]
     async fn a_completed_jobs_records_are_handed_over_as_its_log_holds_them() {
-        use crate::analysis::records::JobRecords;
+        use crate::store::records::JobRecords;
         let dir = tempfile::tempdir().unwrap();
         let metrics = Arc::new(HistoryMetrics::unregistered());
         let collect = Arc::new(Collect::default());

@@ -2,13 +2,13 @@
 //! `GET /api/queries` and `GET /api/compare?a=&b=`. They read through the
 //! same [`JobSource`] as every job route and compute with `analysis`.
 
-use crate::analysis::compare::{RunView, compare};
+use crate::analysis::compare::{ComparedRun, compare};
 use crate::analysis::diagnosis::{Diagnosis, Thresholds, diagnose, operator_memory};
 use crate::analysis::queries::recurring;
-use crate::analysis::records::JobRecords;
 use crate::serving::error::ApiError;
 use crate::serving::source::{JobSource, Resource, read_log};
 use crate::store::query::JobFacts;
+use crate::store::records::JobRecords;
 use axum::extract::{Path, Query, State};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -139,7 +139,7 @@ pub(crate) async fn run_view(
     source: &dyn JobSource,
     job_id: &str,
     param: &str,
-) -> Result<RunView, ApiError> {
+) -> Result<ComparedRun, ApiError> {
     let facts = source
         .facts(job_id)
         .await?
@@ -160,7 +160,7 @@ pub(crate) async fn run_view(
         .ok()
         .and_then(|p| p.physical_plan)
         .unwrap_or_default();
-    Ok(RunView {
+    Ok(ComparedRun {
         job_id: job_id.to_string(),
         status: facts.state.status_word().to_string(),
         duration_ms: facts.duration(),

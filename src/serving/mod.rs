@@ -19,6 +19,7 @@ pub mod error;
 pub(crate) mod hosts;
 pub mod http;
 pub mod insight;
+pub(crate) mod live;
 pub mod router;
 pub mod source;
 pub mod sql;

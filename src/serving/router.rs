@@ -8,10 +8,10 @@
 //! **Invariant:** a job id from a URL is only ever a key for the source;
 //! it is never joined into a path.
 
-use crate::recording::live::Answer;
+use crate::recording::live::HttpAnswer;
 use crate::serving::error::ApiError;
-use crate::serving::source::{JSON, JobSource, Resource, TimelineRequest, read_log};
-use crate::serving::timeline::TimelineParams;
+use crate::serving::source::{JSON, JobSource, Resource, read_log};
+use crate::serving::timeline::{self, TimelineParams, TimelineRequest};
 use crate::store::query::{Facts, ListQuery};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
@@ -21,7 +21,7 @@ use ballista_api_types::dto::PlanFormat;
 use http::{StatusCode, header};
 use std::sync::Arc;
 
-impl IntoResponse for Answer {
+impl IntoResponse for HttpAnswer {
     fn into_response(self) -> Response {
         let mut response = (self.status, self.body).into_response();
         if let Some(ct) = self.content_type.and_then(|c| c.parse().ok()) {
@@ -94,7 +94,7 @@ async fn list_jobs(
         body.extend_from_slice(&row.entry);
     }
     body.push(b']');
-    let mut response = Answer::ok(JSON, body).into_response();
+    let mut response = HttpAnswer::ok(JSON, body).into_response();
     let headers = response.headers_mut();
     headers.insert(TOTAL_COUNT_HEADER, page.total.into());
     if let (Some(limit), Some(last)) = (query.limit, page.rows.last())
@@ -140,18 +140,15 @@ async fn get_timeline(
     Query(pairs): Pairs,
 ) -> Result<Response, ApiError> {
     let params = TimelineParams::parse(&pairs)?;
-    found(
-        source
-            .timeline(&job_id, TimelineRequest::Json(params))
-            .await?,
-    )
+    let request = TimelineRequest::Json(params);
+    found(timeline::answer(&*source, &job_id, request).await?)
 }
 
 async fn get_timeline_svg(
     State(source): State<Source>,
     Path(job_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    found(source.timeline(&job_id, TimelineRequest::Svg).await?)
+    found(timeline::answer(&*source, &job_id, TimelineRequest::Svg).await?)
 }
 
 /// `GET /api/job/{id}/eventlog`: see [`eventlog`].
@@ -227,7 +224,7 @@ pub(crate) async fn eventlog(source: &Source, job_id: &str) -> Result<Response, 
 }
 
 /// The reply, or a 404 when the source does not know the job.
-fn found(reply: Option<Answer>) -> Result<Response, ApiError> {
+fn found(reply: Option<HttpAnswer>) -> Result<Response, ApiError> {
     reply
         .map(IntoResponse::into_response)
         .ok_or(ApiError::NotFound)

@@ -13,10 +13,11 @@
 
 use crate::format::JobState;
 use crate::format::record::{JobEnd, Variant};
-use crate::recording::live::{Answer, LiveApi, job_path};
+use crate::recording::live::{HttpAnswer, job_path};
 use crate::serving::error::ApiError;
-use crate::serving::timeline::{JobHeader, TimelineParams, read_timeline, render_svg};
+use crate::serving::live::LiveApi;
 use crate::store::query::{Facts, JobFacts, ListQuery, Page, Row};
+use crate::store::records::JobHeader;
 use crate::store::{LogStore, Unfinished, read_job_start};
 use async_trait::async_trait;
 use ballista_api_types::dto::PlanFormat;
@@ -51,15 +52,6 @@ pub(crate) const TEXT: &str = "text/plain; charset=utf-8";
 /// Content type of the timeline picture.
 pub(crate) const SVG: &str = "image/svg+xml";
 
-/// Which timeline of a job is asked for.
-#[derive(Debug, Clone, Copy)]
-pub enum TimelineRequest {
-    /// `GET /api/job/{id}/timeline`, one page.
-    Json(TimelineParams),
-    /// `GET /api/job/{id}/timeline.svg`.
-    Svg,
-}
-
 /// What the REST router reads jobs from.
 #[async_trait]
 pub trait JobSource: Send + Sync {
@@ -75,10 +67,10 @@ pub trait JobSource: Send + Sync {
     async fn facts(&self, job_id: &str) -> Result<Option<Facts>, ApiError>;
 
     /// One response of one job; `Ok(None)` when the job is unknown here.
-    async fn get(&self, job_id: &str, resource: Resource) -> Result<Option<Answer>, ApiError>;
+    async fn get(&self, job_id: &str, resource: Resource) -> Result<Option<HttpAnswer>, ApiError>;
 
     /// Cancels a job; `Ok(None)` when the job is unknown here.
-    async fn cancel(&self, job_id: &str) -> Result<Option<Answer>, ApiError>;
+    async fn cancel(&self, job_id: &str) -> Result<Option<HttpAnswer>, ApiError>;
 
     /// The job's header and event log, when this source has a log of it
     /// (completed, or still being written).
@@ -90,16 +82,6 @@ pub trait JobSource: Send + Sync {
     /// The log directory behind this source, if any.
     fn store(&self) -> Option<&Arc<LogStore>> {
         None
-    }
-
-    /// The job's recorded timeline; `Ok(None)` when this source has none.
-    async fn timeline(
-        &self,
-        job_id: &str,
-        request: TimelineRequest,
-    ) -> Result<Option<Answer>, ApiError> {
-        let _ = (job_id, request);
-        Ok(None)
     }
 }
 
@@ -206,7 +188,7 @@ impl JobSource for LiveSource {
             .map(|r| Facts::of(&*r.facts)))
     }
 
-    async fn get(&self, job_id: &str, resource: Resource) -> Result<Option<Answer>, ApiError> {
+    async fn get(&self, job_id: &str, resource: Resource) -> Result<Option<HttpAnswer>, ApiError> {
         let rest = match resource {
             Resource::Job(f) => format_query(f).to_string(),
             Resource::Stages(f) => format!("/stages{}", format_query(f)),
@@ -218,7 +200,7 @@ impl JobSource for LiveSource {
         Ok(relay(answer))
     }
 
-    async fn cancel(&self, job_id: &str) -> Result<Option<Answer>, ApiError> {
+    async fn cancel(&self, job_id: &str) -> Result<Option<HttpAnswer>, ApiError> {
         let answer = self.api.call(Method::PATCH, &job_path(job_id, "")).await;
         Ok(relay(answer))
     }
@@ -226,7 +208,7 @@ impl JobSource for LiveSource {
 
 /// The live answer to relay; `None` for a 404 (the scheduler does not hold
 /// the job), so a layered source can ask the log instead.
-fn relay(answer: Answer) -> Option<Answer> {
+fn relay(answer: HttpAnswer) -> Option<HttpAnswer> {
     (answer.status != StatusCode::NOT_FOUND).then_some(answer)
 }
 
@@ -303,7 +285,7 @@ impl JobSource for DiskSource {
         Some(&self.store)
     }
 
-    async fn get(&self, job_id: &str, resource: Resource) -> Result<Option<Answer>, ApiError> {
+    async fn get(&self, job_id: &str, resource: Resource) -> Result<Option<HttpAnswer>, ApiError> {
         if let Some((unfinished, state)) = self.store.unfinished(job_id) {
             return self
                 .get_unfinished(unfinished, state, resource)
@@ -325,35 +307,35 @@ impl JobSource for DiskSource {
                 if missing("job") {
                     return Err(ApiError::NotFound);
                 }
-                Answer::ok(JSON, variant(end.job.get(), &end.responses.job, f)?)
+                HttpAnswer::ok(JSON, variant(end.job.get(), &end.responses.job, f)?)
             }
             Resource::Stages(f) => {
                 if missing("stages") {
                     return Err(ApiError::NotFound);
                 }
-                Answer::ok(JSON, variant(end.stages.get(), &end.responses.stages, f)?)
+                HttpAnswer::ok(JSON, variant(end.stages.get(), &end.responses.stages, f)?)
             }
             Resource::Config => {
                 if missing("config") {
                     return Err(ApiError::NotFound);
                 }
-                Answer::ok(JSON, end.config.get().to_string())
+                HttpAnswer::ok(JSON, end.config.get().to_string())
             }
             Resource::Dot => {
                 if missing("dot") {
                     return Err(ApiError::NotFound);
                 }
-                Answer::ok(TEXT, end.dot)
+                HttpAnswer::ok(TEXT, end.dot)
             }
             Resource::StageDot(n) => match end.responses.stage_dots.get(&n.to_string()) {
-                Some(dot) => Answer::ok(TEXT, dot.clone()),
+                Some(dot) => HttpAnswer::ok(TEXT, dot.clone()),
                 None => return Err(ApiError::NotFound),
             },
         };
         Ok(Some(reply.logged()))
     }
 
-    async fn cancel(&self, job_id: &str) -> Result<Option<Answer>, ApiError> {
+    async fn cancel(&self, job_id: &str) -> Result<Option<HttpAnswer>, ApiError> {
         let state = match (self.store.summary(job_id), self.store.unfinished(job_id)) {
             (Some(summary), _) => summary.state(),
             (None, Some((_, state))) => state,
@@ -375,23 +357,6 @@ impl JobSource for DiskSource {
             .logged(),
         ))
     }
-
-    async fn timeline(
-        &self,
-        job_id: &str,
-        request: TimelineRequest,
-    ) -> Result<Option<Answer>, ApiError> {
-        let Some((header, path)) = self.timeline_source(job_id) else {
-            return Ok(None);
-        };
-        let reply = read_log(job_id, move || match request {
-            TimelineRequest::Json(params) => read_timeline(&path, &header, params)
-                .map(|t| Answer::ok(JSON, serde_json::to_vec(&t).unwrap_or_default())),
-            TimelineRequest::Svg => render_svg(&path, &header).map(|svg| Answer::ok(SVG, svg)),
-        })
-        .await?;
-        Ok(Some(reply.logged()))
-    }
 }
 
 impl DiskSource {
@@ -406,7 +371,7 @@ impl DiskSource {
         &self,
         job_id: &str,
         resource: Resource,
-    ) -> Result<Option<Answer>, ApiError> {
+    ) -> Result<Option<HttpAnswer>, ApiError> {
         use crate::format::record::payload::{CONFIG, DOT, JOB, RESPONSES, STAGES};
         let names: &'static [&'static str] = match resource {
             Resource::Job(PlanFormat::Default) => &[JOB],
@@ -444,16 +409,16 @@ impl DiskSource {
                         variant(base, variants, f)?
                     }
                 };
-                Answer::ok(JSON, body)
+                HttpAnswer::ok(JSON, body)
             }
-            Resource::Config => Answer::ok(JSON, parts.remove(0)),
+            Resource::Config => HttpAnswer::ok(JSON, parts.remove(0)),
             Resource::Dot => {
                 let dot: String = serde_json::from_slice(&parts[0]).map_err(|e| malformed(&e))?;
-                Answer::ok(TEXT, dot)
+                HttpAnswer::ok(TEXT, dot)
             }
             Resource::StageDot(n) => {
                 match responses(&parts[0])?.stage_dots.remove(&n.to_string()) {
-                    Some(dot) => Answer::ok(TEXT, dot),
+                    Some(dot) => HttpAnswer::ok(TEXT, dot),
                     None => return Err(ApiError::NotFound),
                 }
             }
@@ -466,7 +431,7 @@ impl DiskSource {
         unfinished: Unfinished,
         state: JobState,
         resource: Resource,
-    ) -> Result<Answer, ApiError> {
+    ) -> Result<HttpAnswer, ApiError> {
         let Resource::Job(_) = resource else {
             return Err(ApiError::Missing(format!(
                 "job {} has not finished: its event log holds its plans, progress and \
@@ -476,7 +441,7 @@ impl DiskSource {
         };
         let path = self.store.log(&unfinished.file_name, unfinished.stamp.len);
         let start = read_log(&unfinished.job_id, move || read_job_start(&path)).await?;
-        Ok(Answer::ok(JSON, unfinished.response(state, Some(&start))).logged())
+        Ok(HttpAnswer::ok(JSON, unfinished.response(state, Some(&start))).logged())
     }
 
     /// The timeline header and log path of a job, completed or unfinished.
@@ -506,13 +471,13 @@ impl DiskSource {
 }
 
 /// The 409 the scheduler answers when a job cannot be cancelled.
-pub(crate) fn conflict(reason: &str) -> Answer {
+pub(crate) fn conflict(reason: &str) -> HttpAnswer {
     #[derive(serde::Serialize)]
     struct CancelJobResponse<'a> {
         cancelled: bool,
         reason: &'a str,
     }
-    Answer {
+    HttpAnswer {
         status: StatusCode::CONFLICT,
         content_type: Some(JSON.to_string()),
         body: serde_json::to_vec(&CancelJobResponse {
@@ -605,22 +570,14 @@ impl JobSource for Layered {
         Some(&self.disk.store)
     }
 
-    async fn timeline(
-        &self,
-        job_id: &str,
-        request: TimelineRequest,
-    ) -> Result<Option<Answer>, ApiError> {
-        self.disk.timeline(job_id, request).await
-    }
-
-    async fn get(&self, job_id: &str, resource: Resource) -> Result<Option<Answer>, ApiError> {
+    async fn get(&self, job_id: &str, resource: Resource) -> Result<Option<HttpAnswer>, ApiError> {
         match self.live.get(job_id, resource).await? {
             Some(reply) => Ok(Some(reply)),
             None => self.disk.get(job_id, resource).await,
         }
     }
 
-    async fn cancel(&self, job_id: &str) -> Result<Option<Answer>, ApiError> {
+    async fn cancel(&self, job_id: &str) -> Result<Option<HttpAnswer>, ApiError> {
         match self.live.cancel(job_id).await? {
             Some(reply) => Ok(Some(reply)),
             None => self.disk.cancel(job_id).await,

@@ -1,24 +1,54 @@
 //! A job's task timeline, read from its log: `GET /api/job/{id}/timeline`
 //! (JSON, paged) and `GET /api/job/{id}/timeline.svg` (a picture).
 //!
-//! **Invariant:** the log is streamed (`analysis::records::scan`), so
+//! **Invariant:** the log is streamed (`store::records::scan`), so
 //! memory is bounded by one progress record plus the page asked for (the
 //! picture holds one small tuple per task).
 
-pub use crate::analysis::records::JobHeader;
-use crate::analysis::records::{Rec, scan};
 use crate::format::JobState;
 use crate::format::record::{JobStart, TaskEnd};
 use crate::format::stages::TaskTimes;
+use crate::recording::live::HttpAnswer;
 use crate::serving::error::ApiError;
+use crate::serving::source::{JSON, JobSource, SVG, read_log};
 use crate::serving::words::duration;
 use crate::store::LogRef;
 use crate::store::StoreError;
+pub use crate::store::records::JobHeader;
+use crate::store::records::{Rec, scan};
 use ballista_api_types::dto::TaskStatus;
+use maud::{Markup, html};
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
-use std::fmt::Write as _;
+
+/// Which timeline of a job is asked for.
+#[derive(Debug, Clone, Copy)]
+pub enum TimelineRequest {
+    /// `GET /api/job/{id}/timeline`, one page.
+    Json(TimelineParams),
+    /// `GET /api/job/{id}/timeline.svg`.
+    Svg,
+}
+
+/// The job's timeline, read from the log `source` has of it; `Ok(None)`
+/// when it has none. The sources hand out logs; the picture is drawn here.
+pub(crate) async fn answer(
+    source: &dyn JobSource,
+    job_id: &str,
+    request: TimelineRequest,
+) -> Result<Option<HttpAnswer>, ApiError> {
+    let Some((header, path)) = source.log_of(job_id) else {
+        return Ok(None);
+    };
+    let reply = read_log(job_id, move || match request {
+        TimelineRequest::Json(params) => read_timeline(&path, &header, params)
+            .map(|t| HttpAnswer::ok(JSON, serde_json::to_vec(&t).unwrap_or_default())),
+        TimelineRequest::Svg => render_svg(&path, &header).map(|svg| HttpAnswer::ok(SVG, svg)),
+    })
+    .await?;
+    Ok(Some(reply.logged()))
+}
 
 /// Tasks per page unless `limit` says otherwise.
 pub(crate) const DEFAULT_LIMIT: usize = 1_000;
@@ -351,21 +381,13 @@ pub fn render_svg(log: impl Into<LogRef>, header: &JobHeader) -> Result<String, 
     Ok(draw(header, &job_name, &executors, bars))
 }
 
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            // Characters XML 1.0 does not allow.
-            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push('\u{FFFD}'),
-            c => out.push(c),
-        }
-    }
-    out
+/// `text` with the characters XML 1.0 cannot hold (control characters
+/// other than tab and line ends) replaced; maud escapes the rest.
+fn xml_text(text: &str) -> String {
+    let allowed = |c: char| (c as u32) >= 0x20 || matches!(c, '\t' | '\n' | '\r');
+    text.chars()
+        .map(|c| if allowed(c) { c } else { '\u{FFFD}' })
+        .collect()
 }
 
 /// A tick step giving at most about ten ticks over `span` ms.
@@ -472,6 +494,11 @@ impl Layout {
     }
 }
 
+/// One decimal, as the picture's coordinates are written.
+fn at(v: f64) -> String {
+    format!("{v:.1}")
+}
+
 fn draw(
     header: &JobHeader,
     job_name: &str,
@@ -479,119 +506,103 @@ fn draw(
     mut bars: Vec<Bar>,
 ) -> String {
     let layout = Layout::of(&mut bars, executors.len());
-    let height = layout.plot_bottom + 70.0;
-    let mut svg = String::with_capacity(256 + bars.len() * 160);
-    let _ = write!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0}" viewBox="0 0 {WIDTH} {height:.0}" font-family="sans-serif" font-size="12">"#
-    );
-    svg.push_str(
-        "<style>.Successful{fill:#3b8c3b}.Failed{fill:#c43c35}\
-         .Running{fill:#e0a526}.tick{stroke:#ddd}.lane{fill:#f6f6f6}</style>",
-    );
-    draw_title(
-        &mut svg,
-        header,
-        job_name,
-        bars.len(),
-        executors.len(),
-        &layout,
-    );
-    draw_lanes(&mut svg, executors, &layout);
-    draw_ticks(&mut svg, &layout);
-    draw_bars(&mut svg, &bars, &layout);
-    draw_legend(&mut svg, &layout);
-    svg.push_str("</svg>\n");
+    let height = format!("{:.0}", layout.plot_bottom + 70.0);
+    // Every element is closed with `{}`: SVG is XML, where maud's void
+    // form (`rect;`, no closing tag) would not parse.
+    let svg = html! {
+        svg xmlns="http://www.w3.org/2000/svg" width=(WIDTH) height=(height)
+            viewBox={ "0 0 " (WIDTH) " " (height) } font-family="sans-serif" font-size="12" {
+            style {
+                ".Successful{fill:#3b8c3b}.Failed{fill:#c43c35}"
+                ".Running{fill:#e0a526}.tick{stroke:#ddd}.lane{fill:#f6f6f6}"
+            }
+            (draw_title(header, job_name, bars.len(), executors.len(), &layout))
+            (draw_lanes(executors, &layout))
+            (draw_ticks(&layout))
+            (draw_bars(&bars, &layout))
+            (draw_legend(&layout))
+        }
+    };
+    let mut svg = svg.into_string();
+    svg.push('\n');
     svg
 }
 
 fn draw_title(
-    svg: &mut String,
     header: &JobHeader,
     job_name: &str,
     tasks: usize,
     executors: usize,
     layout: &Layout,
-) {
+) -> Markup {
     let title = if job_name.is_empty() {
         format!("Job {}", header.job_id)
     } else {
         format!("Job {} ({job_name})", header.job_id)
     };
-    let _ = write!(
-        svg,
-        r#"<text x="10" y="22" font-size="15" font-weight="bold">{}</text><text x="10" y="42">{}: {} tasks on {} executors over {}</text>"#,
-        escape(&title),
-        header.state.status_word(),
-        tasks,
-        executors,
-        duration(layout.t1.saturating_sub(layout.t0)),
-    );
+    let span = duration(layout.t1.saturating_sub(layout.t0));
+    html! {
+        text x="10" y="22" font-size="15" font-weight="bold" { (xml_text(&title)) }
+        text x="10" y="42" {
+            (header.state.status_word()) ": " (tasks) " tasks on " (executors) " executors over " (span)
+        }
+    }
 }
 
 /// A lane per executor, labelled.
-fn draw_lanes(svg: &mut String, executors: &BTreeMap<String, u32>, layout: &Layout) {
-    for (name, &i) in executors {
-        let top = layout.lane_top[i as usize];
-        let h = layout.lane_height(i as usize);
-        let _ = write!(
-            svg,
-            r#"<rect class="lane" x="{LEFT}" y="{top:.1}" width="{PLOT}" height="{h:.1}"/><text x="{x:.0}" y="{ty:.1}" text-anchor="end" dominant-baseline="middle">{}</text>"#,
-            escape(&shorten(name, 28)),
-            x = LEFT - 8.0,
-            ty = top + h / 2.0,
-        );
+fn draw_lanes(executors: &BTreeMap<String, u32>, layout: &Layout) -> Markup {
+    html! {
+        @for (name, &i) in executors {
+            @let top = layout.lane_top[i as usize];
+            @let h = layout.lane_height(i as usize);
+            rect class="lane" x=(LEFT) y=(at(top)) width=(PLOT) height=(at(h)) {}
+            text x=(format!("{:.0}", LEFT - 8.0)) y=(at(top + h / 2.0)) text-anchor="end"
+                dominant-baseline="middle" { (xml_text(&shorten(name, 28))) }
+        }
     }
 }
 
 /// Time ticks, as offsets from the first task's start.
-fn draw_ticks(svg: &mut String, layout: &Layout) {
+fn draw_ticks(layout: &Layout) -> Markup {
     let span = layout.span();
     let step = tick_step(span);
-    let plot_bottom = layout.plot_bottom;
-    let mut t = 0;
-    while t <= span {
-        let x = LEFT + t as f64 / span as f64 * PLOT;
-        let _ = write!(
-            svg,
-            r#"<line class="tick" x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{plot_bottom:.1}"/><text x="{x:.1}" y="{ly:.1}" text-anchor="middle">+{}</text>"#,
-            duration(t),
-            ly = plot_bottom + 16.0,
-        );
-        t += step;
+    let bottom = layout.plot_bottom;
+    let ticks = (0..=span).step_by(step as usize);
+    html! {
+        @for t in ticks {
+            @let x = at(LEFT + t as f64 / span as f64 * PLOT);
+            line class="tick" x1=(x) y1=(TOP) x2=(x) y2=(at(bottom)) {}
+            text x=(x) y=(at(bottom + 16.0)) text-anchor="middle" { "+" (duration(t)) }
+        }
     }
 }
 
 /// One bar per task attempt, with its facts as a tooltip.
-fn draw_bars(svg: &mut String, bars: &[Bar], layout: &Layout) {
+fn draw_bars(bars: &[Bar], layout: &Layout) -> Markup {
     let row_h = layout.row_h;
-    for (b, &(lane, row)) in bars.iter().zip(&layout.placed) {
-        let x = layout.x(b.start);
-        let w = ((b.end - b.start) as f64 / layout.span() as f64 * PLOT).max(1.0);
-        let y = layout.lane_top[lane] + row as f64 * row_h;
-        let _ = write!(
-            svg,
-            r#"<rect class="task {status}" x="{x:.1}" y="{y:.1}" width="{w:.1}" height="{h:.1}"><title>stage {stage} task {task}: {status}, {d}</title></rect>"#,
-            status = b.status,
-            stage = b.stage_id,
-            task = b.task_id,
-            d = duration(b.end - b.start),
-            h = (row_h - if row_h > 3.0 { 1.0 } else { 0.0 }).max(1.0),
-        );
+    let h = at((row_h - if row_h > 3.0 { 1.0 } else { 0.0 }).max(1.0));
+    html! {
+        @for (b, &(lane, row)) in bars.iter().zip(&layout.placed) {
+            @let w = ((b.end - b.start) as f64 / layout.span() as f64 * PLOT).max(1.0);
+            @let y = layout.lane_top[lane] + row as f64 * row_h;
+            rect class={ "task " (b.status) } x=(at(layout.x(b.start))) y=(at(y)) width=(at(w)) height=(h) {
+                title {
+                    "stage " (b.stage_id) " task " (b.task_id) ": " (b.status) ", "
+                    (duration(b.end - b.start))
+                }
+            }
+        }
     }
 }
 
-fn draw_legend(svg: &mut String, layout: &Layout) {
+fn draw_legend(layout: &Layout) -> Markup {
     let ly = layout.plot_bottom + 44.0;
-    for (i, status) in ["Successful", "Failed", "Running"].iter().enumerate() {
-        let x = LEFT + i as f64 * 120.0;
-        let _ = write!(
-            svg,
-            r#"<rect class="key {status}" x="{x}" y="{y:.1}" width="12" height="12"/><text x="{tx}" y="{ty:.1}">{status}</text>"#,
-            y = ly - 10.0,
-            tx = x + 18.0,
-            ty = ly,
-        );
+    html! {
+        @for (i, status) in ["Successful", "Failed", "Running"].iter().enumerate() {
+            @let x = LEFT + i as f64 * 120.0;
+            rect class={ "key " (status) } x=(x) y=(at(ly - 10.0)) width="12" height="12" {}
+            text x=(x + 18.0) y=(at(ly)) { (status) }
+        }
     }
 }
 

@@ -24,6 +24,7 @@
 //! hides nothing but itself.
 
 pub mod query;
+pub mod records;
 pub mod remote;
 pub mod retention;
 pub mod snapshot;
@@ -57,10 +58,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-pub use location::*;
-pub use read::*;
-pub use scan::*;
-pub use summary::*;
+pub(crate) use location::ReadSeek;
+pub use location::{LogRef, Stamp};
+pub use read::open_decoded;
+pub(crate) use read::{
+    Line, MAX_LINE, read_job_start, read_line, read_summary, read_summary_located, terminal_line,
+};
+use read::{Ranges, Tolerant};
+use summary::{ById, ByPosition, Catalog, CatalogSets, FileKind, rows_of};
+pub use summary::{JobSummary, PayloadRanges, SummaryParts};
 pub(crate) use unfinished::*;
 
 /// Why a log could not be used.
@@ -209,7 +215,7 @@ impl LogStore {
         }
     }
 
-    /// Keeps a persistent index at `path` (see [`crate::store::snapshot`]).
+    /// Keeps a persistent index at `path` (its format: ARCHITECTURE.md).
     pub fn with_index_file(mut self, path: Option<PathBuf>) -> Self {
         self.index_file = path;
         self
@@ -486,6 +492,8 @@ impl LogStore {
 
 #[cfg(test)]
 mod tests {
+    use super::read::bounded_line;
+    use super::scan::ScanReport;
     use super::*;
     use crate::format::record::{Footer, JobIndex, encode_line};
 

@@ -133,7 +133,7 @@ pub trait JobFacts: std::fmt::Debug {
         (start > 0 && end > 0).then(|| end.saturating_sub(start))
     }
 
-    /// The default position key (see [`Sort::QueuedTime`]).
+    /// The default position key (the queue time, else the start time).
     fn position_key(&self) -> u64 {
         numeric(self, Sort::QueuedTime)
     }

@@ -3,6 +3,7 @@
 //! TCP proxy the test can cut, and history-only servers reading it.
 
 use crate::harness::*;
+use crate::moto::MotoServer;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -20,11 +21,9 @@ const ENV: &[(&str, &str)] = &[
     ("AWS_REGION", "us-east-1"),
 ];
 
-/// An S3-compatible server (`moto`, from PyPI) on a loopback port; killed
-/// on drop.
+/// An S3-compatible server (`moto`) with one bucket; killed on drop.
 struct Moto {
-    child: Child,
-    port: u16,
+    server: MotoServer,
 }
 
 impl Moto {
@@ -32,12 +31,7 @@ impl Moto {
     /// `BALLISTA_JOB_HISTORY_REQUIRE_S3` is unset (CI sets it and installs
     /// moto).
     async fn start() -> Option<Moto> {
-        let installed = Command::new("python3")
-            .args(["-c", "import moto.server"])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !installed {
+        if !MotoServer::installed() {
             assert!(
                 std::env::var_os("BALLISTA_JOB_HISTORY_REQUIRE_S3").is_none(),
                 "moto is not installed: python3 -m pip install 'moto[server]'"
@@ -48,21 +42,9 @@ impl Moto {
             );
             return None;
         }
-        let port = free_port();
-        let child = Command::new("python3")
-            .args([
-                "-m",
-                "moto.server",
-                "-H",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("moto starts");
-        let moto = Moto { child, port };
+        let moto = Moto {
+            server: MotoServer::spawn(Stdio::null()),
+        };
         let client = http_client();
         eventually("moto answers", || {
             let url = moto.url("/");
@@ -76,7 +58,7 @@ impl Moto {
     }
 
     fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+        self.server.url(path)
     }
 
     /// A client of the bucket, straight to the server.
@@ -140,13 +122,6 @@ impl Moto {
             .lines()
             .map(str::to_string)
             .collect()
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -593,7 +568,7 @@ async fn a_kill_mid_upload_and_an_outage_lose_nothing_and_duplicate_nothing() {
     let Some(moto) = Moto::start().await else {
         return;
     };
-    let proxy = Proxy::start(moto.port).await;
+    let proxy = Proxy::start(moto.server.port).await;
     let tmp = tempfile::tempdir().unwrap();
     let data = write_csv(tmp.path(), "t.csv", 2000);
     let spool = tmp.path().join("spool");

@@ -142,6 +142,19 @@ impl Proc {
         );
     }
 
+    /// Waits until `/readyz` answers 200: for a history server, its first
+    /// index pass is done, so every log in its directory is listed.
+    pub async fn wait_ready(&mut self) {
+        self.wait_healthy().await;
+        let client = http_client();
+        eventually("the server answers /readyz with 200", || {
+            let client = client.clone();
+            let url = self.url("/readyz");
+            async move { matches!(client.get(url).send().await, Ok(r) if r.status().is_success()) }
+        })
+        .await;
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -63,11 +63,13 @@ async fn an_embedded_scheduler_records_and_drains_on_shutdown() {
         .expect("a clean shutdown");
     // The logs (the snapshot of the list is saved beside them on shutdown,
     // now that the store takes in each log as it completes).
-    let snapshot = ballista_job_history::store::snapshot::DEFAULT_FILE_NAME;
+    let snapshot = ballista_job_history::bench_support::store::snapshot::DEFAULT_FILE_NAME;
     let completed: Vec<_> = std::fs::read_dir(&logs)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|name| name != snapshot && name != ballista_job_history::server::COLUMNAR_DIR)
+        .filter(|name| {
+            name != snapshot && name != ballista_job_history::bench_support::server::COLUMNAR_DIR
+        })
         .collect();
     assert_eq!(completed.len(), 1, "{completed:?}");
     assert!(completed[0].ends_with(".eventlog"), "{completed:?}");

@@ -3,7 +3,7 @@
 use crate::harness::*;
 use ballista_api_types::dto::JobResponse;
 
-const FROM_LOG: &str = ballista_job_history::serving::source::FROM_LOG_HEADER;
+const FROM_LOG: &str = ballista_job_history::bench_support::serving::source::FROM_LOG_HEADER;
 
 async fn from_log(url: &str) -> Option<bool> {
     let r = http_client().get(url).send().await.ok()?;

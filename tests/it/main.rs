@@ -17,6 +17,7 @@ mod hostile;
 mod isolation;
 mod library;
 mod live;
+mod moto;
 mod neighbours;
 mod record;
 mod security;

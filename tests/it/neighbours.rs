@@ -203,7 +203,7 @@ async fn the_index_is_never_saved_through_a_link_planted_beside_it() {
     );
     // The saved index is the directory's: a restart lists the five jobs.
     let mut again = Proc::history(&logs, &[]);
-    again.wait_healthy().await;
+    again.wait_ready().await;
     assert_eq!(job_ids(&again).await.len(), 5);
     again.terminate();
 }
@@ -213,7 +213,7 @@ async fn raw_answers_are_never_sniffed_or_run_as_pages() {
     let tmp = tempfile::tempdir().unwrap();
     crate::history::copy_fixtures(tmp.path());
     let mut server = Proc::history(tmp.path(), &[]);
-    server.wait_healthy().await;
+    server.wait_ready().await;
     let client = http_client();
     for (path, raw) in [
         ("/api/job/golden-v1/eventlog", true),
@@ -249,7 +249,7 @@ async fn a_log_that_names_another_job_hides_nothing() {
     let victim = "038HEXYEEG000";
     // What the server says of the victim from its own log.
     let mut server = Proc::history(tmp.path(), &["--no-history-index"]);
-    server.wait_healthy().await;
+    server.wait_ready().await;
     let (status, _, truth) = get(&server.url(&format!("/api/job/{victim}"))).await;
     assert_eq!(status, 200);
     server.terminate();
@@ -262,7 +262,7 @@ async fn a_log_that_names_another_job_hides_nothing() {
         std::fs::write(tmp.path().join(format!("{name}.eventlog")), &lying).unwrap();
     }
     let mut server = Proc::history(tmp.path(), &["--no-history-index"]);
-    server.wait_healthy().await;
+    server.wait_ready().await;
     let ids = job_ids(&server).await;
     // The six real jobs, each once, the victim as its own log says.
     assert_eq!(ids.len(), 6, "{ids:?}");
@@ -404,7 +404,8 @@ async fn comparing_two_long_unlike_plans_leaves_the_server_answering() {
     long_plan(tmp.path(), a, "Left", 5_000);
     long_plan(tmp.path(), b, "Right", 5_000);
     let mut server = Proc::history(tmp.path(), &[]);
-    server.wait_healthy().await;
+    // Ready: the first index pass is done, so both logs are listed.
+    server.wait_ready().await;
     let url = server.url(&format!("/api/compare?a={a}&b={b}"));
     let compares = futures::future::join_all((0..4).map(|_| get_json(&url)));
     let health = async {

@@ -205,7 +205,7 @@ async fn every_job_is_recorded_with_its_live_responses() {
             .as_str()
             .unwrap();
         assert!(
-            error.contains(ballista_job_history::recording::redact::REDACTED),
+            error.contains(ballista_job_history::bench_support::recording::redact::REDACTED),
             "{error}"
         );
     }
@@ -229,6 +229,6 @@ async fn every_job_is_recorded_with_its_live_responses() {
     // ...but the keys are there, redacted.
     let config = raw_field(&secret_lines, "config");
     assert!(config.contains("s3.secret_access_key"), "{config}");
-    assert!(config.contains(ballista_job_history::recording::redact::REDACTED));
+    assert!(config.contains(ballista_job_history::bench_support::recording::redact::REDACTED));
     assert!(!logs.join(format!("{ok_id}.eventlog.running")).exists());
 }

@@ -3,8 +3,8 @@
 //! computes from what it planted.
 
 use super::*;
-use crate::analysis::records::Task;
 use crate::format::JobState;
+use crate::store::records::Task;
 
 const BASE: u64 = 1_800_000_000_000;
 const STAGES: u32 = 3;

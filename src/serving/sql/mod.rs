@@ -67,7 +67,7 @@ impl Default for SqlLimits {
 
 /// A query's answer, decoded (for the pages).
 #[derive(Debug)]
-pub struct Answer {
+pub struct RowsAnswer {
     /// Its columns.
     pub schema: SchemaRef,
     /// Its rows.
@@ -373,7 +373,7 @@ impl SqlEngine {
     }
 
     /// [`SqlEngine::query`] decoded, for a page: at most `max_rows` rows.
-    pub async fn query_rows(&self, sql: &str, max_rows: usize) -> Result<Answer, ApiError> {
+    pub async fn query_rows(&self, sql: &str, max_rows: usize) -> Result<RowsAnswer, ApiError> {
         let mut answer = self.query(sql, Format::Arrow, max_rows).await?;
         let mut bytes = Vec::with_capacity(answer.bytes);
         while let Some(chunk) = answer.body.next().await {
@@ -387,7 +387,7 @@ impl SqlEngine {
         .map_err(internal)?;
         let schema = reader.schema();
         let batches = reader.collect::<Result<Vec<_>, _>>().map_err(internal)?;
-        Ok(Answer {
+        Ok(RowsAnswer {
             schema,
             batches,
             truncated: answer.truncated,

@@ -111,11 +111,8 @@ pub(crate) async fn timeline_data(State(ui): State<Ui>, Path(job_id): Path<Strin
 /// `GET /ui/job/{id}/timeline.svg`: the API's picture, for pages without
 /// scripts.
 pub(crate) async fn timeline_svg(State(ui): State<Ui>, Path(job_id): Path<String>) -> Response {
-    match ui
-        .source
-        .timeline(&job_id, crate::serving::source::TimelineRequest::Svg)
-        .await
-    {
+    let svg = crate::serving::timeline::TimelineRequest::Svg;
+    match crate::serving::timeline::answer(&*ui.source, &job_id, svg).await {
         Ok(Some(a)) => a.into_response(),
         Ok(None) => error(
             &ui,

@@ -9,7 +9,6 @@
 //! once per page; the plans, config and DOT are the stored responses.
 
 use crate::analysis::diagnosis::{Diagnosis, Thresholds, diagnose, operator_memory};
-use crate::analysis::records::{JobHeader, JobRecords, Task};
 use crate::analysis::stats::quantile;
 use crate::format::stages::{StageAnswer, StagesAnswer};
 use crate::serving::error::ApiError;
@@ -18,6 +17,7 @@ use crate::serving::ui::graph::{Dot, Node, draw, operator_name};
 use crate::serving::ui::page::{self, Nav, count, duration, job_href, query_string, segment};
 use crate::serving::ui::{Ui, api_error, error, html_response};
 use crate::store::query::{Facts, ListQuery};
+use crate::store::records::{JobHeader, JobRecords, Task};
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use ballista_api_types::dto::PlanFormat;

@@ -137,12 +137,16 @@ pub(crate) async fn page(
 }
 
 /// The SQL engine, or the page that says SQL is not served here.
+#[expect(
+    clippy::result_large_err,
+    reason = "the error is the answer itself, built once per request and returned at once"
+)]
 fn served(ui: &Ui) -> Result<&Arc<SqlEngine>, Response> {
     let not_served = || error(ui, StatusCode::NOT_FOUND, "SQL is not served here.");
     ui.sql.as_ref().ok_or_else(not_served)
 }
 
-fn table(a: &crate::serving::sql::Answer) -> Markup {
+fn table(a: &crate::serving::sql::RowsAnswer) -> Markup {
     let options = FormatOptions::default().with_null("null");
     html! {
         div.table-wrap {

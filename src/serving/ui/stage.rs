@@ -3,7 +3,6 @@
 //! stored DOT, its plan with metrics, and its task attempts, sortable and
 //! paged, failed ones with their reasons.
 
-use crate::analysis::records::Task;
 use crate::format::stages::StageAnswer;
 use crate::serving::source::Resource;
 use crate::serving::ui::graph::Dot;
@@ -12,6 +11,7 @@ use crate::serving::ui::job::{
 };
 use crate::serving::ui::page::{self, Nav, count, duration, job_href, query_string};
 use crate::serving::ui::{Ui, api_error, error, html_response};
+use crate::store::records::Task;
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use ballista_api_types::dto::PlanFormat;
