@@ -10,13 +10,13 @@ use std::time::{Duration, SystemTime};
 
 /// One crafted completed job.
 #[derive(Debug, Clone)]
-struct Crafted {
-    id: String,
-    name: String,
+pub(crate) struct Crafted {
+    pub(crate) id: String,
+    pub(crate) name: String,
     /// `completed`, `failed` or `cancelled`.
-    state: &'static str,
-    start: u64,
-    end: u64,
+    pub(crate) state: &'static str,
+    pub(crate) start: u64,
+    pub(crate) end: u64,
 }
 
 fn line(ev: &str, data: Value) -> String {
@@ -63,7 +63,7 @@ fn job_end(job: &Crafted) -> String {
     )
 }
 
-fn write_completed(dir: &Path, job: &Crafted) {
+pub(crate) fn write_completed(dir: &Path, job: &Crafted) {
     let text = job_start(&job.id, &job.name, job.start)
         + &task_end(1, 0, "e1", job.start, true)
         + &job_end(job);
@@ -71,7 +71,7 @@ fn write_completed(dir: &Path, job: &Crafted) {
 }
 
 /// A `.running` log with `tasks` task records, last written `age` ago.
-fn write_running(dir: &Path, id: &str, name: &str, tasks: u32, age: Duration) {
+pub(crate) fn write_running(dir: &Path, id: &str, name: &str, tasks: u32, age: Duration) {
     let mut text = job_start(id, name, 5_000);
     for t in 0..tasks {
         text += &task_end(
@@ -104,7 +104,7 @@ async fn get_page(url: &str) -> (u16, Option<usize>, Option<String>, Value) {
     (status, total, next, r.json().await.unwrap())
 }
 
-fn ids(body: &Value) -> Vec<String> {
+pub(crate) fn ids(body: &Value) -> Vec<String> {
     body.as_array()
         .unwrap()
         .iter()
@@ -205,7 +205,7 @@ async fn paging_through_10000_jobs_returns_each_once_while_logs_arrive() {
     assert_eq!(ids(&tail), all[9950..(9950 + 100).min(all.len())]);
 }
 
-fn facts_sample() -> Vec<Crafted> {
+pub(crate) fn facts_sample() -> Vec<Crafted> {
     let names = [
         "Nightly ETL",
         "nightly report",
@@ -224,171 +224,6 @@ fn facts_sample() -> Vec<Crafted> {
             end: 1_700_000_000_000 + i * 60_000 + (i * 7_919) % 50_000,
         })
         .collect()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn every_filter_and_sort_and_bad_parameters() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    let jobs = facts_sample();
-    for job in &jobs {
-        write_completed(dir, job);
-    }
-    write_running(dir, "r-live", "Nightly live", 3, Duration::ZERO);
-    write_running(dir, "r-dead", "dead", 2, Duration::from_secs(7200));
-    let mut server = Proc::history(dir, &[]);
-    server.wait_healthy().await;
-    eventually("the index is loaded", || async {
-        get(&server.url("/readyz")).await.0 == 200
-    })
-    .await;
-
-    let list = |query: String| {
-        let url = server.url(&format!("/api/jobs?{query}"));
-        async move {
-            let (status, total, _, body) = get_page(&url).await;
-            assert_eq!(status, 200, "{query}: {body}");
-            let ids = ids(&body);
-            assert_eq!(total, Some(ids.len()), "{query}");
-            ids
-        }
-    };
-    let expect = |pred: &dyn Fn(&Crafted) -> bool, key: &dyn Fn(&Crafted) -> i128| {
-        let mut v: Vec<&Crafted> = jobs.iter().filter(|j| pred(j)).collect();
-        v.sort_by(|a, b| key(a).cmp(&key(b)).then_with(|| a.id.cmp(&b.id)));
-        v.into_iter().map(|j| j.id.clone()).collect::<Vec<_>>()
-    };
-    let newest = |j: &Crafted| -i128::from(j.start);
-    let t0 = 1_700_000_000_000u64;
-
-    // No parameter: completed logs only, newest first.
-    assert_eq!(list(String::new()).await, expect(&|_| true, &newest));
-    assert_eq!(
-        list("status=failed".into()).await,
-        expect(&|j| j.state == "failed", &newest)
-    );
-    assert_eq!(
-        list("status=completed,cancelled".into()).await,
-        expect(&|j| j.state != "failed", &newest)
-    );
-    assert_eq!(
-        list("name=NiGhT".into()).await,
-        expect(&|j| j.name.to_lowercase().contains("night"), &newest)
-    );
-    assert_eq!(
-        list(format!("started_after={}", t0 + 10 * 60_000)).await,
-        expect(&|j| j.start >= t0 + 10 * 60_000, &newest)
-    );
-    // 2023-11-14T22:13:20Z is t0; RFC 3339 and millis mean the same.
-    assert_eq!(
-        list("started_before=2023-11-14T22:18:20Z".into()).await,
-        expect(&|j| j.start <= t0 + 300_000, &newest)
-    );
-    assert_eq!(
-        list(format!(
-            "ended_after={}&ended_before={}",
-            t0 + 100_000,
-            t0 + 900_000
-        ))
-        .await,
-        expect(&|j| j.end >= t0 + 100_000 && j.end <= t0 + 900_000, &newest)
-    );
-    assert_eq!(
-        list("min_duration_ms=30000".into()).await,
-        expect(&|j| j.end - j.start >= 30_000, &newest)
-    );
-    let duration = |j: &Crafted| i128::from(j.end - j.start);
-    for (query, key) in [
-        (
-            "sort=start_time&order=asc",
-            &(|j: &Crafted| i128::from(j.start)) as &dyn Fn(&Crafted) -> i128,
-        ),
-        ("sort=end_time", &|j: &Crafted| -i128::from(j.end)),
-        ("sort=end_time&order=asc", &|j: &Crafted| i128::from(j.end)),
-        ("sort=duration", &|j: &Crafted| -duration(j)),
-        ("sort=duration&order=asc", &duration),
-    ] {
-        assert_eq!(list(query.into()).await, expect(&|_| true, key), "{query}");
-    }
-    // Names sort case-insensitively, ascending by default.
-    let lower_names = |ids: &[String]| -> Vec<String> {
-        ids.iter()
-            .map(|id| {
-                jobs.iter()
-                    .find(|j| &j.id == id)
-                    .unwrap()
-                    .name
-                    .to_lowercase()
-            })
-            .collect()
-    };
-    let by_name = list("sort=name".into()).await;
-    let names = lower_names(&by_name);
-    let mut sorted = names.clone();
-    sorted.sort();
-    assert_eq!(names, sorted);
-    let mut reversed = list("sort=name&order=desc".into()).await;
-    reversed.reverse();
-    assert_eq!(lower_names(&reversed), names);
-
-    // Unfinished jobs: only when asked for.
-    assert_eq!(list("status=running".into()).await, ["r-live"]);
-    assert_eq!(list("status=abandoned".into()).await, ["r-dead"]);
-    let with = list("include_unfinished=true".into()).await;
-    assert_eq!(with.len(), jobs.len() + 2);
-    assert_eq!(
-        &with[with.len() - 2..],
-        ["r-dead", "r-live"],
-        "started first"
-    );
-    assert_eq!(
-        list("status=running,abandoned&name=night".into()).await,
-        ["r-live"]
-    );
-
-    // Bad parameters: a 400 naming the parameter.
-    for (query, param) in [
-        ("limit=0", "limit"),
-        ("limit=many", "limit"),
-        ("offset=-3", "offset"),
-        ("status=finished", "status"),
-        ("sort=size", "sort"),
-        ("order=sideways", "order"),
-        ("started_after=yesterday", "started_after"),
-        ("ended_before=2026-13-01T00:00:00Z", "ended_before"),
-        ("min_duration_ms=fast", "min_duration_ms"),
-        ("include_unfinished=perhaps", "include_unfinished"),
-        ("after=no-such-job", "after"),
-    ] {
-        let (status, _, body) = get(&server.url(&format!("/api/jobs?{query}"))).await;
-        let body: Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(status, 400, "{query}");
-        assert_eq!(body["http_code"], 400);
-        let error = body["error"].as_str().unwrap();
-        assert!(error.contains(&format!("`{param}`")), "{query}: {error}");
-    }
-    let (status, _, body) = get(&server.url("/api/job/f01/timeline?limit=0")).await;
-    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));
-
-    // An unknown parameter (an old client's) is ignored, as upstream's
-    // route ignores it, and named in a header.
-    let ignored = |query: &'static str| {
-        let url = server.url(&format!("/api/jobs?{query}"));
-        async move {
-            let r = crate::harness::http_client().get(url).send().await.unwrap();
-            let header = r
-                .headers()
-                .get("x-ballista-ignored-params")
-                .map(|v| v.to_str().unwrap().to_string());
-            (r.status().as_u16(), header, r.bytes().await.unwrap())
-        }
-    };
-    let (status, header, body) = ignored("colour=blue&limit=3").await;
-    let (plain_status, plain_header, plain) = ignored("limit=3").await;
-    assert_eq!((status, plain_status), (200, 200));
-    assert_eq!(body, plain);
-    assert_eq!(header.as_deref(), Some("colour"));
-    assert_eq!(plain_header, None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

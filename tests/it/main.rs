@@ -20,6 +20,7 @@ mod live;
 mod moto;
 mod neighbours;
 mod record;
+mod routes;
 mod security;
 mod sql;
 mod tidy;
