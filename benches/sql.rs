@@ -392,12 +392,12 @@ fn main() {
     let n = env_usize("SQL_INDEX_JOBS", 1_000_000);
     let index_dir = tempfile::tempdir().unwrap();
     let store = corpus::indexed_store(index_dir.path(), n);
+    let store = std::sync::Arc::new(store);
     let engine = ballista_job_history::bench_support::serving::sql::SqlEngine::new(
         std::sync::Arc::new(
-            ballista_job_history::bench_support::serving::source::DiskSource::new(
-                std::sync::Arc::new(store),
-            ),
+            ballista_job_history::bench_support::serving::source::DiskSource::new(store.clone()),
         ),
+        store,
         index_dir.path().join("columnar"),
         limits,
         env!("CARGO_BIN_EXE_ballista-scheduler").into(),
@@ -454,18 +454,20 @@ fn main() {
 
     // One row end to end: in a worker, and in this process as before.
     let empty = tempfile::tempdir().unwrap();
+    let empty_store =
+        std::sync::Arc::new(ballista_job_history::bench_support::store::LogStore::new(
+            empty.path(),
+            std::sync::Arc::new(
+                ballista_job_history::bench_support::metrics::HistoryMetrics::unregistered(),
+            ),
+        ));
     let small = ballista_job_history::bench_support::serving::sql::SqlEngine::new(
         std::sync::Arc::new(
             ballista_job_history::bench_support::serving::source::DiskSource::new(
-                std::sync::Arc::new(ballista_job_history::bench_support::store::LogStore::new(
-                    empty.path(),
-                    std::sync::Arc::new(
-                        ballista_job_history::bench_support::metrics::HistoryMetrics::unregistered(
-                        ),
-                    ),
-                )),
+                empty_store.clone(),
             ),
         ),
+        empty_store,
         empty.path().join("columnar"),
         SqlLimits::default(),
         env!("CARGO_BIN_EXE_ballista-scheduler").into(),

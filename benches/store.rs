@@ -32,9 +32,10 @@ async fn body_of(router: &axum::Router, path: &str) -> bytes::Bytes {
 fn routers(dir: &std::path::Path) -> (axum::Router, axum::Router) {
     let store = Arc::new(LogStore::new(dir, Arc::new(HistoryMetrics::unregistered())));
     store.rescan();
-    let ours = ballista_job_history::bench_support::serving::router::job_routes(Arc::new(
-        DiskSource::new(store),
-    ));
+    let ours = ballista_job_history::bench_support::serving::router::job_routes(
+        Arc::new(DiskSource::new(store.clone())),
+        Some(store),
+    );
     let upstream =
         ballista_scheduler::history::history_router(Arc::new(HistoryStore::load(dir).unwrap()));
     (ours, upstream)

@@ -144,6 +144,7 @@ impl HistoryOptions {
     fn sql_engine(
         &self,
         source: Arc<dyn JobSource>,
+        store: Arc<LogStore>,
         fresh: Option<Arc<Fresh>>,
     ) -> Arc<crate::serving::sql::SqlEngine> {
         let worker = self.sql_worker.clone().unwrap_or_else(|| {
@@ -151,6 +152,7 @@ impl HistoryOptions {
         });
         Arc::new(crate::serving::sql::SqlEngine::with_fresh(
             source,
+            store,
             self.columnar_dir(),
             self.sql,
             worker,
@@ -220,8 +222,8 @@ pub async fn export_parquet(options: HistoryOptions, out: &Path) -> Result<Strin
     tokio::task::spawn_blocking(move || scan_store.rescan())
         .await
         .map_err(|e| ServerError::Export(e.to_string()))?;
-    let source: Arc<dyn JobSource> = Arc::new(DiskSource::new(store));
-    let engine = options.sql_engine(source, None);
+    let source: Arc<dyn JobSource> = Arc::new(DiskSource::new(store.clone()));
+    let engine = options.sql_engine(source, store, None);
     engine
         .export(out)
         .await
@@ -387,7 +389,7 @@ impl Recording {
         api: &LiveApi,
         stop: &Stop,
         background: &mut Vec<tokio::task::JoinHandle<()>>,
-    ) -> (Arc<dyn JobSource>, TaskTap, WriterParts) {
+    ) -> (Arc<dyn JobSource>, Arc<LogStore>, TaskTap, WriterParts) {
         let Recording {
             writer,
             thread,
@@ -429,10 +431,10 @@ impl Recording {
         }
         let source = Arc::new(Layered::new(
             LiveSource::new(api.clone()),
-            DiskSource::new(store),
+            DiskSource::new(store.clone()),
         ));
         let tap = TaskTap::new(writer.clone());
-        (source, tap, (writer, thread))
+        (source, store, tap, (writer, thread))
     }
 }
 
@@ -507,15 +509,16 @@ pub async fn run_scheduler(
     let fresh = recording.as_ref().map(|r| r.fresh.clone());
     let (source, tap, writer_parts) = match (&history, recording) {
         (Some(options), Some(recording)) => {
-            let (source, tap, parts) = recording.spawn(options, &parts.api, &stop, &mut background);
-            (Some(source), Some(tap), Some(parts))
+            let (source, store, tap, parts) =
+                recording.spawn(options, &parts.api, &stop, &mut background);
+            (Some((source, store)), Some(tap), Some(parts))
         }
         _ => (None, None, None),
     };
     let token = history.as_ref().and_then(|h| h.api_token.clone());
     let sql = match (&history, &source) {
-        (Some(options), Some(source)) => {
-            let engine = options.sql_engine(source.clone(), fresh.clone());
+        (Some(options), Some((source, store))) => {
+            let engine = options.sql_engine(source.clone(), store.clone(), fresh.clone());
             let fresh = engine
                 .clone()
                 .keep_fresh(options.update_interval, stop.stopped());
@@ -653,7 +656,7 @@ fn health_router(scheduler: Arc<Scheduler>) -> Router {
 
 fn live_router(
     parts: LiveParts,
-    source: Option<Arc<dyn JobSource>>,
+    source: Option<(Arc<dyn JobSource>, Arc<LogStore>)>,
     tap: Option<TaskTap>,
     token: Option<crate::serving::auth::ApiToken>,
     sql: Option<Arc<crate::serving::sql::SqlEngine>>,
@@ -679,7 +682,7 @@ fn live_router(
                 ApiError::Missing("REST API has been disabled at startup".into()).into_response()
             }),
         ),
-        Some(source) => router::job_routes(source.clone())
+        Some((source, store)) => router::job_routes(source.clone(), Some(store.clone()))
             .layer(cors(config))
             // Outside the CORS layer: no origin is granted SQL.
             .merge(
@@ -690,6 +693,7 @@ fn live_router(
             .merge(health)
             .merge(crate::serving::ui::routes(
                 source,
+                Some(store),
                 true,
                 scheduler.scheduler_id.clone(),
                 token,
@@ -722,8 +726,8 @@ pub fn history_router(
 ) -> Router {
     let started = u128::from(crate::format::now_millis());
     let ready_store = store.clone();
-    let source: Arc<dyn JobSource> = Arc::new(DiskSource::new(store));
-    let router = router::job_routes(source.clone())
+    let source: Arc<dyn JobSource> = Arc::new(DiskSource::new(store.clone()));
+    let router = router::job_routes(source.clone(), Some(store.clone()))
         .merge(router::history_routes(
             started,
             Arc::new(move || ready_store.is_ready()),
@@ -737,6 +741,7 @@ pub fn history_router(
         )
         .merge(crate::serving::ui::routes(
             source,
+            Some(store),
             false,
             "history-server".into(),
             token.clone(),
@@ -769,7 +774,11 @@ pub async fn run_history(
         let cleaner = Cleaner::new(store.clone(), policy.clone(), None, metrics);
         background.push(tokio::spawn(cleaner.run(stop.stopped())));
     }
-    let sql = options.sql_engine(Arc::new(DiskSource::new(store.clone())), None);
+    let sql = options.sql_engine(
+        Arc::new(DiskSource::new(store.clone())),
+        store.clone(),
+        None,
+    );
     background.push(tokio::spawn(
         sql.clone()
             .keep_fresh(options.update_interval, stop.stopped()),

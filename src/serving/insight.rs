@@ -7,6 +7,7 @@ use crate::analysis::diagnosis::{Diagnosis, Thresholds, diagnose, operator_memor
 use crate::analysis::queries::recurring;
 use crate::serving::error::ApiError;
 use crate::serving::source::{JobSource, Resource, read_log};
+use crate::store::LogStore;
 use crate::store::query::JobFacts;
 use crate::store::records::JobRecords;
 use axum::extract::{Path, Query, State};
@@ -23,13 +24,14 @@ type Pairs = Query<Vec<(String, String)>>;
 /// The most rows `GET /api/queries` answers at once.
 pub const MAX_QUERIES: usize = 10_000;
 
-/// The explaining routes over `source`.
-pub(crate) fn routes(source: Source) -> Router {
+/// The explaining routes over `source`; the recurring queries over
+/// `store`, the log directory behind it.
+pub(crate) fn routes(source: Source, store: Option<Arc<LogStore>>) -> Router {
     Router::new()
         .route("/api/job/{job_id}/diagnosis", get(get_diagnosis))
-        .route("/api/queries", get(get_queries))
         .route("/api/compare", get(get_compare))
         .with_state(source)
+        .route("/api/queries", get(get_queries).with_state(store))
 }
 
 fn unknown(route: &str, key: &str, accepts: &str) -> ApiError {
@@ -89,7 +91,7 @@ struct Queries {
 }
 
 async fn get_queries(
-    State(source): State<Source>,
+    State(store): State<Option<Arc<LogStore>>>,
     Query(pairs): Pairs,
 ) -> Result<Json<Queries>, ApiError> {
     let mut limit = 100;
@@ -110,7 +112,7 @@ async fn get_queries(
             other => return Err(unknown("/api/queries", other, "limit")),
         }
     }
-    let mut rows = recurring_queries(&*source).await?;
+    let mut rows = recurring_queries(store.as_ref()).await?;
     let total = rows.len();
     rows.truncate(limit);
     Ok(Json(Queries {
@@ -119,12 +121,12 @@ async fn get_queries(
     }))
 }
 
-/// The recurring queries of the source's log directory, most recently run
+/// The recurring queries of the log directory `store`, most recently run
 /// first.
 pub(crate) async fn recurring_queries(
-    source: &dyn JobSource,
+    store: Option<&Arc<LogStore>>,
 ) -> Result<Vec<crate::analysis::queries::QueryRow>, ApiError> {
-    let Some(store) = source.store().cloned() else {
+    let Some(store) = store.cloned() else {
         return Err(ApiError::Missing("no log directory here".into()));
     };
     tokio::task::spawn_blocking(move || {

@@ -12,6 +12,7 @@ use crate::recording::live::HttpAnswer;
 use crate::serving::error::ApiError;
 use crate::serving::source::{JSON, JobSource, Resource, read_log};
 use crate::serving::timeline::{self, TimelineParams, TimelineRequest};
+use crate::store::LogStore;
 use crate::store::query::{Facts, ListQuery};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
@@ -47,8 +48,9 @@ pub(crate) struct FormatParams {
 
 type Source = Arc<dyn JobSource>;
 
-/// The job routes over `source`.
-pub fn job_routes(source: Source) -> Router {
+/// The job routes over `source`; with `store`, the log directory behind
+/// it, the recurring queries too.
+pub fn job_routes(source: Source, store: Option<Arc<LogStore>>) -> Router {
     Router::new()
         .route("/api/jobs", get(list_jobs))
         .route(
@@ -63,7 +65,7 @@ pub fn job_routes(source: Source) -> Router {
         .route("/api/job/{job_id}/timeline.svg", get(get_timeline_svg))
         .route("/api/job/{job_id}/eventlog", get(get_eventlog))
         .with_state(source.clone())
-        .merge(crate::serving::insight::routes(source))
+        .merge(crate::serving::insight::routes(source, store))
 }
 
 /// Header with the number of jobs matching the filters, over all pages.
@@ -370,7 +372,7 @@ mod tests {
     use super::*;
     use crate::metrics::HistoryMetrics;
     use crate::serving::source::DiskSource;
-    use crate::store::LogStore;
+
     use axum::body::Body;
     use http::Request;
     use tower::ServiceExt;
@@ -378,7 +380,7 @@ mod tests {
     fn router(dir: &std::path::Path) -> Router {
         let store = Arc::new(LogStore::new(dir, Arc::new(HistoryMetrics::unregistered())));
         store.rescan();
-        job_routes(Arc::new(DiskSource::new(store)))
+        job_routes(Arc::new(DiskSource::new(store.clone())), Some(store))
     }
 
     async fn call(router: &Router, method: &str, uri: &str) -> (StatusCode, String) {

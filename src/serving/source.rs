@@ -78,11 +78,6 @@ pub trait JobSource: Send + Sync {
         let _ = job_id;
         None
     }
-
-    /// The log directory behind this source, if any.
-    fn store(&self) -> Option<&Arc<LogStore>> {
-        None
-    }
 }
 
 /// The running scheduler.
@@ -279,10 +274,6 @@ impl JobSource for DiskSource {
 
     fn log_of(&self, job_id: &str) -> Option<(JobHeader, crate::store::LogRef)> {
         self.timeline_source(job_id)
-    }
-
-    fn store(&self) -> Option<&Arc<LogStore>> {
-        Some(&self.store)
     }
 
     async fn get(&self, job_id: &str, resource: Resource) -> Result<Option<HttpAnswer>, ApiError> {
@@ -564,10 +555,6 @@ impl JobSource for Layered {
 
     fn log_of(&self, job_id: &str) -> Option<(JobHeader, crate::store::LogRef)> {
         self.disk.log_of(job_id)
-    }
-
-    fn store(&self) -> Option<&Arc<LogStore>> {
-        Some(&self.disk.store)
     }
 
     async fn get(&self, job_id: &str, resource: Resource) -> Result<Option<HttpAnswer>, ApiError> {

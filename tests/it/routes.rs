@@ -80,6 +80,9 @@ impl InProcess {
     }
 }
 
+/// A sort key of a crafted job.
+type Key<'a> = dyn Fn(&Crafted) -> i128 + 'a;
+
 fn newest(j: &Crafted) -> i128 {
     -i128::from(j.start)
 }
@@ -129,7 +132,7 @@ async fn the_list_filters_as_each_parameter_says() {
 async fn the_list_sorts_by_each_key_either_way() {
     let s = InProcess::sample();
     let duration = |j: &Crafted| i128::from(j.end - j.start);
-    let cases: [(&str, &dyn Fn(&Crafted) -> i128); 5] = [
+    let cases: [(&str, &Key<'_>); 5] = [
         ("sort=start_time&order=asc", &|j| i128::from(j.start)),
         ("sort=end_time", &|j| -i128::from(j.end)),
         ("sort=end_time&order=asc", &|j| i128::from(j.end)),

@@ -27,6 +27,7 @@ use crate::columnar::{self, Columnar, Generation, TABLES, fresh};
 use crate::serving::error::ApiError;
 use crate::serving::source::JobSource;
 use crate::serving::sql::worker::{Format, Request};
+use crate::store::LogStore;
 use crate::store::query::{JobFacts, ListQuery};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -92,6 +93,9 @@ pub struct Streaming {
 /// The SQL engine of one server.
 pub struct SqlEngine {
     source: Arc<dyn JobSource>,
+    /// The log directory behind `source`: its completed jobs are read in
+    /// place for the columnar history and the `jobs` table.
+    store: Arc<LogStore>,
     columnar: Arc<Columnar>,
     limits: SqlLimits,
     workers: pool::Workers,
@@ -123,17 +127,20 @@ impl SqlEngine {
     /// calls [`worker::run_if_worker`] first: this crate's binary).
     pub fn new(
         source: Arc<dyn JobSource>,
+        store: Arc<LogStore>,
         dir: impl Into<Option<std::path::PathBuf>>,
         limits: SqlLimits,
         worker: std::path::PathBuf,
     ) -> Self {
-        Self::with_fresh(source, dir, limits, worker, Arc::new(fresh::Fresh::new()))
+        let fresh = Arc::new(fresh::Fresh::new());
+        Self::with_fresh(source, store, dir, limits, worker, fresh)
     }
 
     /// [`SqlEngine::new`], adding the jobs a writer hands to `fresh` from
     /// its records (a recording scheduler: their logs are not read again).
     pub fn with_fresh(
         source: Arc<dyn JobSource>,
+        store: Arc<LogStore>,
         dir: impl Into<Option<std::path::PathBuf>>,
         limits: SqlLimits,
         worker: std::path::PathBuf,
@@ -141,6 +148,7 @@ impl SqlEngine {
     ) -> Self {
         Self {
             source,
+            store,
             columnar: Arc::new(Columnar::open_with(
                 dir.into(),
                 fresh,
@@ -167,14 +175,8 @@ impl SqlEngine {
     /// publishes it beside the logs in an object store (done by the
     /// background refresh and the export, never on a query's path).
     pub async fn refresh(&self, publish: bool) -> Result<Arc<Generation>, ApiError> {
-        let Some(store) = self.source.store() else {
-            return Ok(Arc::new(Generation {
-                files: Default::default(),
-                totals: Default::default(),
-            }));
-        };
         self.columnar
-            .refresh(store, publish)
+            .refresh(&self.store, publish)
             .await
             .map_err(|e| ApiError::Internal(format!("the columnar history cannot be built: {e}")))
     }
@@ -223,28 +225,20 @@ impl SqlEngine {
     /// others the source lists (unfinished logs, and the live scheduler's
     /// jobs not in the store yet).
     pub async fn jobs(&self, generation: &Arc<Generation>) -> Result<Vec<RecordBatch>, ApiError> {
-        let store = self.source.store().cloned();
-        let completed = match &store {
-            Some(store) => {
-                let (kept, store, generation) =
-                    (self.kept_jobs.clone(), store.clone(), generation.clone());
-                let built =
-                    tokio::task::spawn_blocking(move || completed_jobs(&kept, &store, &generation));
-                Some(built.await.map_err(|e| {
-                    ApiError::Internal(format!("the jobs table cannot be built: {e}"))
-                })?)
-            }
-            None => None,
-        };
+        let store = &self.store;
+        let (kept, in_place, held) = (self.kept_jobs.clone(), store.clone(), generation.clone());
+        let built = tokio::task::spawn_blocking(move || completed_jobs(&kept, &in_place, &held));
+        let completed = built
+            .await
+            .map_err(|e| ApiError::Internal(format!("the jobs table cannot be built: {e}")))?;
+        // The completed jobs come from the store; the rest from the source.
         let query = ListQuery {
             include_unfinished: true,
-            states: store.is_some().then(|| {
-                vec![
-                    crate::format::JobState::Queued,
-                    crate::format::JobState::Running,
-                    crate::format::JobState::Abandoned,
-                ]
-            }),
+            states: Some(vec![
+                crate::format::JobState::Queued,
+                crate::format::JobState::Running,
+                crate::format::JobState::Abandoned,
+            ]),
             ..ListQuery::default()
         };
         let page = self.source.list(&query, None).await?;
@@ -258,7 +252,7 @@ impl SqlEngine {
         let rows: Vec<_> = page
             .rows
             .iter()
-            .filter(|r| !store.as_ref().is_some_and(|s| s.contains(r.facts.job_id())))
+            .filter(|r| !store.contains(r.facts.job_id()))
             .collect();
         let entries: Vec<Entry> = rows
             .iter()
@@ -272,13 +266,13 @@ impl SqlEngine {
                 job_status: &e.job_status,
                 stages: e.num_stages,
                 completed_stages: e.completed_stages,
-                log_size: store.as_ref().and_then(|s| s.log_len(row.facts.job_id())),
+                log_size: store.log_len(row.facts.job_id()),
                 totals: generation.totals.get(row.facts.job_id()),
             })
             .collect();
         let others = jobs_batch(&lines);
         // Two batches, not one: joining them would copy every row.
-        Ok(completed.into_iter().chain([others]).collect())
+        Ok(vec![completed, others])
     }
 
     /// Writes the four tables as Parquet under `out`: `jobs/part-00000.parquet`
@@ -450,7 +444,8 @@ mod tests {
             Arc::new(crate::metrics::HistoryMetrics::unregistered()),
         ));
         let engine = Arc::new(SqlEngine::new(
-            Arc::new(crate::serving::source::DiskSource::new(store)),
+            Arc::new(crate::serving::source::DiskSource::new(store.clone())),
+            store,
             dir.path().join("columnar"),
             SqlLimits::default(),
             "/nonexistent".into(),

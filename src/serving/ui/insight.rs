@@ -16,7 +16,7 @@ const QUERY_ROWS: usize = 200;
 
 /// `GET /ui/queries`.
 pub(crate) async fn queries_page(State(ui): State<Ui>) -> Response {
-    let rows = match recurring_queries(&*ui.source).await {
+    let rows = match recurring_queries(ui.store.as_ref()).await {
         Ok(r) => r,
         Err(e) => return api_error(&ui, e),
     };

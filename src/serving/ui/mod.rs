@@ -34,6 +34,7 @@ pub(crate) mod stage;
 
 use crate::serving::auth::{ApiToken, SignIn};
 use crate::serving::source::JobSource;
+use crate::store::LogStore;
 use axum::Router;
 use axum::extract::{Form, Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -46,6 +47,8 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub(crate) struct Ui {
     pub(crate) source: Arc<dyn JobSource>,
+    /// The log directory behind the source, for the recurring queries.
+    pub(crate) store: Option<Arc<LogStore>>,
     /// A live scheduler (else a history server).
     pub(crate) live: bool,
     /// The scheduler's id, shown in the top bar.
@@ -59,6 +62,7 @@ pub(crate) struct Ui {
 /// The pages over `source`.
 pub(crate) fn routes(
     source: Arc<dyn JobSource>,
+    store: Option<Arc<LogStore>>,
     live: bool,
     scheduler_id: String,
     token: Option<ApiToken>,
@@ -66,6 +70,7 @@ pub(crate) fn routes(
 ) -> Router {
     let ui = Ui {
         source,
+        store,
         live,
         scheduler_id,
         token,
