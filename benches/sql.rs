@@ -401,6 +401,7 @@ fn main() {
         index_dir.path().join("columnar"),
         limits,
         env!("CARGO_BIN_EXE_ballista-scheduler").into(),
+        None,
     );
     let failed = (n / 20) as i64;
     let count = |engine: &ballista_job_history::bench_support::serving::sql::SqlEngine| {
@@ -471,6 +472,7 @@ fn main() {
         empty.path().join("columnar"),
         SqlLimits::default(),
         env!("CARGO_BIN_EXE_ballista-scheduler").into(),
+        None,
     );
     let mut in_worker = Vec::new();
     let mut in_process = Vec::new();

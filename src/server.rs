@@ -150,13 +150,13 @@ impl HistoryOptions {
         let worker = self.sql_worker.clone().unwrap_or_else(|| {
             std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"))
         });
-        Arc::new(crate::serving::sql::SqlEngine::with_fresh(
+        Arc::new(crate::serving::sql::SqlEngine::new(
             source,
             store,
             self.columnar_dir(),
             self.sql,
             worker,
-            fresh.unwrap_or_default(),
+            fresh,
         ))
     }
 
@@ -399,11 +399,11 @@ impl Recording {
             orphans,
             ..
         } = self;
-        let capturer = Capturer::new(
-            Arc::new(api.clone()),
-            writer.clone(),
-            options.redactor.clone(),
-        );
+        let capturer = Capturer {
+            api: Arc::new(api.clone()),
+            writer: writer.clone(),
+            redactor: options.redactor.clone(),
+        };
         background.push(tokio::spawn(capturer.run(events_rx, stop.stopped())));
         let store = Arc::new(options.store(metrics.clone()));
         match &options.remote {

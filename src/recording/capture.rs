@@ -35,28 +35,16 @@ pub(crate) const TERMINAL_WAIT: Duration = Duration::from_secs(30);
 /// The `?plan_format=` values other than the default.
 const PLAN_FORMATS: [&str; 2] = ["tree", "metrics"];
 
-/// Renders records for the writer.
+/// Renders records for the writer: reads the scheduler's answers through
+/// `api`, scrubs them with `redactor`, writes through `writer`.
 #[derive(Clone)]
 pub(crate) struct Capturer {
-    api: Arc<dyn LiveScheduler>,
-    writer: WriterHandle,
-    redactor: Redactor,
+    pub(crate) api: Arc<dyn LiveScheduler>,
+    pub(crate) writer: WriterHandle,
+    pub(crate) redactor: Redactor,
 }
 
 impl Capturer {
-    /// A capturer reading from `api` and writing through `writer`.
-    pub(crate) fn new(
-        api: Arc<dyn LiveScheduler>,
-        writer: WriterHandle,
-        redactor: Redactor,
-    ) -> Self {
-        Self {
-            api,
-            writer,
-            redactor,
-        }
-    }
-
     /// Handles job events until `events` closes or `stop` resolves, then
     /// waits for the captures already under way. At shutdown, a job the
     /// scheduler already shows as finished is recorded even if its end event

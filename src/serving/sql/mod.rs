@@ -121,31 +121,22 @@ struct KeptJobs {
 const KEPT_JOBS_IDLE: Duration = Duration::from_secs(300);
 
 impl SqlEngine {
-    /// An engine over `source`, keeping its columnar history in `dir` (or,
-    /// `None`, in a private folder of this process's own),
-    /// running queries in `worker` processes (an executable whose `main`
-    /// calls [`worker::run_if_worker`] first: this crate's binary).
+    /// An engine over `source` and `store`, the log directory behind it,
+    /// keeping its columnar history in `dir` (or, `None`, in a private
+    /// folder of this process's own), running queries in `worker`
+    /// processes (an executable whose `main` calls
+    /// [`worker::run_if_worker`] first: this crate's binary). On a
+    /// recording scheduler, `fresh` holds the jobs the writer hands over
+    /// with their records, whose logs are then not read again.
     pub fn new(
         source: Arc<dyn JobSource>,
         store: Arc<LogStore>,
         dir: impl Into<Option<std::path::PathBuf>>,
         limits: SqlLimits,
         worker: std::path::PathBuf,
+        fresh: Option<Arc<fresh::Fresh>>,
     ) -> Self {
-        let fresh = Arc::new(fresh::Fresh::new());
-        Self::with_fresh(source, store, dir, limits, worker, fresh)
-    }
-
-    /// [`SqlEngine::new`], adding the jobs a writer hands to `fresh` from
-    /// its records (a recording scheduler: their logs are not read again).
-    pub fn with_fresh(
-        source: Arc<dyn JobSource>,
-        store: Arc<LogStore>,
-        dir: impl Into<Option<std::path::PathBuf>>,
-        limits: SqlLimits,
-        worker: std::path::PathBuf,
-        fresh: Arc<fresh::Fresh>,
-    ) -> Self {
+        let fresh = fresh.unwrap_or_default();
         Self {
             source,
             store,
@@ -449,6 +440,7 @@ mod tests {
             dir.path().join("columnar"),
             SqlLimits::default(),
             "/nonexistent".into(),
+            None,
         ));
         // The build cannot finish while this is held.
         let held = engine.kept_jobs.lock();
