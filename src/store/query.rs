@@ -154,6 +154,7 @@ fn numeric(f: &(impl JobFacts + ?Sized), sort: Sort) -> u64 {
 }
 
 impl<S: AsRef<str> + std::fmt::Debug> JobFacts for Facts<S> {
+    #[inline]
     fn facts(&self) -> FactsRef<'_> {
         Facts {
             job_id: self.job_id.as_ref(),
@@ -168,6 +169,7 @@ impl<S: AsRef<str> + std::fmt::Debug> JobFacts for Facts<S> {
 }
 
 impl<T: JobFacts + ?Sized> JobFacts for &T {
+    #[inline]
     fn facts(&self) -> FactsRef<'_> {
         (**self).facts()
     }
@@ -177,6 +179,7 @@ impl<T: JobFacts + ?Sized> JobFacts for &T {
 }
 
 impl JobFacts for Row {
+    #[inline]
     fn facts(&self) -> FactsRef<'_> {
         self.facts.facts()
     }

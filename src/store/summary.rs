@@ -324,6 +324,7 @@ impl JobSummary {
 }
 
 impl JobFacts for JobSummary {
+    #[inline]
     fn facts(&self) -> FactsRef<'_> {
         Facts {
             job_id: self.piece(0),

@@ -3,7 +3,7 @@
 use crate::harness::*;
 use ballista_api_types::dto::{JobResponse, QueryStagesResponse};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub(crate) const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/upstream");
 
@@ -47,60 +47,106 @@ pub(crate) fn copy_fixtures(to: &Path) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_history_server_serves_recorded_jobs_byte_for_byte() {
-    let Cluster {
-        tmp: _tmp,
-        logs,
-        sched,
-        ctx,
-        ..
-    } = Cluster::start(&[]).await;
+/// Jobs a real cluster recorded once, shared by the history server's
+/// tests below: a succeeded and a failed job with the live scheduler's
+/// answers to every route, and a third job's log kept aside, to arrive in a
+/// directory after a server has started.
+struct Recorded {
+    /// `logs/` (the first two jobs) and `later/` (the third).
+    dir: PathBuf,
+    ok_id: String,
+    bad_id: String,
+    new_id: String,
+    /// The live scheduler's answers to every route of the succeeded job.
+    live: BTreeMap<String, Captured>,
+    /// Its answer for the failed job.
+    live_bad: Vec<u8>,
+}
 
-    let (ok_id, result) = run_job(
-        &sched,
-        &ctx,
-        "SELECT k, sum(v) FROM t GROUP BY k ORDER BY k",
-    )
-    .await;
-    assert!(result.is_ok());
-    let lines = completed_log(&logs, &ok_id).await;
-    let stage_ids: Vec<String> = job_end(&lines)["responses"]["stage_dots"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .cloned()
-        .collect();
-    let live = capture_routes(&sched, &ok_id, &stage_ids).await;
-    let (bad_id, _) = run_job(&sched, &ctx, "SELECT CAST(s AS INT) FROM t").await;
-    completed_log(&logs, &bad_id).await;
-    let (_, _, live_bad) = get(&sched.url(&format!("/api/job/{bad_id}"))).await;
+static RECORDED: tokio::sync::OnceCell<Recorded> = tokio::sync::OnceCell::const_new();
 
-    // Damage that must hide nothing else.
-    copy_fixtures(&logs);
+/// The recording, made by the first test that asks (in a directory of
+/// cargo's target, replaced on each run) and then read by all.
+async fn recorded() -> &'static Recorded {
+    RECORDED
+        .get_or_init(|| async {
+            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("history-recorded");
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(dir.join("logs")).unwrap();
+            std::fs::create_dir_all(dir.join("later")).unwrap();
+            let Cluster {
+                tmp: _tmp,
+                logs,
+                sched,
+                ctx,
+                ..
+            } = Cluster::start(&[]).await;
+            let sql = "SELECT k, sum(v) FROM t GROUP BY k ORDER BY k";
+            let (ok_id, result) = run_job(&sched, &ctx, sql).await;
+            assert!(result.is_ok());
+            let lines = completed_log(&logs, &ok_id).await;
+            let stage_dots = job_end(&lines)["responses"]["stage_dots"].clone();
+            let stage_ids: Vec<String> = stage_dots.as_object().unwrap().keys().cloned().collect();
+            let live = capture_routes(&sched, &ok_id, &stage_ids).await;
+            let (bad_id, _) = run_job(&sched, &ctx, "SELECT CAST(s AS INT) FROM t").await;
+            completed_log(&logs, &bad_id).await;
+            let (_, _, live_bad) = get(&sched.url(&format!("/api/job/{bad_id}"))).await;
+            let (new_id, _) = run_job(&sched, &ctx, "SELECT count(*) FROM t").await;
+            completed_log(&logs, &new_id).await;
+            for (id, to) in [(&ok_id, "logs"), (&bad_id, "logs"), (&new_id, "later")] {
+                let name = format!("{id}.eventlog");
+                std::fs::copy(logs.join(&name), dir.join(to).join(&name)).unwrap();
+            }
+            Recorded {
+                dir,
+                ok_id,
+                bad_id,
+                new_id,
+                live,
+                live_bad,
+            }
+        })
+        .await
+}
+
+/// A directory of the recorded jobs, upstream's fixtures, and damage that
+/// must hide nothing else: garbage, an empty log, a newer schema, an
+/// unfinished log, a directory with a log's name.
+fn served_dir(r: &Recorded) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let logs = tmp.path();
+    for entry in std::fs::read_dir(r.dir.join("logs")).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, logs.join(path.file_name().unwrap())).unwrap();
+    }
+    copy_fixtures(logs);
     std::fs::write(
         logs.join("garbage.eventlog"),
         [0xde, 0xad, 0xbe, 0xef, b'\n'],
     )
     .unwrap();
     std::fs::write(logs.join("empty.eventlog"), b"").unwrap();
-    std::fs::write(
-        logs.join("future.eventlog"),
-        "{\"ev\":\"JobEnd\",\"version\":99,\"data\":{}}\n",
-    )
-    .unwrap();
+    let future = "{\"ev\":\"JobEnd\",\"version\":99,\"data\":{}}\n";
+    std::fs::write(logs.join("future.eventlog"), future).unwrap();
     std::fs::write(logs.join("orphan.eventlog.running"), "{\"ev\":\"JobStart\"").unwrap();
     std::fs::create_dir(logs.join("a-directory.eventlog")).unwrap();
+    tmp
+}
 
-    let mut hist = Proc::history(&logs, &["--update-interval-seconds", "1"]);
-    hist.wait_healthy().await;
-    eventually("the index is ready", || async {
-        get(&hist.url("/readyz")).await.0 == 200
-    })
-    .await;
+/// A history server over `dir`, rescanning every second, its first index
+/// pass done.
+async fn history_over(dir: &Path) -> Proc {
+    let mut hist = Proc::history(dir, &["--update-interval-seconds", "1"]);
+    hist.wait_ready().await;
+    hist
+}
 
-    // Every route answers with the live scheduler's exact bytes.
-    for (path, (status, ct, body)) in &live {
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recorded_jobs_are_served_with_the_live_schedulers_bytes() {
+    let r = recorded().await;
+    let dir = served_dir(r);
+    let hist = history_over(dir.path()).await;
+    for (path, (status, ct, body)) in &r.live {
         let (h_status, h_ct, h_body) = get(&hist.url(path)).await;
         assert_eq!(h_status, *status, "{path}");
         if *status == 200 {
@@ -112,16 +158,21 @@ async fn a_history_server_serves_recorded_jobs_byte_for_byte() {
             "{path} differs from the live response"
         );
     }
-    let (_, _, h_bad) = get(&hist.url(&format!("/api/job/{bad_id}"))).await;
-    assert_eq!(h_bad, live_bad);
+    let (_, _, h_bad) = get(&hist.url(&format!("/api/job/{}", r.bad_id))).await;
+    assert_eq!(h_bad, r.live_bad);
+}
 
-    // The wire types the TUI uses read every answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_tuis_wire_types_read_the_list_and_every_answer() {
+    let r = recorded().await;
+    let dir = served_dir(r);
+    let hist = history_over(dir.path()).await;
     let (_, _, list) = get(&hist.url("/api/jobs")).await;
     let jobs: Vec<JobResponse> = serde_json::from_slice(&list).unwrap();
     let ids: Vec<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
     for id in [
-        ok_id.as_str(),
-        bad_id.as_str(),
+        r.ok_id.as_str(),
+        r.bad_id.as_str(),
         "038HEXYE9M000",
         "038HEXYEEG000",
         "038HEXYEMR000",
@@ -141,18 +192,21 @@ async fn a_history_server_serves_recorded_jobs_byte_for_byte() {
         starts.windows(2).all(|w| w[0] >= w[1]),
         "newest first: {starts:?}"
     );
+    let ok = &r.ok_id;
     let _: JobResponse =
-        serde_json::from_slice(&get(&hist.url(&format!("/api/job/{ok_id}"))).await.2).unwrap();
+        serde_json::from_slice(&get(&hist.url(&format!("/api/job/{ok}"))).await.2).unwrap();
     let _: QueryStagesResponse =
-        serde_json::from_slice(&get(&hist.url(&format!("/api/job/{ok_id}/stages"))).await.2)
-            .unwrap();
-    let _: BTreeMap<String, String> =
-        serde_json::from_slice(&get(&hist.url(&format!("/api/job/{ok_id}/config"))).await.2)
-            .unwrap();
-    let (status, _, _) = get(&hist.url(&format!("/api/job/{ok_id}/config"))).await;
+        serde_json::from_slice(&get(&hist.url(&format!("/api/job/{ok}/stages"))).await.2).unwrap();
+    let (status, _, config) = get(&hist.url(&format!("/api/job/{ok}/config"))).await;
     assert_eq!(status, 200);
+    let _: BTreeMap<String, String> = serde_json::from_slice(&config).unwrap();
+}
 
-    // Upstream's logs are served from their stored responses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn upstream_logs_are_served_from_their_stored_responses() {
+    let r = recorded().await;
+    let dir = served_dir(r);
+    let hist = history_over(dir.path()).await;
     for id in ["038HEXYE9M000", "038HEY38ER000", "golden-v1"] {
         let (status, ct, body) = get(&hist.url(&format!("/api/job/{id}"))).await;
         assert_eq!((status, ct.as_str()), (200, "application/json"));
@@ -165,8 +219,13 @@ async fn a_history_server_serves_recorded_jobs_byte_for_byte() {
         let (_, _, dot) = get(&hist.url(&format!("/api/job/{id}/dot"))).await;
         assert_eq!(String::from_utf8(dot).unwrap(), stored.dot);
     }
+}
 
-    // The history server's own routes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_history_servers_own_routes_say_so_and_count_the_damage() {
+    let r = recorded().await;
+    let dir = served_dir(r);
+    let hist = history_over(dir.path()).await;
     assert_eq!(
         get_json(&hist.url("/api/executors")).await,
         serde_json::json!([])
@@ -175,15 +234,21 @@ async fn a_history_server_serves_recorded_jobs_byte_for_byte() {
     assert_eq!(state["history_only"], true);
     assert!(state["version"].is_string() && state["started"].is_u64());
     assert!(get_json(&hist.url("/api/version")).await["version"].is_string());
+    // Garbage, empty and a newer schema: three logs that cannot be read.
     let metrics = String::from_utf8(get(&hist.url("/api/metrics")).await.2).unwrap();
     assert!(
         metrics.contains("ballista_job_history_unreadable_logs_total 3"),
         "{metrics}"
     );
+}
 
-    // Read-only: cancelling is a conflict, with a reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancelling_a_recorded_job_is_a_conflict_with_a_reason() {
+    let r = recorded().await;
+    let dir = served_dir(r);
+    let hist = history_over(dir.path()).await;
     let r = http_client()
-        .patch(hist.url(&format!("/api/job/{ok_id}")))
+        .patch(hist.url(&format!("/api/job/{}", r.ok_id)))
         .send()
         .await
         .unwrap();
@@ -191,9 +256,15 @@ async fn a_history_server_serves_recorded_jobs_byte_for_byte() {
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body["cancelled"], false);
     assert!(body["reason"].as_str().unwrap().contains("read-only"));
+}
 
-    // Unknown and hostile ids: 404 with the scheduler's body, no paths. The
-    // oracle: upstream's own history server asked for a job it lacks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unknown_and_hostile_ids_get_upstreams_404_and_a_running_log_its_own() {
+    let r = recorded().await;
+    let dir = served_dir(r);
+    let hist = history_over(dir.path()).await;
+    // No paths in the body. The oracle: upstream's own history server
+    // asked for a job it lacks.
     let upstream_404 = {
         use tower::ServiceExt;
         let empty = tempfile::tempdir().unwrap();
@@ -223,18 +294,26 @@ async fn a_history_server_serves_recorded_jobs_byte_for_byte() {
         assert_eq!(status, 404, "{id}");
         assert_eq!(body, upstream_404, "{id}");
     }
-
     // A `.running` log is an unfinished job: it has no stored responses.
     let (status, _, body) = get(&hist.url("/api/job/orphan/config")).await;
     assert_eq!(status, 404);
     assert!(String::from_utf8_lossy(&body).contains("has not finished"));
+}
 
-    // A job finished after startup appears after a rescan; a deleted log
-    // disappears.
-    let (new_id, _) = run_job(&sched, &ctx, "SELECT count(*) FROM t").await;
-    completed_log(&logs, &new_id).await;
-    let mut pinned = Proc::history(&logs, &["--update-interval-seconds", "0"]);
-    pinned.wait_healthy().await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rescan_lists_a_new_log_and_drops_a_deleted_one_but_a_pinned_server_does_not() {
+    let r = recorded().await;
+    let dir = served_dir(r);
+    let logs = dir.path();
+    let hist = history_over(logs).await;
+    // The third job's log arrives after the server started, under its
+    // final name at once (as the writer's rename makes it appear).
+    let name = format!("{}.eventlog", r.new_id);
+    std::fs::copy(r.dir.join("later").join(&name), logs.join(".arriving")).unwrap();
+    std::fs::rename(logs.join(".arriving"), logs.join(&name)).unwrap();
+    let mut pinned = Proc::history(logs, &["--update-interval-seconds", "0"]);
+    pinned.wait_ready().await;
+    let (new_id, bad_id) = (&r.new_id, &r.bad_id);
     eventually("the new job is listed", || async {
         get(&hist.url(&format!("/api/job/{new_id}"))).await.0 == 200
     })
@@ -247,11 +326,11 @@ async fn a_history_server_serves_recorded_jobs_byte_for_byte() {
     // The pinned server still lists what it saw at startup.
     let (_, _, pinned_list) = get(&pinned.url("/api/jobs")).await;
     let pinned_jobs: Vec<JobResponse> = serde_json::from_slice(&pinned_list).unwrap();
-    assert!(pinned_jobs.iter().any(|j| j.job_id == bad_id));
+    assert!(pinned_jobs.iter().any(|j| &j.job_id == bad_id));
     let (ok_status, _, _) = get(&pinned.url(&format!("/api/job/{new_id}"))).await;
     assert_eq!(
         ok_status, 200,
-        "the pinned index was built after the new job ended"
+        "the pinned index was built after the new log arrived"
     );
     let (gone_status, _, gone_body) = get(&pinned.url(&format!("/api/job/{bad_id}"))).await;
     assert_eq!(
