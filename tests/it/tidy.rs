@@ -10,7 +10,9 @@
 //! - `crate::` imports between files form no cycle;
 //! - every file starts with a module doc, and every layer folder's
 //!   `mod.rs` states its rule;
-//! - no file is over 900 lines, its `#[cfg(test)] mod tests` excluded.
+//! - no file is over 900 lines, its `#[cfg(test)] mod tests` excluded;
+//! - no function outside tests is over 100 lines (an orchestrator reads
+//!   as steps).
 //!
 //! `super::` paths are resolved from the module they are in, as the
 //! compiler does: `super::locate::X` in `store/read.rs` is an import of
@@ -23,6 +25,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const MAX_LINES: usize = 900;
+
+/// The longest a function outside tests may be, in lines.
+const MAX_FN_LINES: usize = 100;
 
 /// The layers a top-level module may import from, itself included.
 fn may_import(from: &str, to: &str) -> bool {
@@ -404,6 +409,120 @@ fn no_file_is_over_the_size_limit() {
         })
         .collect();
     assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// The functions of `text` (tests excluded) longer than `max` lines, as
+/// (name, first line, lines). A function is counted from its `fn` line to
+/// the brace that closes its body; braces in strings and comments are not
+/// counted.
+fn long_functions(text: &str, max: usize) -> Vec<(String, usize, usize)> {
+    let lines: Vec<String> = code_only(without_tests(text))
+        .lines()
+        .map(|l| strip_strings(l))
+        .collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(name) = fn_name(line) else {
+            continue;
+        };
+        let (mut depth, mut opened) = (0i64, false);
+        for (j, l) in lines.iter().enumerate().skip(i) {
+            for c in l.chars() {
+                match c {
+                    '{' => (depth, opened) = (depth + 1, true),
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            if !opened && l.trim_end().ends_with(';') {
+                break; // a declaration without a body
+            }
+            if opened && depth <= 0 {
+                if j - i + 1 > max {
+                    out.push((name.to_string(), i + 1, j - i + 1));
+                }
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// The name a line declares a function of, if it does.
+fn fn_name(line: &str) -> Option<&str> {
+    let at = line.find("fn ")?;
+    let before = line[..at].trim();
+    let qualifiers = [
+        "pub",
+        "pub(crate)",
+        "pub(super)",
+        "async",
+        "const",
+        "unsafe",
+    ];
+    if !before.split_whitespace().all(|w| qualifiers.contains(&w)) {
+        return None;
+    }
+    let rest = &line[at + 3..];
+    let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_'))?;
+    (end > 0).then(|| &rest[..end])
+}
+
+/// `line` with the contents of its string and character literals blanked.
+fn strip_strings(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    let mut in_str = false;
+    while let Some(c) = chars.next() {
+        match (in_str, c) {
+            (true, '\\') => {
+                chars.next();
+            }
+            (true, '"') => {
+                in_str = false;
+                out.push('"');
+            }
+            (true, _) => {}
+            (false, '"') => {
+                in_str = true;
+                out.push('"');
+            }
+            (false, '\'') if chars.clone().nth(1) == Some('\'') => {
+                chars.next();
+                chars.next();
+            }
+            (false, c) => out.push(c),
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_is_over_the_length_limit() {
+    let tree = Tree::read();
+    let mut bad = Vec::new();
+    for (module, text) in &tree.files {
+        for (name, line, lines) in long_functions(text, MAX_FN_LINES) {
+            bad.push(format!(
+                "src/{module}: fn {name} (line {line}) is {lines} lines, over {MAX_FN_LINES}; \
+                 split it into steps"
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn the_length_check_counts_a_function_to_its_closing_brace() {
+    let body = |n: usize| "    let x = 1;\n".repeat(n);
+    let text = format!(
+        "pub(crate) async fn long() {{\n{}}}\n\nfn short() {{\n    let s = \"}}\";\n}}\n\
+         fn declared();\n",
+        body(101)
+    );
+    let found = long_functions(&text, MAX_FN_LINES);
+    assert_eq!(found, [("long".to_string(), 1, 103)]);
+    assert!(long_functions(&format!("fn ok() {{\n{}}}\n", body(98)), MAX_FN_LINES).is_empty());
 }
 
 /// The checks themselves catch what they are for: an upward import and a
