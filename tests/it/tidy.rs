@@ -418,7 +418,7 @@ fn no_file_is_over_the_size_limit() {
 fn long_functions(text: &str, max: usize) -> Vec<(String, usize, usize)> {
     let lines: Vec<String> = code_only(without_tests(text))
         .lines()
-        .map(|l| strip_strings(l))
+        .map(strip_strings)
         .collect();
     let mut out = Vec::new();
     for (i, line) in lines.iter().enumerate() {
