@@ -297,3 +297,29 @@ pub fn indexed_store(dir: &Path, n: usize) -> ballista_job_history::bench_suppor
     assert_eq!(store.load_persisted(), n);
     store
 }
+
+/// A free port on loopback.
+#[allow(dead_code)]
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One HTTP/1.1 GET on loopback: the whole answer, or `None` when nothing
+/// listens yet.
+#[allow(dead_code)]
+pub fn get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    Some(answer)
+}

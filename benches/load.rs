@@ -27,14 +27,6 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The binary on `port` with `args`; killed on drop.
 struct Server(Child);
 
@@ -93,7 +85,7 @@ fn serve_under_load(runtime: &tokio::runtime::Runtime) {
     corpus::write_corpus(dir.path(), JOBS, 7, |rng| {
         corpus::mixed_task_count(rng, false)
     });
-    let port = free_port();
+    let port = corpus::free_port();
     let dir_arg = dir.path().to_str().unwrap();
     let _server = Server::start(
         port,
@@ -245,7 +237,7 @@ async fn executor(port: u16) {
 async fn throughput(recording: Option<&Path>, jobs: usize, data: &Path) -> f64 {
     use ballista::prelude::*;
     use datafusion::prelude::{CsvReadOptions, SessionContext};
-    let port = free_port();
+    let port = corpus::free_port();
     let mut args = vec!["--scheduler-policy", "pull-staged"];
     let dir;
     if let Some(path) = recording {

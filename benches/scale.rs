@@ -85,7 +85,7 @@ fn process_restart(n: usize) {
             .unwrap();
         let want = format!("x-total-count: {n}\r\n");
         loop {
-            if let Some(answer) = get(port, "/api/jobs?limit=100")
+            if let Some(answer) = corpus::get(port, "/api/jobs?limit=100")
                 && answer.to_ascii_lowercase().contains(&want)
             {
                 samples.push(started.elapsed());
@@ -105,21 +105,6 @@ fn process_restart(n: usize) {
         corpus::ms(p99),
         corpus::ms(max)
     );
-}
-
-/// One HTTP/1.1 GET on loopback: the whole answer, or `None` when nothing
-/// listens yet.
-fn get(port: u16, path: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).ok()?;
-    Some(answer)
 }
 
 fn rss_kib() -> u64 {
