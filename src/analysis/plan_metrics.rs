@@ -60,6 +60,44 @@ fn memory_field<'a>(op: &'a mut OperatorMemory, metric: &str) -> Option<&'a mut 
     }
 }
 
+/// One operator of a stage as the profile shows it: what the stage's
+/// metrics plan says of it. The scheduler combines each operator's metrics
+/// over the stage's tasks before it prints the plan, so these are the
+/// operator's totals for the stage.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OperatorProfile {
+    /// Rows the operator produced.
+    pub output_rows: Option<u64>,
+    /// Its `elapsed_compute` (ns): time in the operator itself.
+    pub compute_ns: Option<u64>,
+    /// Spills.
+    pub spill_count: u64,
+    /// Bytes spilled (`spilled_bytes`, `spill_bytes` on the shuffle writer).
+    pub spilled_bytes: u64,
+    /// Peak memory (bytes).
+    pub peak_mem_used: Option<u64>,
+}
+
+/// The profile of each line of a stage's metrics `plan`: its operators in
+/// pre-order (the root first), one per line; a line without metrics has an
+/// empty profile.
+pub fn operator_profiles(plan: &str) -> Vec<OperatorProfile> {
+    let mut out = vec![OperatorProfile::default(); plan.lines().count()];
+    for m in plan_metrics(std::iter::once((0, plan))) {
+        let p = &mut out[m.position as usize];
+        let v = m.value.round() as u64;
+        match (m.metric.as_str(), m.unit) {
+            ("output_rows", "count") => *p.output_rows.get_or_insert(0) += v,
+            ("elapsed_compute", "ns") => *p.compute_ns.get_or_insert(0) += v,
+            ("spill_count", "count") => p.spill_count += v,
+            ("spilled_bytes" | "spill_bytes", _) => p.spilled_bytes += v,
+            ("peak_mem_used", _) => p.peak_mem_used = Some(p.peak_mem_used.unwrap_or(0).max(v)),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// One metric of one operator of a stage's metrics plan.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OperatorMetric {
@@ -166,6 +204,26 @@ fn parse_amount(text: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_profile_per_plan_line_with_the_lines_figures() {
+        let plan = "SortShuffleWriterExec: partitioning=Hash([k@0], 16), metrics=[output_rows=2.00 K, \
+                    spill_bytes=3.0 MB, spill_count=2, repart_time=140.88µs, peak_mem_used=1.5 MB]\n  \
+                    FilterExec: a@0 > 1\n    \
+                    DataSourceExec: file_groups={1 group}, metrics=[output_rows=2000, elapsed_compute=3.58ms]\n";
+        let got = operator_profiles(plan);
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[0].output_rows, Some(2_000));
+        assert_eq!(
+            got[0].compute_ns, None,
+            "repart_time is not elapsed_compute"
+        );
+        assert_eq!((got[0].spill_count, got[0].spilled_bytes), (2, 3 << 20));
+        assert_eq!(got[0].peak_mem_used, Some(3 << 19));
+        assert_eq!(got[1], OperatorProfile::default());
+        assert_eq!(got[2].compute_ns, Some(3_580_000));
+        assert!(operator_profiles("").is_empty());
+    }
 
     #[test]
     fn every_metric_of_a_real_plan_line_is_read_with_its_unit() {

@@ -44,7 +44,7 @@ pub struct StagesAnswer {
 }
 
 /// One stage of the answer.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 pub struct StageAnswer {
     /// The stage id (upstream writes it as a string).
     #[serde(deserialize_with = "stage_id")]
@@ -107,6 +107,28 @@ impl StageAnswer {
     /// Its plan, empty when absent.
     pub fn plan(&self) -> &str {
         self.stage_plan.as_deref().unwrap_or("")
+    }
+
+    /// The stages whose output this stage reads, as its plan states them:
+    /// every shuffle reader (`ShuffleReaderExec`, `RangeShuffleReaderExec`,
+    /// any `...ShuffleReaderExec`) writes `upstream_stage: N`. Each stage
+    /// once, in the plan's order. The scheduler's DOT leaves some of these
+    /// edges out (a range shuffle's), the plan does not.
+    pub fn reads_from(&self) -> Vec<u32> {
+        const KEY: &str = "upstream_stage: ";
+        let mut out = Vec::new();
+        for (at, _) in self.plan().match_indices(KEY) {
+            let digits = self.plan()[at + KEY.len()..]
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .unwrap_or("");
+            if let Ok(stage) = digits.parse()
+                && !out.contains(&stage)
+            {
+                out.push(stage);
+            }
+        }
+        out
     }
 }
 
@@ -172,6 +194,21 @@ mod tests {
         assert_eq!(o.tasks[0].partition_id, their_tasks[0].partition_id);
         assert_eq!(o.began(), their_tasks[0].launch_time);
         assert_eq!(o.ended(), their_tasks[0].finish_time);
+    }
+
+    #[test]
+    fn a_stage_reads_from_the_stages_its_shuffle_readers_name() {
+        let stage = |plan: &str| StageAnswer {
+            stage_plan: Some(plan.into()),
+            ..StageAnswer::default()
+        };
+        let plan = "SortPreservingMergeExec\n  RangeShuffleReaderExec: upstream_stage: 3, partitions: 16\n\
+                    HashJoinExec\n    ShuffleReaderExec: upstream_stage: 1, partitioning: Hash\n\
+                    ShuffleReaderExec: upstream_stage: 12, metrics=[]\n  ShuffleReaderExec: upstream_stage: 1,";
+        assert_eq!(stage(plan).reads_from(), vec![3, 1, 12]);
+        assert!(stage("ParquetExec: file_groups={}").reads_from().is_empty());
+        assert!(stage("upstream_stage: x").reads_from().is_empty());
+        assert!(StageAnswer::default().reads_from().is_empty());
     }
 
     #[test]

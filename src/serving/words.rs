@@ -11,6 +11,17 @@ pub(crate) fn duration(ms: u64) -> String {
     }
 }
 
+/// A length of time known to the nanosecond: under a millisecond in µs
+/// (`420 µs`, never `0 ms`), under a microsecond in ns; from a millisecond
+/// on, as `duration` writes it.
+pub(crate) fn duration_ns(nanos: u64) -> String {
+    match nanos {
+        0..1_000 => format!("{nanos} ns"),
+        1_000..1_000_000 => format!("{} µs", nanos / 1_000),
+        _ => duration(nanos / 1_000_000),
+    }
+}
+
 /// `950`, `20.0 K`, `1.50 M`.
 pub(crate) fn count(n: u64) -> String {
     match n {
@@ -31,6 +42,9 @@ mod tests {
         assert_eq!(duration(1_240), "1.24 s");
         assert_eq!(duration(125_000), "2 min 05 s");
         assert_eq!(duration(3_720_000), "1 h 02 min");
+        assert_eq!(duration_ns(420_000), "420 µs");
+        assert_eq!(duration_ns(999), "999 ns");
+        assert_eq!(duration_ns(2_400_000), duration(2));
         assert_eq!(count(950), "950");
         assert_eq!(count(20_000), "20.0 K");
         assert_eq!(count(1_500_000), "1.50 M");

@@ -162,6 +162,103 @@ async fn recorded_jobs_are_served_with_the_live_schedulers_bytes() {
     assert_eq!(h_bad, r.live_bad);
 }
 
+/// Real jobs' pages draw their whole stage graph, no edge through a box.
+/// The succeeded job ends in an `ORDER BY`: its last stage reads through a
+/// range shuffle that the scheduler's DOT has no edge for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recorded_jobs_draw_their_whole_stage_graph() {
+    let r = recorded().await;
+    let dir = served_dir(r);
+    let hist = history_over(dir.path()).await;
+    for id in [&r.ok_id, &r.bad_id] {
+        // The stage graph, and the profile's frames around the operators.
+        for path in [format!("/ui/job/{id}"), format!("/ui/job/{id}?tab=profile")] {
+            let (status, _, page) = get(&hist.url(&path)).await;
+            assert_eq!(status, 200, "{path}");
+            let page = String::from_utf8(page).unwrap();
+            assert!(page.contains("<svg class=\"graph"), "{path} draws no graph");
+            let faults = crate::graph::stage_graph_faults(&page);
+            assert!(faults.is_empty(), "{path}: {faults:?}");
+        }
+    }
+}
+
+/// A stage page is a query profile: each operator's box carries the rows
+/// and compute the live scheduler's metrics plan gives it (read here with
+/// upstream's own answer type), and the operator with the most compute is
+/// marked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stage_pages_carry_each_operators_metrics_from_the_live_plan() {
+    let r = recorded().await;
+    let dir = served_dir(r);
+    let hist = history_over(dir.path()).await;
+    let live = &r.live[&format!("/api/job/{}/stages?plan_format=metrics", r.ok_id)].2;
+    let live: ballista_api_types::dto::QueryStagesResponse = serde_json::from_slice(live).unwrap();
+    let mut checked = 0;
+    for stage in &live.stages {
+        // The oracle: each plan line's operator, rows out and compute.
+        let mut operators: Vec<(String, Option<u64>, f64)> = Vec::new();
+        for line in stage.stage_plan.as_deref().unwrap_or("").lines() {
+            let name = line
+                .trim()
+                .split([':', ','])
+                .next()
+                .unwrap()
+                .trim()
+                .to_string();
+            let metric = |key: &str| {
+                let at = [format!("[{key}="), format!(" {key}=")]
+                    .iter()
+                    .find_map(|k| line.find(k.as_str()))?
+                    + key.len()
+                    + 2;
+                let value = &line[at..];
+                Some(value[..value.find([',', ']']).unwrap()].to_string())
+            };
+            let rows = metric("output_rows").and_then(|v| v.parse().ok());
+            let compute = metric("elapsed_compute").map_or(0.0, |v| {
+                let (n, scale) = [("ns", 1.0), ("µs", 1e3), ("ms", 1e6), ("s", 1e9)]
+                    .into_iter()
+                    .find_map(|(u, k)| v.strip_suffix(u).map(|n| (n, k)))
+                    .unwrap();
+                n.parse::<f64>().unwrap() * scale
+            });
+            operators.push((name, rows, compute));
+        }
+        let path = format!("/ui/job/{}/stage/{}", r.ok_id, stage.stage_id);
+        let (status, _, page) = get(&hist.url(&path)).await;
+        assert_eq!(status, 200, "{path}");
+        let boxes = crate::graph::drawn_boxes(&String::from_utf8(page).unwrap());
+        assert_eq!(boxes.len(), operators.len(), "{path}: {boxes:?}");
+        for (name, rows, _) in &operators {
+            let Some(rows) = rows.filter(|&n| n < 1_000) else {
+                continue;
+            };
+            let drawn = boxes.iter().filter(|b| b.title.starts_with(name.as_str()));
+            let want = format!("{rows} rows");
+            assert!(
+                drawn
+                    .clone()
+                    .any(|b| b.lines.iter().any(|l| l.starts_with(&want))),
+                "{path}: {name} should say {want}: {boxes:?}"
+            );
+            checked += 1;
+        }
+        let hottest = operators.iter().max_by(|a, b| a.2.total_cmp(&b.2)).unwrap();
+        let hot: Vec<&crate::graph::Drawn> = boxes.iter().filter(|b| b.class == "hot").collect();
+        if hottest.2 > 0.0 {
+            assert_eq!(hot.len(), 1, "{path}: {boxes:?}");
+            assert!(
+                hot[0].title.starts_with(&hottest.0),
+                "{path}: {hottest:?} {hot:?}"
+            );
+        } else {
+            assert!(hot.is_empty(), "{path}");
+        }
+    }
+    assert!(checked >= 3, "only {checked} row counts checked");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_tuis_wire_types_read_the_list_and_every_answer() {
     let r = recorded().await;

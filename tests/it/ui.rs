@@ -197,7 +197,27 @@ async fn the_pages_show_real_jobs_in_a_browser() {
         .unwrap();
     assert_eq!(downloaded.as_str().unwrap(), file);
 
-    // Tabs: plans, config, diagnosis.
+    // Tabs: profile, plans, config, diagnosis. The profile frames every
+    // stage around its operators, and outlines the ones with most compute.
+    b.click(Locator::LinkText("Profile")).await;
+    b.until("profile", "location.search.includes('tab=profile')")
+        .await;
+    let frames = b
+        .js("return document.querySelectorAll('svg.graph.frames rect.frame').length;")
+        .await;
+    assert_eq!(frames, stages.len());
+    let hot = b
+        .js("return document.querySelectorAll('svg.graph.frames rect.hot').length;")
+        .await;
+    assert!((1..=3).contains(&hot.as_u64().unwrap()), "{hot}");
+    let figures = b
+        .js("return [...document.querySelectorAll('svg.graph.frames text')].map(t => t.textContent).join('|');")
+        .await;
+    assert!(
+        figures.as_str().unwrap().contains("% of the job)"),
+        "{figures}"
+    );
+    b.shot("profile").await;
     b.click(Locator::LinkText("Plans")).await;
     b.until("plans", "location.search.includes('tab=plans')")
         .await;

@@ -204,10 +204,13 @@ impl Dot {
         n
     }
 
-    /// The edges between stages (by index into `stages`), once each, in
-    /// the order of their first operator edge. An operator belongs to the
-    /// first stage that declares it.
-    pub(crate) fn stage_edges(&self) -> Vec<(usize, usize)> {
+    /// The edges between stages (by index into `stages`), once each: the
+    /// DOT's, in the order of their first operator edge (an operator
+    /// belongs to the first stage that declares it), then those of `reads`
+    /// the DOT left out. `reads` holds `(from, to)` stage ids as the stage
+    /// plans state them (`StageAnswer::reads_from`): upstream's DOT has no
+    /// edge into a stage that reads through a range shuffle.
+    pub(crate) fn stage_edges(&self, reads: &[(u32, u32)]) -> Vec<(usize, usize)> {
         let mut stage_of: Vec<Option<usize>> = vec![None; self.operators.len()];
         for (s, stage) in self.stages.iter().enumerate() {
             for &op in &stage.operators {
@@ -216,8 +219,18 @@ impl Dot {
         }
         let mut seen = HashSet::new();
         let mut out = Vec::new();
-        for &(a, b) in &self.edges {
-            if let (Some(x), Some(y)) = (stage_of[a], stage_of[b])
+        let operator_edges = self.edges.iter().map(|&(a, b)| (stage_of[a], stage_of[b]));
+        let mut index: HashMap<u32, usize> = HashMap::new();
+        for (s, stage) in self.stages.iter().enumerate() {
+            if let Some(id) = stage.stage_id {
+                index.entry(id).or_insert(s);
+            }
+        }
+        let plan_edges = reads
+            .iter()
+            .map(|(from, to)| (index.get(from).copied(), index.get(to).copied()));
+        for (x, y) in operator_edges.chain(plan_edges) {
+            if let (Some(x), Some(y)) = (x, y)
                 && x != y
                 && seen.insert((x, y))
             {
@@ -303,11 +316,122 @@ fn layers(n: usize, edges: &[(usize, usize)]) -> Vec<usize> {
     layer
 }
 
-/// Where each box goes: its top-left corner and size, and the picture's
-/// size.
+/// The most points long edges add to one picture: past this, further long
+/// edges are drawn as one curve (which may cross a box) rather than letting
+/// a pathological graph make the layout quadratic.
+const MAX_POINTS: usize = 4 * MAX_NODES;
+
+/// The graph as it is placed: the boxes (`0..n`), then one point for each
+/// layer a long edge passes (the dummy nodes of Sugiyama-style layouts), so
+/// every step of every edge joins neighbouring layers and a long edge has
+/// a place of its own in each layer it crosses.
+struct Routed {
+    /// The layer of each box and point.
+    layer: Vec<usize>,
+    /// Each drawn edge: its source, its target, and the boxes and points
+    /// it passes, source first and target last.
+    paths: Vec<(usize, usize, Vec<usize>)>,
+    /// For each box and point, the ones its edges come from and go to.
+    inputs: Vec<Vec<usize>>,
+    outputs: Vec<Vec<usize>>,
+}
+
+/// Layers the boxes and gives each edge that skips layers one point per
+/// layer it crosses.
+fn route(n: usize, edges: &[(usize, usize)]) -> Routed {
+    let mut layer = layers(n, edges);
+    let mut inputs: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut outputs: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut paths = Vec::with_capacity(edges.len());
+    for &(a, b) in edges {
+        if a == b || a >= n || b >= n {
+            continue;
+        }
+        let mut chain = vec![a];
+        let (from, to) = (layer[a], layer[b]);
+        if to > from + 1 && layer.len() - n + (to - from - 1) <= MAX_POINTS {
+            for l in from + 1..to {
+                chain.push(layer.len());
+                layer.push(l);
+                inputs.push(Vec::new());
+                outputs.push(Vec::new());
+            }
+        }
+        chain.push(b);
+        // Only edges that go down order the layers; one against the flow
+        // (on a cycle) is drawn but does not pull.
+        if to > from {
+            for step in chain.windows(2) {
+                outputs[step[0]].push(step[1]);
+                inputs[step[1]].push(step[0]);
+            }
+        }
+        paths.push((a, b, chain));
+    }
+    Routed {
+        layer,
+        paths,
+        inputs,
+        outputs,
+    }
+}
+
+/// The members of each layer, left to right: first in the graph's order,
+/// then three sweeps (down, up, down) that sort each layer by the mean
+/// position of its neighbours in the layer the sweep came from (the
+/// barycenter heuristic for fewer crossings). A sweep sorts each layer
+/// once, so the whole is near-linear in boxes, points and edges.
+fn ordered_rows(routed: &Routed) -> Vec<Vec<usize>> {
+    let depth = routed.layer.iter().max().map_or(0, |&l| l + 1);
+    let mut rows: Vec<Vec<usize>> = vec![Vec::new(); depth];
+    for (v, &l) in routed.layer.iter().enumerate() {
+        rows[l].push(v);
+    }
+    let mut pos = vec![0.0f64; routed.layer.len()];
+    for row in &rows {
+        for (i, &v) in row.iter().enumerate() {
+            pos[v] = i as f64;
+        }
+    }
+    let downwards: Vec<usize> = (0..depth).collect();
+    let upwards: Vec<usize> = (0..depth).rev().collect();
+    for (order, neighbours) in [
+        (&downwards, &routed.inputs),
+        (&upwards, &routed.outputs),
+        (&downwards, &routed.inputs),
+    ] {
+        for &l in order {
+            let mut keyed: Vec<(f64, f64, usize)> = rows[l]
+                .iter()
+                .map(|&v| {
+                    let around = &neighbours[v];
+                    let key = if around.is_empty() {
+                        pos[v]
+                    } else {
+                        around.iter().map(|&u| pos[u]).sum::<f64>() / around.len() as f64
+                    };
+                    (key, pos[v], v)
+                })
+                .collect();
+            keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
+            rows[l] = keyed.into_iter().map(|(_, _, v)| v).collect();
+            for (i, &v) in rows[l].iter().enumerate() {
+                pos[v] = i as f64;
+            }
+        }
+    }
+    rows
+}
+
+/// Where everything goes: each box's and point's top-left corner and size
+/// (a point has none), the top and bottom of each layer, the edges' paths
+/// and the picture's size.
 struct Layout {
     at: Vec<(f64, f64)>,
     size: Vec<(f64, f64)>,
+    layer: Vec<usize>,
+    rows: Vec<(f64, f64)>,
+    paths: Vec<(usize, usize, Vec<usize>)>,
     width: f64,
     height: f64,
 }
@@ -325,8 +449,111 @@ pub(crate) fn draw(nodes: &[Node], edges: &[(usize, usize)], label: &str) -> Mar
             }
         };
     }
-    let layout = layout(nodes, edges);
-    render(nodes, edges, label, &layout)
+    let layout = layout(nodes.iter().map(box_size).collect(), edges);
+    html! {
+        svg.graph viewBox={ "0 0 " (layout.width.ceil()) " " (layout.height.ceil()) }
+            width=(layout.width.ceil()) height=(layout.height.ceil())
+            role="img" aria-label=(label) {
+            (arrow_marker())
+            (render(nodes, &layout, true))
+        }
+    }
+}
+
+/// A frame of a nested picture: a box (a stage) drawn around a layered
+/// picture of its own boxes (its operators).
+pub(crate) struct Frame {
+    /// The frame's own title, lines, class and link.
+    pub node: Node,
+    /// The boxes inside.
+    pub inner: Vec<Node>,
+    /// Edges between the boxes inside.
+    pub inner_edges: Vec<(usize, usize)>,
+}
+
+/// The padding inside a frame, around its picture.
+const PAD: f64 = 10.0;
+
+/// Draws `frames` in layers with `edges` between them (data flowing
+/// downwards), each frame around the layered picture of its own boxes: one
+/// picture of a whole query, stages as frames and operators inside, laid
+/// out by the same code at both levels (the inner pictures first, so each
+/// frame is sized to its content).
+pub(crate) fn draw_frames(frames: &[Frame], edges: &[(usize, usize)], label: &str) -> Markup {
+    let boxes: usize = frames.iter().map(|f| 1 + f.inner.len()).sum();
+    if frames.is_empty() {
+        return html! { p.muted { "No graph was recorded for this job." } };
+    }
+    if boxes > MAX_NODES {
+        return html! {
+            p.muted role="note" {
+                (label) " has " (boxes) " boxes, more than the " (MAX_NODES)
+                " a page draws; the stage pages draw each stage's operators."
+            }
+        };
+    }
+    let inner: Vec<Layout> = frames
+        .iter()
+        .map(|f| layout(f.inner.iter().map(box_size).collect(), &f.inner_edges))
+        .collect();
+    let sizes = frames
+        .iter()
+        .zip(&inner)
+        .map(|(f, l)| {
+            let (w, header) = box_size(&f.node);
+            let picture = if f.inner.is_empty() {
+                (0.0, 0.0)
+            } else {
+                (l.width, l.height)
+            };
+            (w.max(picture.0 + 2.0 * PAD), header + picture.1 + PAD)
+        })
+        .collect();
+    let outer = layout(sizes, edges);
+    html! {
+        svg.graph.frames viewBox={ "0 0 " (outer.width.ceil()) " " (outer.height.ceil()) }
+            width=(outer.width.ceil()) height=(outer.height.ceil())
+            role="img" aria-label=(label) {
+            (arrow_marker())
+            (render_edges(&outer, true))
+            @for (v, frame) in frames.iter().enumerate() {
+                @let (x, y) = outer.at[v];
+                @let (w, h) = outer.size[v];
+                @let header = box_size(&frame.node).1;
+                @let offset = (x + (w - inner[v].width) / 2.0, y + header);
+                @let body = html! {
+                    g.frame {
+                        title { (frame.node.hover) }
+                        rect class={ "frame " (frame.node.class) } data-node=(v)
+                            x=(format!("{x:.1}")) y=(format!("{y:.1}"))
+                            width=(format!("{w:.1}")) height=(format!("{h:.1}")) rx="7" {}
+                        (box_text(&frame.node, x, y))
+                    }
+                };
+                @match &frame.node.href {
+                    Some(href) => a href=(href) { (body) },
+                    None => (body),
+                }
+                @if !frame.inner.is_empty() {
+                    g transform=(format!("translate({:.1} {:.1})", offset.0, offset.1)) {
+                        (render(&frame.inner, &inner[v], false))
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The arrowhead every edge ends in.
+fn arrow_marker() -> Markup {
+    html! {
+        defs {
+            marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5"
+                markerWidth="7" markerHeight="7" orient="auto-start-reverse" {
+                path.arrowhead d="M 0 0 L 10 5 L 0 10 z" {}
+            }
+        }
+    }
 }
 
 /// A box's size: wide enough for its longest (clipped) line, tall enough
@@ -340,52 +567,18 @@ fn box_size(n: &Node) -> (f64, f64) {
     )
 }
 
-/// The boxes of each layer, each layer ordered by the mean position of its
-/// inputs, then by index.
-fn ordered_rows(n: usize, edges: &[(usize, usize)], layer: &[usize]) -> Vec<Vec<usize>> {
-    let depth = layer.iter().max().copied().unwrap_or(0) + 1;
-    let mut by_layer: Vec<Vec<usize>> = vec![Vec::new(); depth];
-    for v in 0..n {
-        by_layer[layer[v]].push(v);
-    }
-    let mut inputs_of: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for &(a, b) in edges {
-        if a < n && b < n {
-            inputs_of[b].push(a);
-        }
-    }
-    let mut pos = vec![0.0f64; n];
-    let mut rows: Vec<Vec<usize>> = Vec::with_capacity(depth);
-    for (l, members) in by_layer.iter().enumerate() {
-        let key = |v: usize| {
-            let inputs = inputs_of[v].iter().filter(|&&a| layer[a] < l);
-            let (sum, count) = inputs.fold((0.0, 0), |(s, c), &a| (s + pos[a], c + 1));
-            if count == 0 {
-                v as f64
-            } else {
-                sum / count as f64
-            }
-        };
-        let mut members: Vec<(f64, usize)> = members.iter().map(|&v| (key(v), v)).collect();
-        members.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        for (i, (_, v)) in members.iter().enumerate() {
-            pos[*v] = i as f64;
-        }
-        rows.push(members.into_iter().map(|(_, v)| v).collect());
-    }
-    rows
-}
-
-/// Places the boxes: layers top to bottom, each row centred.
-fn layout(nodes: &[Node], edges: &[(usize, usize)]) -> Layout {
-    let layer = layers(nodes.len(), edges);
-    let size: Vec<(f64, f64)> = nodes.iter().map(box_size).collect();
-    let rows = ordered_rows(nodes.len(), edges, &layer);
+/// Places boxes of the given sizes, and the points of long edges: layers
+/// top to bottom, each row centred, each box centred in its row's height.
+fn layout(mut size: Vec<(f64, f64)>, edges: &[(usize, usize)]) -> Layout {
+    let routed = route(size.len(), edges);
+    let rows = ordered_rows(&routed);
+    size.resize(routed.layer.len(), (0.0, 0.0));
     let row_width = |row: &[usize]| {
         row.iter().map(|&v| size[v].0).sum::<f64>() + GAP_X * row.len().saturating_sub(1) as f64
     };
     let width = rows.iter().map(|r| row_width(r)).fold(0.0, f64::max) + 20.0;
-    let mut at = vec![(0.0f64, 0.0f64); nodes.len()];
+    let mut at = vec![(0.0f64, 0.0f64); size.len()];
+    let mut spans = Vec::with_capacity(rows.len());
     let mut y = 10.0;
     for row in &rows {
         let mut x = (width - row_width(row)) / 2.0;
@@ -394,62 +587,112 @@ fn layout(nodes: &[Node], edges: &[(usize, usize)]) -> Layout {
             at[v] = (x, y + (height - size[v].1) / 2.0);
             x += size[v].0 + GAP_X;
         }
+        spans.push((y, y + height));
         y += height + GAP_Y;
     }
-    let height = y - GAP_Y + 10.0;
     Layout {
         at,
         size,
+        layer: routed.layer,
+        rows: spans,
+        paths: routed.paths,
         width,
-        height,
+        height: y - GAP_Y + 10.0,
     }
 }
 
-/// The picture of a layout.
-fn render(nodes: &[Node], edges: &[(usize, usize)], label: &str, layout: &Layout) -> Markup {
-    let Layout {
-        at,
-        size,
-        width,
-        height,
-    } = layout;
+/// An edge's path along its chain: straight down out of its source's box
+/// to the bottom of the source's layer, a curve across each gap between
+/// layers, straight down through each layer it crosses (at its point's
+/// place) and into its target's box. In a layer nothing shares the
+/// x-range of a box or the x of a point, and the gaps hold no box, so the
+/// path meets no box but its own two. An edge against the flow (on a
+/// cycle) is one curve.
+fn edge_path(l: &Layout, chain: &[usize]) -> String {
+    use std::fmt::Write;
+    let centre = |v: usize| l.at[v].0 + l.size[v].0 / 2.0;
+    let (a, b) = (chain[0], chain[chain.len() - 1]);
+    let (mut x, mut y) = (centre(a), l.at[a].1 + l.size[a].1);
+    let mut d = format!("M {x:.1} {y:.1}");
+    let curve_to = |d: &mut String, (x, y): (f64, f64), (x2, y2): (f64, f64)| {
+        let mid = (y + y2) / 2.0;
+        let _ = write!(d, " C {x:.1} {mid:.1}, {x2:.1} {mid:.1}, {x2:.1} {y2:.1}");
+    };
+    if l.layer[b] <= l.layer[a] {
+        curve_to(&mut d, (x, y), (centre(b), l.at[b].1 - 1.0));
+        return d;
+    }
+    let down_to = |d: &mut String, x: f64, y: &mut f64, to: f64| {
+        if to - *y > 0.5 {
+            let _ = write!(d, " L {x:.1} {to:.1}");
+            *y = to;
+        }
+    };
+    down_to(&mut d, x, &mut y, l.rows[l.layer[a]].1);
+    for &v in &chain[1..] {
+        let next = (centre(v), l.rows[l.layer[v]].0);
+        curve_to(&mut d, (x, y), next);
+        (x, y) = next;
+        let bottom = if v == b {
+            l.at[v].1 - 1.0
+        } else {
+            l.rows[l.layer[v]].1
+        };
+        down_to(&mut d, x, &mut y, bottom);
+    }
+    d
+}
+
+/// The edges of a layout. The edges of the outer picture say which boxes
+/// they join (`data-from`, `data-to`), so a reader (or a test) can check
+/// the geometry; those inside a frame are marked `op`.
+fn render_edges(layout: &Layout, outer: bool) -> Markup {
     html! {
-        svg.graph viewBox={ "0 0 " (width.ceil()) " " (height.ceil()) }
-            width=(width.ceil()) height=(height.ceil())
-            role="img" aria-label=(label) {
-            defs {
-                marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5"
-                    markerWidth="7" markerHeight="7" orient="auto-start-reverse" {
-                    path.arrowhead d="M 0 0 L 10 5 L 0 10 z" {}
-                }
+        @for (a, b, chain) in &layout.paths {
+            @if outer {
+                path.edge d=(edge_path(layout, chain)) data-from=(a) data-to=(b)
+                    marker-end="url(#arrow)" {}
+            } @else {
+                path.edge.op d=(edge_path(layout, chain)) marker-end="url(#arrow)" {}
             }
-            @for &(a, b) in edges {
-                @if a < nodes.len() && b < nodes.len() && a != b {
-                    @let (x1, y1) = (at[a].0 + size[a].0 / 2.0, at[a].1 + size[a].1);
-                    @let (x2, y2) = (at[b].0 + size[b].0 / 2.0, at[b].1);
-                    @let mid = (y1 + y2) / 2.0;
-                    path.edge d=(format!("M {x1:.1} {y1:.1} C {x1:.1} {mid:.1}, {x2:.1} {mid:.1}, {x2:.1} {:.1}", y2 - 1.0))
-                        marker-end="url(#arrow)" {}
-                }
-            }
-            @for (v, node) in nodes.iter().enumerate() {
-                @let (x, y) = at[v];
-                @let (w, h) = size[v];
-                @let body = html! {
-                    g.node {
-                        title { (node.hover) }
-                        rect class=(node.class) x=(format!("{x:.1}")) y=(format!("{y:.1}"))
+        }
+    }
+}
+
+/// A box's title and lines, its top-left corner at `(x, y)`.
+fn box_text(node: &Node, x: f64, y: f64) -> Markup {
+    html! {
+        text.title x=(format!("{:.1}", x + 10.0)) y=(format!("{:.1}", y + 18.0)) { (clip(&node.title)) }
+        @for (i, line) in node.lines.iter().enumerate() {
+            text x=(format!("{:.1}", x + 10.0)) y=(format!("{:.1}", y + 18.0 + LINE * (i + 1) as f64)) { (clip(line)) }
+        }
+    }
+}
+
+/// The edges and boxes of a layout. A box of the outer picture says which
+/// node it is (`data-node`); one inside a frame is marked `data-op`.
+fn render(nodes: &[Node], layout: &Layout, outer: bool) -> Markup {
+    html! {
+        (render_edges(layout, outer))
+        @for (v, node) in nodes.iter().enumerate() {
+            @let (x, y) = layout.at[v];
+            @let (w, h) = layout.size[v];
+            @let body = html! {
+                g.node {
+                    title { (node.hover) }
+                    @if outer {
+                        rect class=(node.class) data-node=(v) x=(format!("{x:.1}")) y=(format!("{y:.1}"))
                             width=(format!("{w:.1}")) height=(format!("{h:.1}")) rx="5" {}
-                        text.title x=(format!("{:.1}", x + 10.0)) y=(format!("{:.1}", y + 18.0)) { (clip(&node.title)) }
-                        @for (i, line) in node.lines.iter().enumerate() {
-                            text x=(format!("{:.1}", x + 10.0)) y=(format!("{:.1}", y + 18.0 + LINE * (i + 1) as f64)) { (clip(line)) }
-                        }
+                    } @else {
+                        rect class=(node.class) data-op=(v) x=(format!("{x:.1}")) y=(format!("{y:.1}"))
+                            width=(format!("{w:.1}")) height=(format!("{h:.1}")) rx="5" {}
                     }
-                };
-                @match &node.href {
-                    Some(href) => a href=(href) { (body) },
-                    None => (body),
+                    (box_text(node, x, y))
                 }
+            };
+            @match &node.href {
+                Some(href) => a href=(href) { (body) },
+                None => (body),
             }
         }
     }
@@ -500,14 +743,14 @@ partitioning=Hash([k@0], 4)"]
         assert_eq!(statuses, ["Successful", "Running", "Unresolved"]);
         assert_eq!(dot.stages[2].operators.len(), 3);
         assert_eq!(dot.operators.len(), 7);
-        assert_eq!(dot.stage_edges(), [(0, 2), (1, 2)]);
+        assert_eq!(dot.stage_edges(&[]), [(0, 2), (1, 2)]);
         assert_eq!(dot.operators[1].label, "DataSourceExec: \"a\"");
         assert_eq!(
             dot.operators[0].label,
             "ShuffleWriterExec\npartitioning=Hash([k@0], 4)"
         );
         // The two inputs sit above the join.
-        assert_eq!(layers(3, &dot.stage_edges()), [0, 0, 1]);
+        assert_eq!(layers(3, &dot.stage_edges(&[])), [0, 0, 1]);
     }
 
     #[test]
@@ -563,7 +806,7 @@ partitioning=Hash([k@0], 4)"]
         text.push('}');
         let dot = Dot::parse(&text);
         assert_eq!(dot.stages.len(), n);
-        let edges = dot.stage_edges();
+        let edges = dot.stage_edges(&[]);
         assert_eq!(edges.len(), n - 1);
         // Each stage one layer below the one it reads.
         let layer = layers(n, &edges);
@@ -591,6 +834,121 @@ partitioning=Hash([k@0], 4)"]
         );
         let drawn = draw(&nodes[..MAX_NODES], &edges[..MAX_NODES - 1], "g").into_string();
         assert_eq!(drawn.matches("<rect").count(), MAX_NODES);
+        // A chain with an edge from its head to every box would need two
+        // million points: the points stop at the cap, every edge is drawn.
+        let mut fan: Vec<(usize, usize)> = edges[..MAX_NODES - 1].to_vec();
+        fan.extend((2..MAX_NODES).map(|i| (0, i)));
+        let routed = route(MAX_NODES, &fan);
+        assert!(routed.layer.len() - MAX_NODES <= MAX_POINTS);
+        assert_eq!(routed.paths.len(), fan.len());
+        let drawn = draw(&nodes[..MAX_NODES], &fan, "g").into_string();
+        assert_eq!(drawn.matches("class=\"edge\"").count(), fan.len());
+    }
+
+    fn boxes(n: usize) -> Vec<Node> {
+        (0..n)
+            .map(|i| Node {
+                title: format!("Stage {i}"),
+                lines: vec!["ShuffleWriterExec".into(); i % 3],
+                class: "ok",
+                href: None,
+                hover: String::new(),
+            })
+            .collect()
+    }
+
+    /// A long edge gets a point in each layer it crosses, placed apart from
+    /// that layer's boxes, and its path goes down through that point.
+    #[test]
+    fn a_long_edge_passes_beside_the_boxes_of_the_layers_it_skips() {
+        // 0 -> 1 -> 2 -> 3, and 0 -> 3 skipping two layers.
+        let edges = [(0, 1), (1, 2), (2, 3), (0, 3)];
+        let nodes = boxes(4);
+        let l = layout(nodes.iter().map(box_size).collect(), &edges);
+        assert_eq!(l.layer.len(), 6, "two points for the long edge");
+        let (_, _, chain) = l.paths.iter().find(|(a, b, _)| (*a, *b) == (0, 3)).unwrap();
+        assert_eq!(chain.len(), 4);
+        for &p in &chain[1..3] {
+            let x = l.at[p].0;
+            let (bx, bw) = (l.at[p - 3].0, l.size[p - 3].0);
+            assert!(
+                x < bx || x > bx + bw,
+                "point {p} at {x} inside box {} ({bx}+{bw})",
+                p - 3
+            );
+            let d = edge_path(&l, chain);
+            let (top, bottom) = l.rows[l.layer[p]];
+            assert!(
+                d.contains(&format!("{x:.1} {top:.1} L {x:.1} {bottom:.1}")),
+                "{d}"
+            );
+        }
+        // Every edge is drawn once, each saying which boxes it joins.
+        let svg = draw(&nodes, &edges, "g").into_string();
+        for (a, b) in edges {
+            let tag = format!(r#"data-from="{a}" data-to="{b}""#);
+            assert_eq!(svg.matches(&tag).count(), 1, "{tag}");
+        }
+    }
+
+    /// Random DAGs of 40 stages: in every layer, each long edge's point
+    /// lies outside every box of that layer, and nothing of a layer
+    /// overlaps anything else of it.
+    #[test]
+    fn forty_stage_graphs_keep_long_edges_beside_every_box() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..50 {
+            let n = 40;
+            // Each stage reads one to three earlier ones.
+            let mut edges: Vec<(usize, usize)> = Vec::new();
+            for b in 1..n {
+                for _ in 0..1 + next(3) {
+                    let a = next(b as u64) as usize;
+                    if !edges.contains(&(a, b)) {
+                        edges.push((a, b));
+                    }
+                }
+            }
+            let nodes = boxes(n);
+            let l = layout(nodes.iter().map(box_size).collect(), &edges);
+            let mut by_layer: Vec<Vec<usize>> = vec![Vec::new(); l.rows.len()];
+            for (v, &layer) in l.layer.iter().enumerate() {
+                by_layer[layer].push(v);
+            }
+            for row in &by_layer {
+                let mut spans: Vec<(f64, f64)> = row
+                    .iter()
+                    .map(|&v| (l.at[v].0, l.at[v].0 + l.size[v].0))
+                    .collect();
+                spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+                for pair in spans.windows(2) {
+                    assert!(pair[0].1 < pair[1].0, "overlap in a layer: {pair:?}");
+                }
+            }
+            assert_eq!(l.paths.len(), edges.len());
+            for (a, b, chain) in &l.paths {
+                assert_eq!(
+                    l.layer[*b] - l.layer[*a],
+                    chain.len() - 1,
+                    "one step per layer"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn plan_reads_add_the_edges_the_dot_left_out_once() {
+        let dot = Dot::parse(JOIN);
+        // The DOT's two, then stage 2 reading 0 again (already there) and
+        // stage 1 reading 0 (new); unknown stages are ignored.
+        let reads = [(0, 2), (0, 1), (7, 2), (2, 2)];
+        assert_eq!(dot.stage_edges(&reads), [(0, 2), (1, 2), (0, 1)]);
     }
 
     #[test]

@@ -9,12 +9,15 @@
 //! once per page; the plans, config and DOT are the stored responses.
 
 use crate::analysis::diagnosis::{Diagnosis, Thresholds, diagnose, operator_memory};
+use crate::analysis::plan_metrics::{OperatorProfile, operator_profiles};
 use crate::analysis::stats::quantile;
 use crate::format::stages::{StageAnswer, StagesAnswer};
 use crate::serving::error::ApiError;
 use crate::serving::source::{Resource, read_log};
-use crate::serving::ui::graph::{Dot, Node, draw, operator_name};
-use crate::serving::ui::page::{self, Nav, count, duration, job_href, query_string, segment};
+use crate::serving::ui::graph::{Dot, Frame, Node, Stage, draw, draw_frames, operator_name};
+use crate::serving::ui::page::{
+    self, Nav, count, duration, duration_ns, job_href, query_string, segment,
+};
 use crate::serving::ui::{Ui, api_error, error, html_response};
 use crate::store::query::{Facts, ListQuery};
 use crate::store::records::{JobHeader, JobRecords, Task};
@@ -93,10 +96,13 @@ pub(super) struct StageStats {
     pub(super) end: u64,
     pub(super) input_rows: u64,
     pub(super) output_rows: u64,
-    pub(super) compute_ms: u64,
+    /// Compute: the operators' `elapsed_compute`, summed over the
+    /// stage's operators and its succeeded tasks, in ns.
+    pub(super) compute_nanos: u64,
     pub(super) duration: [u64; 5],
     pub(super) rows_in: [u64; 5],
     pub(super) rows_out: [u64; 5],
+    /// Per task compute (ns): min, quartiles, max.
     pub(super) compute: [u64; 5],
 }
 
@@ -164,11 +170,11 @@ pub(super) fn stage_stats(
                     .unwrap_or(0),
                 input_rows,
                 output_rows,
-                compute_ms: ok.iter().map(|t| t.compute_nanos).sum::<u64>() / 1_000_000,
+                compute_nanos: ok.iter().map(|t| t.compute_nanos).sum::<u64>(),
                 duration: five(ok.iter().map(|t| t.duration()).collect()),
                 rows_in: five(ok.iter().map(|t| t.input_rows).collect()),
                 rows_out: five(ok.iter().map(|t| t.output_rows).collect()),
-                compute: five(ok.iter().map(|t| t.compute_nanos / 1_000_000).collect()),
+                compute: five(ok.iter().map(|t| t.compute_nanos).collect()),
             }
         })
         .collect()
@@ -183,8 +189,9 @@ fn status_class(word: &str) -> &'static str {
     }
 }
 
-/// The stage graph: a box per stage with its operators, linked.
-fn stage_graph(job_id: &str, dot: &Dot) -> Markup {
+/// The stage graph: a box per stage with its operators, linked by the
+/// DOT's edges and the reads the stage plans state.
+fn stage_graph(job_id: &str, dot: &Dot, stored: &BTreeMap<u32, StageAnswer>) -> Markup {
     let nodes: Vec<Node> = dot
         .stages
         .iter()
@@ -209,37 +216,252 @@ fn stage_graph(job_id: &str, dot: &Dot) -> Markup {
             }
         })
         .collect();
-    draw(&nodes, &dot.stage_edges(), "Stage graph")
+    draw(&nodes, &dot.stage_edges(&plan_reads(stored)), "Stage graph")
 }
 
-/// The operators of one stage, from its own DOT or the job's cluster.
-pub(super) fn operator_graph(dot: &Dot, stage_id: u32) -> Markup {
+/// The operators of one stage, from its own DOT or the job's cluster: a
+/// query profile when the stage's metrics `plan` is recorded. Each box then
+/// carries its operator's figures (rows out, compute and its share of the
+/// stage's, spill, peak memory), and the operator with the most compute is
+/// marked (`hot`).
+pub(super) fn operator_graph(dot: &Dot, stage_id: u32, plan: Option<&str>) -> Markup {
     let members: Vec<usize> = match dot.stages.iter().find(|s| s.stage_id == Some(stage_id)) {
         Some(s) => s.operators.clone(),
         None => (0..dot.operators.len()).collect(),
     };
-    let nodes: Vec<Node> = members
+    let profiles = profiles_of(dot, &members, plan.unwrap_or(""));
+    let total = profiles.iter().map(compute_of).sum();
+    let mut nodes = operator_boxes(dot, &members, &profiles, total);
+    if let Some(hottest) = (0..members.len())
+        .filter(|&i| compute_of(&profiles[i]) > 0)
+        .max_by_key(|&i| compute_of(&profiles[i]))
+    {
+        nodes[hottest].class = "hot";
+    }
+    draw(
+        &nodes,
+        &inner_edges(dot, &members),
+        "Operators of the stage",
+    )
+}
+
+/// The most operators the query profile marks as hot.
+const HOT_OPERATORS: usize = 3;
+
+/// The Profile tab: the whole query in one picture, scans at the top and
+/// the result at the bottom, each stage a frame around its operators with
+/// their figures (shares of the job's compute), the stages joined as in the
+/// stage graph, and the operators with the most compute marked.
+async fn profile(ui: &Ui, job_id: &str) -> Markup {
+    let dot = body(ui, job_id, Resource::Dot).await;
+    let dot = Dot::parse(&String::from_utf8_lossy(dot.as_deref().unwrap_or(b"")));
+    let stored = stored_stages(ui, job_id, PlanFormat::Metrics).await;
+    let profiles: Vec<Vec<Option<OperatorProfile>>> = dot
+        .stages
         .iter()
-        .map(|&o| {
+        .map(|s| {
+            let plan = s
+                .stage_id
+                .and_then(|id| stored.get(&id))
+                .map_or("", StageAnswer::plan);
+            profiles_of(&dot, &s.operators, plan)
+        })
+        .collect();
+    let total: u64 = profiles.iter().flatten().map(compute_of).sum();
+    let mut frames: Vec<Frame> = dot
+        .stages
+        .iter()
+        .zip(&profiles)
+        .map(|(s, p)| stage_frame(job_id, &dot, s, p, total))
+        .collect();
+    let mut ranked: Vec<(u64, usize, usize)> = profiles
+        .iter()
+        .enumerate()
+        .flat_map(|(f, p)| {
+            p.iter()
+                .enumerate()
+                .map(move |(o, x)| (compute_of(x), f, o))
+        })
+        .filter(|&(c, _, _)| c > 0)
+        .collect();
+    ranked.sort_by_key(|&(c, _, _)| std::cmp::Reverse(c));
+    for &(_, f, o) in ranked.iter().take(HOT_OPERATORS) {
+        frames[f].inner[o].class = "hot";
+    }
+    let edges = dot.stage_edges(&plan_reads(&stored));
+    html! {
+        section aria-labelledby="profile-h" {
+            h2 id="profile-h" { "Query profile" }
+            p.muted {
+                "Each stage is a frame around its operators, data flowing down. An operator's \
+                 figures are the scheduler's metrics for it, combined over the stage's tasks: \
+                 rows out, compute (its elapsed_compute) and that compute's share of the job's. \
+                 The " (HOT_OPERATORS) " operators with the most compute are outlined."
+            }
+            div.graph-box { (draw_frames(&frames, &edges, "Query profile")) }
+        }
+    }
+}
+
+/// One stage of the profile: a frame, titled with the stage and its share
+/// of the job's compute, around its operators.
+fn stage_frame(
+    job_id: &str,
+    dot: &Dot,
+    stage: &Stage,
+    profiles: &[Option<OperatorProfile>],
+    total: u64,
+) -> Frame {
+    let compute: u64 = profiles.iter().map(compute_of).sum();
+    let title = match stage.stage_id {
+        Some(id) => format!("Stage {id} · {}", stage.status),
+        None => format!("Stage · {}", stage.status),
+    };
+    let lines = if compute > 0 && total > 0 {
+        vec![format!(
+            "compute {} ({:.0}% of the job)",
+            duration_ns(compute),
+            compute as f64 * 100.0 / total as f64
+        )]
+    } else {
+        Vec::new()
+    };
+    Frame {
+        node: Node {
+            hover: std::iter::once(title.clone())
+                .chain(lines.clone())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            title,
+            lines,
+            class: status_class(&stage.status),
+            href: stage
+                .stage_id
+                .map(|id| format!("{}/stage/{id}", job_href(job_id))),
+        },
+        inner: operator_boxes(dot, &stage.operators, profiles, total),
+        inner_edges: inner_edges(dot, &stage.operators),
+    }
+}
+
+/// The stage reads the stage plans state, as `(from, to)` stage ids.
+fn plan_reads(stored: &BTreeMap<u32, StageAnswer>) -> Vec<(u32, u32)> {
+    stored
+        .values()
+        .flat_map(|s| s.reads_from().into_iter().map(|from| (from, s.stage_id)))
+        .collect()
+}
+
+/// An operator's compute (ns), 0 when unknown.
+fn compute_of(profile: &Option<OperatorProfile>) -> u64 {
+    profile.as_ref().and_then(|p| p.compute_ns).unwrap_or(0)
+}
+
+/// The boxes of `members` (operators of one stage): the DOT's label, under
+/// its first line the operator's figures when known, shares taken of
+/// `total` compute (ns).
+fn operator_boxes(
+    dot: &Dot,
+    members: &[usize],
+    profiles: &[Option<OperatorProfile>],
+    total: u64,
+) -> Vec<Node> {
+    members
+        .iter()
+        .zip(profiles)
+        .map(|(&o, profile)| {
             let label = &dot.operators[o].label;
             let mut lines = label.lines();
             let first = lines.next().unwrap_or_default().to_string();
+            let figures = profile
+                .as_ref()
+                .map(|p| figures(p, total))
+                .unwrap_or_default();
+            let hover = std::iter::once(label.as_str())
+                .chain(figures.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join("\n");
             Node {
                 title: first,
-                lines: lines.map(str::to_string).collect(),
+                lines: figures
+                    .into_iter()
+                    .chain(lines.map(str::to_string))
+                    .collect(),
                 class: "idle",
                 href: None,
-                hover: label.clone(),
+                hover,
             }
         })
-        .collect();
+        .collect()
+}
+
+/// The DOT's edges between `members`, as indices into `members`.
+fn inner_edges(dot: &Dot, members: &[usize]) -> Vec<(usize, usize)> {
     let at: HashMap<usize, usize> = members.iter().enumerate().map(|(i, &m)| (m, i)).collect();
-    let edges: Vec<(usize, usize)> = dot
-        .edges
+    dot.edges
         .iter()
         .filter_map(|(a, b)| Some((*at.get(a)?, *at.get(b)?)))
-        .collect();
-    draw(&nodes, &edges, "Operators of the stage")
+        .collect()
+}
+
+/// The metrics plan's profile of each of `members` (DOT operators of one
+/// stage), or none at all when the two cannot be matched. The plan lists
+/// operators in pre-order; the DOT names each `stage_<s>_<path>`, its path
+/// from the root (`0_1`: the root's second child), so sorting by path gives
+/// the same order. When the ids are not paths, or the counts differ, no
+/// operator gets figures rather than another's.
+fn profiles_of(dot: &Dot, members: &[usize], plan: &str) -> Vec<Option<OperatorProfile>> {
+    let profiles = operator_profiles(plan);
+    let path = |o: usize| -> Option<Vec<u32>> {
+        let id = dot.operators[o].id.strip_prefix("stage_")?;
+        let (_, path) = id.split_once('_')?;
+        path.split('_').map(|n| n.parse().ok()).collect()
+    };
+    let paths: Option<Vec<Vec<u32>>> = members.iter().map(|&o| path(o)).collect();
+    let (Some(paths), true) = (paths, profiles.len() == members.len()) else {
+        return vec![None; members.len()];
+    };
+    let mut order: Vec<usize> = (0..members.len()).collect();
+    order.sort_by(|&a, &b| paths[a].cmp(&paths[b]));
+    let mut out = vec![None; members.len()];
+    for (position, &member) in order.iter().enumerate() {
+        out[member] = Some(profiles[position].clone());
+    }
+    out
+}
+
+/// An operator's figures as its box shows them: `2.00 K rows · 3 ms (42%)`,
+/// then spill and peak memory when it has them.
+fn figures(p: &OperatorProfile, stage_compute_ns: u64) -> Vec<String> {
+    let mut first = Vec::new();
+    if let Some(rows) = p.output_rows {
+        first.push(format!("{} rows", count(rows)));
+    }
+    if let Some(ns) = p.compute_ns {
+        let share = if stage_compute_ns > 0 {
+            format!(" ({:.0}%)", ns as f64 * 100.0 / stage_compute_ns as f64)
+        } else {
+            String::new()
+        };
+        first.push(format!("{}{share}", duration_ns(ns)));
+    }
+    let bytes = |b: u64| bytesize::ByteSize::b(b).display().iec().to_string();
+    let mut second = Vec::new();
+    if p.spill_count > 0 || p.spilled_bytes > 0 {
+        second.push(format!(
+            "spilled {} ({}x)",
+            bytes(p.spilled_bytes),
+            p.spill_count
+        ));
+    }
+    if let Some(peak) = p.peak_mem_used.filter(|&b| b > 0) {
+        second.push(format!("peak {}", bytes(peak)));
+    }
+    [first, second]
+        .into_iter()
+        .filter(|l| !l.is_empty())
+        .map(|l| l.join(" · "))
+        .collect()
 }
 
 /// The summary at the top of the job page.
@@ -250,8 +472,12 @@ fn summary(
     records: Option<&JobRecords>,
     dropped: Option<u64>,
 ) -> Markup {
-    let attempts = records.map_or(0, |r| r.tasks.len());
-    let failed = records.map_or(0, |r| r.tasks.iter().filter(|t| !t.succeeded()).count());
+    // Only the tabs that read the log's records know the attempts; the
+    // others say nothing rather than 0.
+    let attempts = records.map(|r| {
+        let failed = r.tasks.iter().filter(|t| !t.succeeded()).count();
+        (r.tasks.len(), failed)
+    });
     let start = if view.start_time > 0 {
         view.start_time
     } else {
@@ -274,10 +500,12 @@ fn summary(
                 @if start > 0 && end >= start { (duration(end - start)) } @else { span.muted { "—" } }
             } }
             div { dt { "Stages" } dd { (view.completed_stages) " / " (view.num_stages) " completed" } }
-            div { dt { "Task attempts" } dd {
-                (count(attempts as u64))
-                @if failed > 0 { ", " span.status.bad { (failed) " failed" } }
-            } }
+            @if let Some((attempts, failed)) = attempts {
+                div { dt { "Task attempts" } dd {
+                    (count(attempts as u64))
+                    @if failed > 0 { ", " span.status.bad { (failed) " failed" } }
+                } }
+            }
             @if facts.query_hash != 0 {
                 @let hash = crate::format::query_hash::hash_text(facts.query_hash);
                 div { dt { "Query hash" } dd {
@@ -302,6 +530,7 @@ fn summary(
 /// The tabs of the job page.
 const TABS: &[(&str, &str)] = &[
     ("overview", "Overview"),
+    ("profile", "Profile"),
     ("plans", "Plans"),
     ("config", "Config"),
     ("diagnosis", "Diagnosis"),
@@ -343,8 +572,8 @@ impl JobTab {
                 "tab" => {
                     let Some(t) = TABS.iter().find(|t| t.0 == v) else {
                         return Err(format!(
-                            "invalid value {v:?} for parameter `tab`: expected overview, plans, \
-                             config or diagnosis"
+                            "invalid value {v:?} for parameter `tab`: expected overview, profile, \
+                             plans, config or diagnosis"
                         ));
                     };
                     view.tab = t.0;
@@ -418,6 +647,7 @@ pub(crate) async fn page(
     let prev = previous_run(&ui, &facts).await;
     let content = match tab {
         "overview" => overview(&ui, &job_id, loaded.as_ref().map(|l| &l.1)).await,
+        "profile" => profile(&ui, &job_id).await,
         "plans" => plans(&ui, &job_id, &view, format).await,
         "config" => config(&ui, &job_id, &filter).await,
         _ => diagnosis_tab(&ui, &job_id, loaded.as_ref()).await,
@@ -470,7 +700,7 @@ async fn overview(ui: &Ui, job_id: &str, records: Option<&JobRecords>) -> Markup
         section.stages aria-labelledby="stages-h" {
             h2 id="stages-h" { "Stages" }
             div.split {
-                div.graph-box { (stage_graph(job_id, &dot)) }
+                div.graph-box { (stage_graph(job_id, &dot, &stored)) }
                 div.table-wrap {
                     table.stages {
                         thead {
@@ -497,7 +727,7 @@ async fn overview(ui: &Ui, job_id: &str, records: Option<&JobRecords>) -> Markup
                                     }
                                     td.num { (count(s.input_rows)) }
                                     td.num { (count(s.output_rows)) }
-                                    td.num { (duration(s.compute_ms)) }
+                                    td.num { (duration_ns(s.compute_nanos)) }
                                     td.num { @if s.start > 0 && s.end >= s.start { (duration(s.end - s.start)) } @else { "—" } }
                                     @for d in s.duration { td.num.q { (duration(d)) } }
                                     @for r in s.rows_out { td.num.q { (count(r)) } }

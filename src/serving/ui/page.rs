@@ -5,7 +5,7 @@
 //! which escape it; nothing here splices unescaped text.
 
 use crate::serving::ui::Ui;
-pub(crate) use crate::serving::words::{count, duration};
+pub(crate) use crate::serving::words::{count, duration, duration_ns};
 use maud::{DOCTYPE, Markup, html};
 
 /// Which item of the top bar is the current page.

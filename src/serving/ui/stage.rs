@@ -9,7 +9,7 @@ use crate::serving::ui::graph::Dot;
 use crate::serving::ui::job::{
     StageStats, body, operator_graph, records, stage_stats, stored_stages,
 };
-use crate::serving::ui::page::{self, Nav, count, duration, job_href, query_string};
+use crate::serving::ui::page::{self, Nav, count, duration, duration_ns, job_href, query_string};
 use crate::serving::ui::{Ui, api_error, error, html_response};
 use crate::store::records::Task;
 use axum::extract::{Path, Query, State};
@@ -177,7 +177,7 @@ fn render(job_id: &str, stage_id: u32, view: &TaskView, loaded: Loaded) -> Marku
         div.split {
             section aria-labelledby="ops-h" {
                 h2 id="ops-h" { "Operators" }
-                div.graph-box { (operator_graph(&loaded.dot, stage_id)) }
+                div.graph-box { (operator_graph(&loaded.dot, stage_id, loaded.with_metrics.as_ref().map(StageAnswer::plan))) }
             }
             section aria-labelledby="plan-h" {
                 h2 id="plan-h" { "Plan" @if loaded.with_metrics.is_some() { " with metrics" } }
@@ -193,7 +193,9 @@ fn render(job_id: &str, stage_id: u32, view: &TaskView, loaded: Loaded) -> Marku
 
 /// The stage's facts: status, times, tasks, rows, compute.
 fn facts(s: &StageStats, with_metrics: Option<&StageAnswer>) -> Markup {
-    let compute_total = with_metrics
+    // What the scheduler calls the stage's `elapsed_compute` is a span of
+    // wall time, not compute: it is shown under its own name.
+    let span = with_metrics
         .and_then(|s| s.elapsed_compute.as_deref())
         .unwrap_or("");
     html! {
@@ -204,7 +206,20 @@ fn facts(s: &StageStats, with_metrics: Option<&StageAnswer>) -> Markup {
             div { dt { "Duration" } dd { @if s.start > 0 && s.end >= s.start { (duration(s.end - s.start)) } @else { "—" } } }
             div { dt { "Tasks" } dd { (s.succeeded) " succeeded" @if s.failed > 0 { ", " span.status.bad { (s.failed) " failed attempts" } } } }
             div { dt { "Rows" } dd { (count(s.input_rows)) " in, " (count(s.output_rows)) " out" } }
-            div { dt { "Compute" } dd { (duration(s.compute_ms)) @if !compute_total.is_empty() { " (scheduler: " (compute_total) ")" } } }
+            div {
+                dt { "Compute" }
+                dd title="the operators' elapsed_compute, summed over the stage's operators and its succeeded tasks" {
+                    (duration_ns(s.compute_nanos))
+                }
+            }
+            @if !span.is_empty() {
+                div {
+                    dt { "Task span" }
+                    dd title="the scheduler's elapsed_compute for the stage: from the first task's start to the last task's end" {
+                        (span)
+                    }
+                }
+            }
         }
     }
 }
@@ -220,7 +235,7 @@ fn quantiles(s: &StageStats) -> Markup {
                     tr { td { "Duration" } @for v in s.duration { td.num { (duration(v)) } } }
                     tr { td { "Rows in" } @for v in s.rows_in { td.num { (count(v)) } } }
                     tr { td { "Rows out" } @for v in s.rows_out { td.num { (count(v)) } } }
-                    tr { td { "Compute" } @for v in s.compute { td.num { (duration(v)) } } }
+                    tr { td { "Compute" } @for v in s.compute { td.num { (duration_ns(v)) } } }
                 }
             }
         }
@@ -289,7 +304,7 @@ fn task_row(t: &Task, executor: &str) -> Markup {
             td.num { (duration(t.duration())) }
             td.num { (count(t.input_rows)) }
             td.num { (count(t.output_rows)) }
-            td.num { (duration(t.compute_nanos / 1_000_000)) }
+            td.num { (duration_ns(t.compute_nanos)) }
             td.failure {
                 @if let Some((reason, err)) = &t.failure {
                     details { summary { (reason) } pre { (err) } }
