@@ -428,6 +428,8 @@ pub(super) const MAX_FOOTER_FRAME: u64 = 4 * 1024 * 1024;
 /// is well under 4 KiB, so indexing a log costs one small read whatever
 /// its size.
 pub(super) const TAIL_CHUNK: u64 = 4 * 1024;
+/// The largest chunk the search for a long last line's start reads.
+pub(super) const TAIL_CHUNK_MAX: u64 = 1024 * 1024;
 /// A file this small is read whole, in one read: a small log without a
 /// footer costs one open and one read.
 pub(super) const SMALL_FILE: u64 = 32 * 1024;
@@ -451,9 +453,12 @@ pub(super) struct TailLine {
 impl TailLine {
     pub(super) fn read(path: &LogRef) -> Result<Self, StoreError> {
         let (mut file, file_len) = path.open()?;
-        // Backwards in chunks that grow from 4 KiB to 16 MiB, remembering
-        // only where the line ends; then the line is read once. Memory is
-        // one chunk plus the line, whatever the file holds.
+        // Backwards in chunks that grow from 4 KiB to `TAIL_CHUNK_MAX`,
+        // remembering only where the line ends; then the line is read once.
+        // Memory is one chunk plus the line, whatever the file holds; the
+        // chunk stops growing at 1 MiB so that a 10 MB line costs one
+        // buffer of 1 MiB for the search, not fresh pages of 16 MiB (a new
+        // process pays for every page it touches first).
         let mut chunk = Vec::new();
         let mut step = TAIL_CHUNK;
         let mut end: Option<u64> = None;
@@ -507,7 +512,7 @@ impl TailLine {
                 }
             }
             pos = from;
-            step = (step * 2).min(16 * 1024 * 1024);
+            step = (step * 2).min(TAIL_CHUNK_MAX);
         }
         if whole {
             // The rest of the file, before the chunk already read.
