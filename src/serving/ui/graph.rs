@@ -3,6 +3,16 @@
 //! out in layers (data flows down) and drawn as inline SVG, each stage a
 //! link to its page.
 //!
+//! The layout is a small Sugiyama-style one written here: longest-path
+//! layers, a point per layer for each edge that skips layers, barycenter
+//! sweeps for the order, each edge routed through its points. The crate
+//! for this, `rust-sugiyama` 0.4, returns the vertices' positions only: its
+//! dummy vertices are not tied to the edges they belong to (a fork that
+//! returns them is not on crates.io), so edges could not be routed around
+//! boxes with it. The code is a few hundred lines, linear-ish in the
+//! graph's size, and tested for what matters: no edge crosses a box it
+//! does not join.
+//!
 //! The DOT reader takes what the scheduler writes (clusters per stage,
 //! boxes per operator, edges) and is lenient with anything else: what it
 //! does not understand it skips, so a strange DOT draws fewer boxes, never
