@@ -16,6 +16,11 @@ use std::time::{Duration, Instant};
 /// condition holds.
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
+/// Held for writing by the test that loads the machine most (the TPC-H
+/// run) and for reading by the tests that time the server's answers, so
+/// that a timing test measures its server and not a neighbour's load.
+pub static HEAVY: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -32,6 +32,7 @@ async fn healthy_at_once(server: &Proc) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_log_swapped_after_indexing_is_never_read_as_another_file() {
+    let _quiet = HEAVY.read().await;
     let tmp = tempfile::tempdir().unwrap();
     let logs = tmp.path().join("logs");
     std::fs::create_dir(&logs).unwrap();
@@ -316,6 +317,7 @@ async fn closed_within(stream: &mut tokio::net::TcpStream, within: Duration) -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn slow_clients_are_cut_off_and_cannot_use_up_the_connections() {
+    let _quiet = HEAVY.read().await;
     let tmp = tempfile::tempdir().unwrap();
     crate::history::copy_fixtures(tmp.path());
     let mut server = Proc::history(
@@ -398,6 +400,7 @@ fn long_plan(dir: &Path, id: &str, word: &str, lines: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn comparing_two_long_unlike_plans_leaves_the_server_answering() {
+    let _quiet = HEAVY.read().await;
     let tmp = tempfile::tempdir().unwrap();
     crate::history::copy_fixtures(tmp.path());
     let (a, b) = ("038HEXYE9M000", "038HEXYEEG000");
@@ -693,6 +696,7 @@ fn client_from(from: [u8; 4]) -> reqwest::Client {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_sign_in_cookie_is_a_session_and_wrong_tokens_are_slowed() {
+    let _quiet = HEAVY.read().await;
     let tmp = tempfile::tempdir().unwrap();
     crate::history::copy_fixtures(tmp.path());
     let token_file = tmp.path().join("token");
@@ -831,6 +835,7 @@ fn wide_log(dir: &Path, id: &str, tasks: usize, stages: usize, name_len: usize) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_wide_timeline_a_huge_stage_graph_and_a_long_name_search_leave_the_server_answering() {
+    let _quiet = HEAVY.read().await;
     let tmp = tempfile::tempdir().unwrap();
     crate::history::copy_fixtures(tmp.path());
     wide_log(tmp.path(), "038HEXYW1DE00", 150_000, 40_000, 1_000_000);

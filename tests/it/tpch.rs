@@ -68,6 +68,7 @@ fn generate(dir: &Path) {
     ignore = "chromium and chromium-driver (Debian) are not installed"
 )]
 async fn the_22_tpch_queries_draw_whole_stage_graphs_with_no_edge_through_a_box() {
+    let _heavy = HEAVY.write().await;
     let cluster = Cluster::start(&[]).await;
     let data = cluster.tmp.path().join("tpch");
     generate(&data);
