@@ -12,6 +12,7 @@
 use crate::columnar::fresh::Fresh;
 use crate::metrics::HistoryMetrics;
 use crate::recording::capture::Capturer;
+use crate::recording::hold::{HeldJobState, Recorded};
 use crate::recording::listener::{EventLogListener, JobEvent, TappedScheduler, TaskTap};
 use crate::recording::redact::Redactor;
 use crate::recording::upload::{Bucket, Uploader, lock_spool, running_logs};
@@ -471,6 +472,15 @@ pub async fn run_scheduler(
     config.event_log_dir = None;
     config.validate()?;
     let cluster = BallistaCluster::new_from_config(&config).await?;
+    // Recording, a finished job is forgotten only once its log is stored.
+    let recorded = Arc::new(std::sync::OnceLock::<Recorded>::new());
+    let cluster = match &history {
+        Some(_) => BallistaCluster::new(
+            cluster.cluster_state(),
+            Arc::new(HeldJobState::new(cluster.job_state(), recorded.clone())),
+        ),
+        None => cluster,
+    };
     let config = Arc::new(config);
     let default_collector = ballista_scheduler::metrics::default_metrics_collector()?;
 
@@ -511,6 +521,8 @@ pub async fn run_scheduler(
         (Some(options), Some(recording)) => {
             let (source, store, tap, parts) =
                 recording.spawn(options, &parts.api, &stop, &mut background);
+            let held = store.clone();
+            let _ = recorded.set(Arc::new(move |id: &str| held.contains(id)));
             (Some((source, store)), Some(tap), Some(parts))
         }
         _ => (None, None, None),

@@ -4,12 +4,14 @@
 //! making it wait; the capturer renders each job's REST responses through
 //! the scheduler's own router (`live`); redaction scrubs secrets from them;
 //! the writer thread owns the log files (`naming` picks names no other
-//! log has); the uploader puts completed logs into an object store.
+//! log has); the uploader puts completed logs into an object store;
+//! `hold` keeps a finished job in the scheduler until its log is stored.
 //!
 //! **Rule:** this layer imports only `format`, `metrics` and `files`. It never
 //! imports `store` (reading logs back is not its business) nor `serving`.
 
 pub(crate) mod capture;
+pub(crate) mod hold;
 pub mod listener;
 pub mod live;
 pub(crate) mod naming;

@@ -2,6 +2,7 @@
 
 use crate::harness::*;
 use ballista_api_types::dto::JobResponse;
+use datafusion::prelude::SessionContext;
 
 const FROM_LOG: &str = ballista_job_history::bench_support::serving::source::FROM_LOG_HEADER;
 
@@ -132,36 +133,126 @@ async fn without_an_event_log_dir_nothing_is_recorded_or_remembered() {
     );
 }
 
+/// Cleanup after a second, rescans an hour apart.
+const QUICK_CLEANUP: [&str; 4] = [
+    "--finished-job-state-clean-up-interval-seconds",
+    "1",
+    "--update-interval-seconds",
+    "3600",
+];
+
 /// Regression: a scheduler whose cleanup came before its next rescan
 /// listed none of its finished jobs, and answered 404 for them, until that
 /// rescan. The writer now hands each completed log to the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_finished_job_is_listed_and_served_at_every_moment_after_cleanup() {
-    let flags = [
-        "--finished-job-state-clean-up-interval-seconds",
-        "1",
-        "--update-interval-seconds",
-        "3600",
-    ];
     let Cluster {
         tmp: _tmp,
         logs: _logs,
         data: _data,
         sched,
         ctx,
-    } = Cluster::start(&flags).await;
+    } = Cluster::start(&QUICK_CLEANUP).await;
+    listed_and_served_throughout(&sched, &ctx).await;
+}
+
+/// Regression: when a log took longer to complete than the scheduler took
+/// to forget its job (a slow disk, a long queue), the job was in neither
+/// for that time: missing from `/api/jobs`, 404 for its page. Here every
+/// rename (the step that completes a log) takes two seconds, twice the
+/// clean-up interval; the scheduler now holds the job until its log is in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(no_strace, ignore = "strace is not installed (apt-get install strace)")]
+async fn a_job_whose_log_completes_after_its_cleanup_is_never_missing() {
+    let name = "a_job_whose_log_completes_after_its_cleanup_is_never_missing";
+    if !std::process::Command::new("strace")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        skip(name, "strace is not installed (apt-get install strace)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let logs = tmp.path().join("logs");
+    let data = write_csv(tmp.path(), "t.csv", 2000);
+    let port = free_port();
+    let mut args = vec![
+        "--event-log-dir",
+        logs.to_str().unwrap(),
+        "--scheduler-policy",
+        "pull-staged",
+    ];
+    args.extend_from_slice(&QUICK_CLEANUP);
+    let renames = "rename,renameat,renameat2";
+    let inject = format!("inject={renames}:delay_enter=2000000");
+    let mut sched = Proc::spawn_wrapped(
+        port,
+        &[
+            "strace",
+            "-f",
+            "--seccomp-bpf",
+            "-qq",
+            "-o",
+            "/dev/null",
+            "-e",
+            &format!("trace={renames}"),
+            "-e",
+            &inject,
+        ],
+        &args,
+        None,
+    );
+    // strace's child, stopped even when an assertion fails.
+    let _children = KillChildren(sched.pid());
+    sched.wait_healthy().await;
+    start_executor(port).await;
+    let ctx = client(port, &data).await;
+    listed_and_served_throughout(&sched, &ctx).await;
+    // The renames were slowed, not failed: both logs completed.
+    assert_eq!(
+        std::fs::read_dir(&logs)
+            .unwrap()
+            .filter(|e| {
+                let name = e.as_ref().unwrap().file_name();
+                name.to_str().unwrap().ends_with(".eventlog")
+            })
+            .count(),
+        2
+    );
+    let stopped = std::process::Command::new("pkill")
+        .args(["-TERM", "-P", &sched.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    sched.wait_exit();
+}
+
+/// Kills the children of a process when dropped.
+struct KillChildren(u32);
+
+impl Drop for KillChildren {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("pkill")
+            .args(["-KILL", "-P", &self.0.to_string()])
+            .status();
+    }
+}
+
+/// Runs two jobs on `sched`, then checks from the moment the client saw
+/// them finish, through the scheduler forgetting them, until each has been
+/// served from its log on many consecutive checks: listed and served every
+/// time.
+async fn listed_and_served_throughout(sched: &Proc, ctx: &SessionContext) {
     let mut finished = Vec::new();
     for sql in [
         "SELECT count(*) FROM t",
         "SELECT k, sum(v) FROM t GROUP BY k",
     ] {
-        let (job_id, result) = run_job(&sched, &ctx, sql).await;
+        let (job_id, result) = run_job(sched, ctx, sql).await;
         assert!(result.is_ok());
         finished.push(job_id);
     }
-    // From the moment the clients saw the jobs finish, through the
-    // scheduler forgetting them, until each has been served from its log
-    // on many consecutive checks: listed and served every time.
     let mut from_log_in_a_row = 0;
     let start = std::time::Instant::now();
     while from_log_in_a_row < 20 {
@@ -169,7 +260,7 @@ async fn a_finished_job_is_listed_and_served_at_every_moment_after_cleanup() {
             start.elapsed() < std::time::Duration::from_secs(60),
             "the scheduler never forgot the jobs"
         );
-        let listed = job_ids(&sched).await;
+        let listed = job_ids(sched).await;
         let mut all_from_log = true;
         for job_id in &finished {
             assert!(listed.contains(job_id), "{job_id} missing from {listed:?}");
