@@ -9,6 +9,9 @@
 //! each payload's range is checked against its key whenever it is read. A
 //! line the scan cannot follow is left to the full parse.
 
+/// Fields as `(key, value start, value end)`.
+pub(super) type FieldRanges = Vec<(String, usize, usize)>;
+
 /// The top-level fields of the `data` object of a `JobEnd` line, as byte
 /// ranges (`start..end`) of the line.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -16,7 +19,7 @@ pub(super) struct Fields {
     /// The envelope's schema version.
     pub(super) version: u32,
     /// `(key, value start, value end)`, in line order.
-    pub(super) fields: Vec<(String, usize, usize)>,
+    pub(super) fields: FieldRanges,
 }
 
 impl Fields {
@@ -159,12 +162,52 @@ fn skip_ws_back(b: &[u8], mut e: usize) -> usize {
 /// down to `config`, the field every writer puts right after `stages`.
 /// `None` when the line is not laid out so (the full scan then reads it).
 pub(super) fn job_end_fields_fast(line: &[u8]) -> Option<Fields> {
+    job_end_fields_ends(line, line, line.len())
+}
+
+/// [`job_end_fields_fast`] over the two ends of a line of `len` bytes:
+/// `head` is its first bytes, `tail` its last (the whole line may be both).
+/// The ranges are the line's. `None` when the fields before `stages` are
+/// not all in `head`, those after it not all in `tail`, or the layout is
+/// another (the whole line is then read).
+pub(super) fn job_end_fields_ends(head: &[u8], tail: &[u8], len: usize) -> Option<Fields> {
+    let base = len.checked_sub(tail.len())?;
+    // A tail that starts inside a run of backslashes could misread which
+    // quote is escaped; such a cut is left to the whole line.
+    if base > 0 && tail.first() == Some(&b'\\') {
+        return None;
+    }
+    let (mut out, stages_start) = front(head)?;
+    let (back, stages_end) = back(tail, stages_start.saturating_sub(base))?;
+    let stages_end = stages_end + base;
+    let close = stages_end.checked_sub(1)?.checked_sub(base)?;
+    if stages_end <= stages_start
+        || tail.get(close) != Some(&b'}')
+        || head.get(stages_start) != Some(&b'{')
+    {
+        return None;
+    }
+    out.fields.push((
+        crate::format::record::payload::STAGES.to_string(),
+        stages_start,
+        stages_end,
+    ));
+    out.fields.extend(
+        back.into_iter()
+            .rev()
+            .map(|(key, start, end)| (key, start + base, end + base)),
+    );
+    Some(out)
+}
+
+/// From the front, the fields before the `stages` key, and where the
+/// `stages` value starts.
+fn front(line: &[u8]) -> Option<(Fields, usize)> {
     let (mut out, mut i) = head(line)?;
-    // From the front, up to the `stages` key.
-    let stages_start = loop {
+    loop {
         let (key, start) = key_at(line, i)?;
         if key == crate::format::record::payload::STAGES {
-            break start;
+            return Some((out, start));
         }
         let end = skip_value(line, start)?;
         out.fields.push((key.to_string(), start, end));
@@ -173,9 +216,14 @@ pub(super) fn job_end_fields_fast(line: &[u8]) -> Option<Fields> {
             return None;
         }
         i += 1;
-    };
-    // From the back: the envelope's and the data's closing braces, then
-    // field by field down to `config`.
+    }
+}
+
+/// From the back: the envelope's and the data's closing braces, then field
+/// by field down to `config`; the fields (last first) and where the value
+/// before `config` ends. A key at or before `floor` is declined (the scan
+/// has run into the front's fields).
+fn back(line: &[u8], floor: usize) -> Option<(FieldRanges, usize)> {
     let mut e = skip_ws_back(line, line.len());
     if e == 0 || line[e - 1] != b'}' {
         return None;
@@ -185,8 +233,8 @@ pub(super) fn job_end_fields_fast(line: &[u8]) -> Option<Fields> {
         return None;
     }
     e = skip_ws_back(line, e - 1);
-    let mut tail = Vec::new();
-    let stages_end = loop {
+    let mut fields = Vec::new();
+    loop {
         let start = skip_value_back(line, e)?;
         let colon = skip_ws_back(line, start);
         if colon == 0 || line[colon - 1] != b':' {
@@ -195,29 +243,19 @@ pub(super) fn job_end_fields_fast(line: &[u8]) -> Option<Fields> {
         let key_end = skip_ws_back(line, colon - 1);
         let key_start = skip_string_back(line, key_end)?;
         let key = std::str::from_utf8(&line[key_start + 1..key_end - 1]).ok()?;
-        if key == crate::format::record::payload::STAGES || key_start <= stages_start {
+        if key == crate::format::record::payload::STAGES || key_start <= floor {
             return None;
         }
-        tail.push((key.to_string(), start, e));
+        fields.push((key.to_string(), start, e));
         let comma = skip_ws_back(line, key_start);
         if comma == 0 || line[comma - 1] != b',' {
             return None;
         }
         e = skip_ws_back(line, comma - 1);
         if key == crate::format::record::payload::CONFIG {
-            break e;
+            return Some((fields, e));
         }
-    };
-    if stages_end <= stages_start || line[stages_end - 1] != b'}' || line[stages_start] != b'{' {
-        return None;
     }
-    out.fields.push((
-        crate::format::record::payload::STAGES.to_string(),
-        stages_start,
-        stages_end,
-    ));
-    out.fields.extend(tail.into_iter().rev());
-    Some(out)
 }
 
 /// The envelope's head up to the `data` object's first field: the
@@ -358,6 +396,31 @@ mod tests {
         assert!(job_end_fields_fast(odd).is_none());
         assert!(job_end_fields_full(odd).is_some());
         assert!(job_end_fields_fast(wrong).is_none());
+    }
+
+    /// Read by its ends, a line gives what the whole scan gives, or
+    /// nothing: for every cut of a line whose strings hold escaped quotes,
+    /// runs of backslashes and JSON-looking text on both sides of `stages`.
+    #[test]
+    fn the_ends_of_a_line_give_the_whole_scans_fields_or_none() {
+        let line = br#"{"ev":"JobEnd","version":1,"data":{"status":{"Failed":"a \\\" },\"config\":{"},"queued_at":17,"index":{"job_id":"x\\"},"job":{"logical_plan":"P \"stages\":{ \\"},"stages":{"stages":[{"s":"},\"config\":{\\\\"}]},"config":{"k":"\\\\\",\\\"dot\\\":\"v"},"dot":"digraph \"x\\\" {}","dropped_records":3,"responses":{"missing":["\\\"dot"]}}}"#;
+        let whole = job_end_fields_full(line).expect("a line the scan follows");
+        let mut found = 0;
+        for h in 0..=line.len() {
+            for t in 0..=line.len() {
+                let got = job_end_fields_ends(&line[..h], &line[line.len() - t..], line.len());
+                if let Some(got) = got {
+                    assert_eq!(got, whole, "head {h}, tail {t}");
+                    found += 1;
+                }
+            }
+        }
+        assert!(found > 0, "some cuts hold every field");
+        assert_eq!(
+            job_end_fields_ends(line, line, line.len()),
+            Some(whole),
+            "the whole line as both ends"
+        );
     }
 
     #[test]

@@ -14,7 +14,10 @@
 //! `JobEnd` line read whole: located by the footer, or, for logs without
 //! one (upstream's), by reading backwards from the end to the start of the
 //! last line. Only a log whose last record is neither falls back to a
-//! forward scan.
+//! forward scan. Indexing such a log reads less: a last line of 2 MiB or
+//! more (a job of thousands of tasks) is read by its first and last
+//! 256 KiB, which hold every field a summary needs; the `stages` payload
+//! between them is only searched through for the line's start.
 //!
 //! **Invariant:** job ids from requests are looked up in the catalog and
 //! never joined into a path; only names read from the directory become
@@ -34,6 +37,7 @@ mod location;
 mod read;
 mod scan;
 mod summary;
+mod tail;
 mod unfinished;
 
 use crate::format::footer::{FOOTER_FRAME_MAGIC, FOOTER_FRAME_TAG};

@@ -6,6 +6,7 @@
 //! payload's bytes where the footer locates them, the `JobEnd` line where it
 //! does not.
 
+use super::tail::{Last, LineEnds, TailLine};
 use super::*;
 
 /// Where a log's payloads are, from its footer.
@@ -100,7 +101,17 @@ pub(crate) fn read_summary_located(
             .map(|s| (s, None))
             .map_err(|e| StoreError::Malformed(e.to_string()));
     }
-    let tail = TailLine::read(path)?;
+    let tail = match TailLine::read_last(path, true)? {
+        Last::Whole(line) => line,
+        Last::Ends(ends) => {
+            // A long last line (no footer is that long): its first and
+            // last fields are all a summary needs.
+            if let Some(found) = located_by_ends(&ends) {
+                return Ok(found);
+            }
+            TailLine::read(path)?
+        }
+    };
     if let Some(footer) = tail.footer()? {
         return Ok((footer_summary(path, footer, tail.file_len), None));
     }
@@ -133,10 +144,35 @@ pub(super) fn summary_and_ranges(
 /// the payloads never built; `None` when the scan does not fit the line.
 fn located(line: &[u8], start: u64) -> Option<(JobEndSummary, Option<PayloadRanges>)> {
     let found = super::locate::job_end_fields(line)?;
+    summary_of(&found, |key| found.get(line, key), start)
+}
+
+/// [`located`] for a long line read by its ends: every field but `stages`
+/// from the end that holds it; `None` when one is in neither.
+fn located_by_ends(ends: &LineEnds) -> Option<(JobEndSummary, Option<PayloadRanges>)> {
+    let len = usize::try_from(ends.len).ok()?;
+    let found = super::locate::job_end_fields_ends(&ends.head, &ends.tail, len)?;
+    let base = len - ends.tail.len();
+    let value = |key: &str| {
+        let [at, n] = found.range(key)?.map(|v| v as usize);
+        if at + n <= ends.head.len() {
+            ends.head.get(at..at + n)
+        } else {
+            ends.tail.get(at.checked_sub(base)?..at - base + n)
+        }
+    };
+    summary_of(&found, value, ends.start)
+}
+
+/// The summary from the located fields, each value given by `value`.
+fn summary_of<'a>(
+    found: &super::locate::Fields,
+    value: impl Fn(&str) -> Option<&'a [u8]>,
+    start: u64,
+) -> Option<(JobEndSummary, Option<PayloadRanges>)> {
     if found.version > SCHEMA_VERSION {
         return None;
     }
-    let value = |key: &str| found.get(line, key);
     let number = |key: &str| value(key).map_or(Some(0), |v| serde_json::from_slice::<u64>(v).ok());
     let status = serde_json::from_slice(value("status")?).ok()?;
     let index = serde_json::from_slice(value("index")?).ok()?;
@@ -424,143 +460,13 @@ pub(super) fn is_job_end_line(line: &[u8]) -> bool {
 
 /// The largest footer frame of a compressed log that is read.
 pub(super) const MAX_FOOTER_FRAME: u64 = 4 * 1024 * 1024;
-/// Bytes read from the end of a file first (then doubling). A footer line
-/// is well under 4 KiB, so indexing a log costs one small read whatever
-/// its size.
-pub(super) const TAIL_CHUNK: u64 = 4 * 1024;
-/// The largest chunk the search for a long last line's start reads.
-pub(super) const TAIL_CHUNK_MAX: u64 = 1024 * 1024;
-/// A file this small is read whole, in one read: a small log without a
-/// footer costs one open and one read.
-pub(super) const SMALL_FILE: u64 = 32 * 1024;
-/// A file this small whose last line does not fit the first chunk is
-/// read whole at the second read.
-pub(super) const WHOLE_FILE: u64 = 1024 * 1024;
 /// The longest line read whole, by every reader of a log (a `JobEnd` line
 /// of a very large job is the longest a log holds); longer lines are
 /// skipped without being kept.
 pub(crate) const MAX_LINE: u64 = 512 * 1024 * 1024;
 
-/// The last line of a file, read backwards from the end.
-pub(super) struct TailLine {
-    pub(super) file_len: u64,
-    /// Where the line starts in the file.
-    pub(super) start: u64,
-    /// The last non-blank line, without its newline.
-    pub(super) line: Vec<u8>,
-}
-
+/// What the index asks of a last line.
 impl TailLine {
-    pub(super) fn read(path: &LogRef) -> Result<Self, StoreError> {
-        let (mut file, file_len) = path.open()?;
-        // Backwards in chunks that grow from 4 KiB to `TAIL_CHUNK_MAX`,
-        // remembering only where the line ends; then the line is read once.
-        // Memory is one chunk plus the line, whatever the file holds; the
-        // chunk stops growing at 1 MiB so that a 10 MB line costs one
-        // buffer of 1 MiB for the search, not fresh pages of 16 MiB (a new
-        // process pays for every page it touches first).
-        let mut chunk = Vec::new();
-        let mut step = TAIL_CHUNK;
-        let mut end: Option<u64> = None;
-        let mut pos = file_len;
-        // A small file is read whole at once; a larger one whose last line
-        // is longer than the first chunk (a log without a footer) is read
-        // whole at the second read, up to `WHOLE_FILE`.
-        let mut whole = file_len <= SMALL_FILE;
-        if whole {
-            chunk.resize(file_len as usize, 0);
-            file.read_exact(&mut chunk)?;
-            pos = 0;
-        }
-        while pos > 0 && !whole {
-            if pos < file_len && file_len <= WHOLE_FILE {
-                whole = true;
-                break;
-            }
-            let from = pos.saturating_sub(step);
-            chunk.resize((pos - from) as usize, 0);
-            file.seek(SeekFrom::Start(from))?;
-            file.read_exact(&mut chunk)?;
-            let mut search = &chunk[..];
-            let mut ends_here = false;
-            if end.is_none()
-                && let Some(last) = chunk.iter().rposition(|b| !b.is_ascii_whitespace())
-            {
-                end = Some(from + last as u64 + 1);
-                search = &chunk[..last];
-                ends_here = true;
-            }
-            if let Some(end) = end {
-                if let Some(nl) = memchr::memrchr(b'\n', search) {
-                    if ends_here {
-                        // The whole line is in this chunk (the usual case:
-                        // a footer in the last 4 KiB).
-                        let line = chunk[nl + 1..(end - from) as usize].to_vec();
-                        let start = from + nl as u64 + 1;
-                        return Ok(Self {
-                            file_len,
-                            start,
-                            line,
-                        });
-                    }
-                    return Self::line_at(&mut *file, file_len, from + nl as u64 + 1, end);
-                }
-                if end - from > MAX_LINE {
-                    return Err(StoreError::Malformed(format!(
-                        "the last line is longer than {MAX_LINE} bytes"
-                    )));
-                }
-            }
-            pos = from;
-            step = (step * 2).min(TAIL_CHUNK_MAX);
-        }
-        if whole {
-            // The rest of the file, before the chunk already read.
-            let mut all = vec![0; pos as usize];
-            if pos > 0 {
-                file.seek(SeekFrom::Start(0))?;
-                file.read_exact(&mut all)?;
-            }
-            all.extend_from_slice(&chunk);
-            let Some(last) = all.iter().rposition(|b| !b.is_ascii_whitespace()) else {
-                return Err(StoreError::NoTerminalRecord);
-            };
-            let start = memchr::memrchr(b'\n', &all[..last]).map_or(0, |nl| nl + 1);
-            all.truncate(last + 1);
-            all.drain(..start);
-            return Ok(Self {
-                file_len,
-                start: start as u64,
-                line: all,
-            });
-        }
-        match end {
-            Some(end) => Self::line_at(&mut *file, file_len, 0, end),
-            None => Err(StoreError::NoTerminalRecord),
-        }
-    }
-
-    pub(super) fn line_at(
-        file: &mut dyn ReadSeek,
-        file_len: u64,
-        start: u64,
-        end: u64,
-    ) -> Result<Self, StoreError> {
-        if end - start > MAX_LINE {
-            return Err(StoreError::Malformed(format!(
-                "the last line is longer than {MAX_LINE} bytes"
-            )));
-        }
-        let mut line = vec![0; (end - start) as usize];
-        file.seek(SeekFrom::Start(start))?;
-        file.read_exact(&mut line)?;
-        Ok(Self {
-            file_len,
-            start,
-            line,
-        })
-    }
-
     /// The footer, when the last line is one.
     pub(super) fn footer(&self) -> Result<Option<Footer>, StoreError> {
         parse_footer(&self.line)
@@ -866,5 +772,50 @@ impl LogStore {
         }
         known.insert(name.clone(), ranges.clone());
         Ok(Some(ranges))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tail::{END_BYTES, ENDS_FROM};
+
+    /// A `JobEnd` line of `len` bytes and more whose `job` payload holds
+    /// the logical plan `plan`.
+    fn long_job_end(plan: &str) -> String {
+        let stages = format!(r#"{{"stages":[{{"plan":"{}"}}]}}"#, "s".repeat(3_000_000));
+        format!(
+            r#"{{"ev":"JobEnd","version":1,"data":{{"status":{{"Failed":"a \"}}\""}},"queued_at":1,"started_at":2,"completed_at":3,"index":{{"job_id":"j","job_name":"n","status":"Failed","job_status":"Failed.","start_time":2,"end_time":3,"num_stages":1,"completed_stages":0,"percent_complete":0}},"job":{{"job_id":"j","logical_plan":"{plan}"}},"stages":{stages},"config":{{"k":"v"}},"dot":"digraph G {{}}","dropped_records":4}}}}"#
+        )
+    }
+
+    /// A last line of `ENDS_FROM` bytes or more is indexed from its two
+    /// ends, and gives what serde's reading of the whole line gives; one
+    /// whose `job` does not fit an end is read whole, with the same answer.
+    #[test]
+    fn a_long_last_line_is_indexed_from_its_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = "{\"ev\":\"JobStart\",\"version\":1,\"data\":{}}\n";
+        for (name, plan, by_ends) in [
+            ("ends", "Projection: a\\n  TableScan: t".to_string(), true),
+            ("whole", "p".repeat(END_BYTES as usize), false),
+        ] {
+            let line = long_job_end(&plan);
+            assert!(line.len() as u64 >= ENDS_FROM);
+            let path = dir.path().join(format!("{name}.eventlog"));
+            std::fs::write(&path, format!("{first}{line}\n")).unwrap();
+            let log = LogRef::from(path.as_path());
+            let Last::Ends(ends) = TailLine::read_last(&log, true).unwrap() else {
+                panic!("{name}: a long line is read by its ends");
+            };
+            assert_eq!(ends.start, first.len() as u64);
+            assert_eq!(ends.len, line.len() as u64);
+            assert_eq!(located_by_ends(&ends).is_some(), by_ends, "{name}");
+            let (summary, ranges) = read_summary_located(log).unwrap();
+            let (want, want_ranges) = parsed(line.as_bytes(), first.len() as u64).unwrap();
+            assert_eq!(format!("{summary:?}"), format!("{want:?}"), "{name}");
+            assert_eq!(ranges, want_ranges, "{name}");
+            assert_eq!(summary.dropped_records, 4);
+        }
     }
 }
