@@ -104,12 +104,7 @@ async fn a_completed_name_is_never_visible_before_its_data_is_durable() {
         ids.push(id);
     }
     // Stop the scheduler (strace's child) and let strace finish writing.
-    let stopped = std::process::Command::new("pkill")
-        .args(["-TERM", "-P", &sched.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(stopped.success());
-    sched.wait_exit();
+    sched.terminate_wrapped();
 
     let dir = logs.to_str().unwrap();
     let mut checked = 0;

@@ -182,6 +182,18 @@ impl Proc {
         self.child.wait().expect("the process is reaped")
     }
 
+    /// For a process started under a wrapper (strace): SIGTERM to the
+    /// wrapped binary, the wrapper's child, then wait until the wrapper
+    /// (which finishes writing first) exits.
+    pub fn terminate_wrapped(&mut self) {
+        let stopped = Command::new("pkill")
+            .args(["-TERM", "-P", &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(stopped.success());
+        self.wait_exit();
+    }
+
     /// SIGKILL, and reap.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

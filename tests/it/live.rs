@@ -220,12 +220,7 @@ async fn a_job_whose_log_completes_after_its_cleanup_is_never_missing() {
             .count(),
         2
     );
-    let stopped = std::process::Command::new("pkill")
-        .args(["-TERM", "-P", &sched.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(stopped.success());
-    sched.wait_exit();
+    sched.terminate_wrapped();
 }
 
 /// Kills the children of a process when dropped.
