@@ -107,6 +107,65 @@ fn process_restart(n: usize) {
     );
 }
 
+/// `GET /api/metrics` over `n` jobs: what the endpoint does (gather
+/// Prometheus' default registry, the job-level series included, and encode
+/// it as text), once the background grouping of the recurring queries is
+/// done; beside it, that grouping (what a scrape would cost if it grouped
+/// the queries itself, as `/api/queries` does).
+fn metrics_scrape(store: Arc<LogStore>, n: usize) {
+    use ballista_job_history::bench_support::analysis::queries::recurring;
+    use prometheus::Encoder as _;
+    ballista_job_history::bench_support::serving::job_metrics::attach(store.clone(), 20);
+    let scrape = || {
+        let mut text = Vec::new();
+        prometheus::TextEncoder::new()
+            .encode(&prometheus::gather(), &mut text)
+            .unwrap();
+        String::from_utf8(text).unwrap()
+    };
+    let started = Instant::now();
+    scrape();
+    while !scrape().contains("ballista_job_history_query_runs{") {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "never grouped"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let grouped = started.elapsed();
+    let samples: Vec<Duration> = (0..200)
+        .map(|_| {
+            let started = Instant::now();
+            let text = scrape();
+            assert!(text.contains("ballista_job_history_jobs{status=\"completed\"}"));
+            started.elapsed()
+        })
+        .collect();
+    let (p50, p99, max) = corpus::percentiles(samples);
+    println!(
+        "| `/api/metrics`: gather and encode, job-level series included ({n} jobs) | {} | {} | {} | 200 |",
+        corpus::ms(p50),
+        corpus::ms(p99),
+        corpus::ms(max)
+    );
+    let samples: Vec<Duration> = (0..5)
+        .map(|_| {
+            let started = Instant::now();
+            let rows = store.with_completed(|jobs| recurring(jobs.map(|j| j as &dyn JobFacts)));
+            assert!(!rows.is_empty());
+            started.elapsed()
+        })
+        .collect();
+    let (p50, p99, max) = corpus::percentiles(samples);
+    println!(
+        "| of which never on a scrape: grouping the recurring queries (background; first one took {}) | {} | {} | {} | 5 |",
+        corpus::ms(grouped),
+        corpus::ms(p50),
+        corpus::ms(p99),
+        corpus::ms(max)
+    );
+}
+
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -259,7 +318,7 @@ fn main() {
             corpus::ms(max)
         );
     }
-    drop(store);
+    metrics_scrape(Arc::new(store), n);
     process_restart(env_usize("SCALE_PROCESS_JOBS", n));
 
     // Memory per indexed job, each measured in a fresh process.

@@ -5,7 +5,11 @@
 //! writer's time for a whole job (start, tasks, responses, fsync and
 //! rename) with and without handing its records over, and the work done
 //! off the writer's thread to add the job to the Parquet files, from the
-//! handed records or from its log read again.
+//! handed records or from its log read again. Last, what sending traces
+//! (`--otlp-endpoint`) costs the writer: a job of 50,000 tasks with and
+//! without its records handed to the trace exporter, which sends them to
+//! a receiver in this process (opentelemetry-proto's trace service) while
+//! the next job is written.
 
 mod corpus;
 
@@ -110,9 +114,18 @@ fn record_job(
     tasks: usize,
     fresh: Option<Arc<Fresh>>,
 ) -> std::time::Duration {
+    record_job_for(dir, tasks, fresh.map(|f| f as Arc<dyn writer::WrittenJobs>))
+}
+
+/// [`record_job`] with any taker of the written records.
+fn record_job_for(
+    dir: &std::path::Path,
+    tasks: usize,
+    taker: Option<Arc<dyn writer::WrittenJobs>>,
+) -> std::time::Duration {
     let mut config = WriterConfig::new(dir);
     config.queue_capacity = usize::MAX;
-    config.written = fresh.map(|f| f as Arc<dyn writer::WrittenJobs>);
+    config.written = taker;
     let messages = corpus::job_messages("job", tasks, 1_700_000_000_000);
     let (handle, thread) = writer::spawn(config, Arc::new(HistoryMetrics::unregistered())).unwrap();
     let started = std::time::Instant::now();
@@ -129,7 +142,7 @@ fn handed(dir: &std::path::Path, tasks: usize) -> WrittenJob {
     let fresh = Arc::new(Fresh::new());
     fresh.start();
     record_job(dir, tasks, Some(fresh.clone()));
-    fresh.take(|_| true).pop().unwrap()
+    Arc::unwrap_or_clone(fresh.take(|_| true).pop().unwrap())
 }
 
 /// Writes one job's rows as the three Parquet files of a segment.
@@ -209,5 +222,88 @@ fn columnar_cost(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, hook, throughput, columnar_cost);
+/// An OTLP trace receiver in this process that counts the spans it gets.
+#[derive(Default, Clone)]
+struct Sink(Arc<std::sync::atomic::AtomicUsize>);
+
+#[tonic::async_trait]
+impl opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService for Sink {
+    async fn export(
+        &self,
+        request: tonic::Request<
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
+        >,
+    ) -> Result<
+        tonic::Response<
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse,
+        >,
+        tonic::Status,
+    > {
+        let spans: usize = request
+            .into_inner()
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len())
+            .sum();
+        self.0
+            .fetch_add(spans, std::sync::atomic::Ordering::Relaxed);
+        Ok(tonic::Response::new(Default::default()))
+    }
+}
+
+fn otlp_cost(c: &mut Criterion) {
+    use ballista_job_history::bench_support::traces;
+    const TASKS: usize = 50_000;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let sink = Sink::default();
+    let endpoint = rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let service = opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer::new(sink.clone());
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        url
+    });
+    let mut group = c.benchmark_group("otlp");
+    group.sample_size(10);
+    let dir = tempfile::tempdir().unwrap();
+    for (name, traced) in [
+        ("writer: a job of 50,000 tasks, no traces", false),
+        (
+            "writer: a job of 50,000 tasks, its trace sent over OTLP",
+            true,
+        ),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let _runtime = rt.enter();
+                (0..iters)
+                    .map(|_| {
+                        let taker = traced.then(|| {
+                            let (queue, sender) =
+                                traces::queue(&endpoint, Arc::new(HistoryMetrics::unregistered()))
+                                    .unwrap();
+                            // Ends once the writer lets go of the queue and
+                            // the job is sent.
+                            rt.spawn(sender.run(std::future::pending()));
+                            queue as Arc<dyn writer::WrittenJobs>
+                        });
+                        record_job_for(dir.path(), TASKS, taker)
+                    })
+                    .sum()
+            })
+        });
+    }
+    group.finish();
+    assert!(
+        sink.0.load(std::sync::atomic::Ordering::Relaxed) > TASKS,
+        "the receiver got the traces"
+    );
+}
+
+criterion_group!(benches, hook, throughput, columnar_cost, otlp_cost);
 criterion_main!(benches);

@@ -14,6 +14,10 @@ pub mod analysis {
     pub mod diagnosis {
         pub use crate::analysis::diagnosis::{Thresholds, diagnose};
     }
+    /// Recurring queries.
+    pub mod queries {
+        pub use crate::analysis::queries::recurring;
+    }
 }
 
 /// The SQL tables' files.
@@ -80,6 +84,10 @@ pub mod serving {
     pub mod http {
         pub use crate::serving::http::HttpLimits;
     }
+    /// The job-level series of `/api/metrics`.
+    pub mod job_metrics {
+        pub use crate::serving::job_metrics::attach;
+    }
     /// The job routes.
     pub mod router {
         pub use crate::serving::router::job_routes;
@@ -102,6 +110,10 @@ pub mod serving {
     }
 }
 
+/// Traces.
+pub mod traces {
+    pub use crate::traces::exporter::{TraceQueue, TraceSender, queue};
+}
 /// The store.
 pub mod store {
     pub use crate::store::{JobSummary, LogStore, SummaryParts, open_decoded};

@@ -13,6 +13,7 @@ mod recording;
 mod server;
 mod serving;
 mod store;
+mod traces;
 
 #[doc(hidden)]
 pub mod bench_support;
@@ -28,8 +29,8 @@ pub use recording::writer::{
     Compression, DEFAULT_ZSTD_LEVEL, WriterConfig, WriterHandle, WriterMsg, spawn as spawn_writer,
 };
 pub use server::{
-    COLUMNAR_DIR, HistoryOptions, ServerError, default_spool, export_parquet, history_router,
-    run_history, run_scheduler,
+    COLUMNAR_DIR, HistoryOptions, ServerError, default_spool, export_otlp, export_parquet,
+    history_router, run_history, run_scheduler,
 };
 pub use serving::auth::ApiToken;
 pub use serving::http::HttpLimits;

@@ -4,7 +4,7 @@
 //! They live in Prometheus' default registry, which is the one the
 //! scheduler's collector gathers from, so no second endpoint is needed.
 
-use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
 
 /// The counters. One instance per process is registered; tests use
 /// [`HistoryMetrics::unregistered`].
@@ -52,7 +52,29 @@ pub struct HistoryMetrics {
     /// too_large, timeout, memory_limit, cpu_limit, crashed, busy,
     /// client_gone).
     pub sql_queries: IntCounterVec,
+    /// Jobs whose completed log the store took in after its first pass
+    /// (jobs that finished while this process ran), by `status`
+    /// (completed, failed, cancelled).
+    pub jobs_finished: IntCounterVec,
+    /// Those jobs' durations (start to end), by `status`.
+    pub job_duration: HistogramVec,
+    /// Jobs whose traces were sent over OTLP.
+    pub otlp_jobs_exported: IntCounter,
+    /// Jobs whose traces were not sent because the exporter's queue was
+    /// full.
+    pub otlp_jobs_dropped: IntCounter,
+    /// OTLP requests that failed (their job's spans were let go).
+    pub otlp_export_errors: IntCounter,
 }
+
+/// The `status` labels of the finished-job series.
+pub(crate) const FINISHED_STATUSES: [&str; 3] = ["completed", "failed", "cancelled"];
+
+/// The job duration histogram's buckets (seconds): a tenth of a second to
+/// two hours.
+const DURATION_BUCKETS: [f64; 14] = [
+    0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0,
+];
 
 /// The `outcome` labels of `ballista_job_history_sql_queries_total`, one
 /// per way a SQL query ends (`docs/sql.md`).
@@ -69,6 +91,52 @@ pub(crate) const SQL_OUTCOMES: [&str; 11] = [
     "wrong_type",
     "cross_site",
 ];
+
+/// `ballista_job_history_sql_queries_total{outcome}`, every outcome at zero.
+fn sql_queries() -> IntCounterVec {
+    let vec = IntCounterVec::new(
+        Opts::new(
+            "ballista_job_history_sql_queries_total",
+            "SQL queries by how they ended",
+        ),
+        &["outcome"],
+    )
+    .expect("valid metric name");
+    // Every outcome is exported from the start, at zero.
+    for outcome in SQL_OUTCOMES {
+        vec.with_label_values(&[outcome]);
+    }
+    vec
+}
+
+/// `ballista_job_history_jobs_finished_total{status}`, every status at zero.
+fn jobs_finished() -> IntCounterVec {
+    let vec = IntCounterVec::new(
+        Opts::new(
+            "ballista_job_history_jobs_finished_total",
+            "Jobs whose completed event log was taken in while this process ran, by status",
+        ),
+        &["status"],
+    )
+    .expect("valid metric name");
+    for status in FINISHED_STATUSES {
+        vec.with_label_values(&[status]);
+    }
+    vec
+}
+
+/// `ballista_job_history_job_duration_seconds{status}`.
+fn job_duration() -> HistogramVec {
+    HistogramVec::new(
+        HistogramOpts::new(
+            "ballista_job_history_job_duration_seconds",
+            "Durations (start to end) of the jobs counted by ballista_job_history_jobs_finished_total",
+        )
+        .buckets(DURATION_BUCKETS.to_vec()),
+        &["status"],
+    )
+    .expect("valid metric name")
+}
 
 fn counter(name: &str, help: &str) -> IntCounter {
     IntCounter::with_opts(Opts::new(name, help)).expect("valid metric name")
@@ -146,21 +214,38 @@ impl HistoryMetrics {
                 "ballista_job_history_columnar_jobs_from_writer_total",
                 "Jobs added to the columnar history from the records the writer kept",
             ),
-            sql_queries: {
-                let vec = IntCounterVec::new(
-                    Opts::new(
-                        "ballista_job_history_sql_queries_total",
-                        "SQL queries by how they ended",
-                    ),
-                    &["outcome"],
-                )
-                .expect("valid metric name");
-                // Every outcome is exported from the start, at zero.
-                for outcome in SQL_OUTCOMES {
-                    vec.with_label_values(&[outcome]);
-                }
-                vec
-            },
+            sql_queries: sql_queries(),
+            jobs_finished: jobs_finished(),
+            job_duration: job_duration(),
+            otlp_jobs_exported: counter(
+                "ballista_job_history_otlp_jobs_exported_total",
+                "Jobs whose traces were sent over OTLP",
+            ),
+            otlp_jobs_dropped: counter(
+                "ballista_job_history_otlp_jobs_dropped_total",
+                "Jobs whose traces were not sent because the OTLP exporter's queue was full",
+            ),
+            otlp_export_errors: counter(
+                "ballista_job_history_otlp_export_errors_total",
+                "OTLP export requests that failed (their job's spans were let go)",
+            ),
+        }
+    }
+
+    /// Counts a job that finished while this process ran: its status word
+    /// (lower case) and its duration in milliseconds.
+    pub(crate) fn job_finished(&self, status: &str, duration_ms: Option<u64>) {
+        let Some(status) = FINISHED_STATUSES
+            .iter()
+            .find(|s| s.eq_ignore_ascii_case(status))
+        else {
+            return;
+        };
+        self.jobs_finished.with_label_values(&[status]).inc();
+        if let Some(ms) = duration_ms {
+            self.job_duration
+                .with_label_values(&[status])
+                .observe(ms as f64 / 1000.0);
         }
     }
 
@@ -199,10 +284,15 @@ impl HistoryMetrics {
             &self.columnar_segments_fetched,
             &self.columnar_files_published,
             &self.columnar_jobs_from_writer,
+            &self.otlp_jobs_exported,
+            &self.otlp_jobs_dropped,
+            &self.otlp_export_errors,
         ] {
             registry.register(Box::new(c.clone()))?;
         }
         registry.register(Box::new(self.sql_queries.clone()))?;
+        registry.register(Box::new(self.jobs_finished.clone()))?;
+        registry.register(Box::new(self.job_duration.clone()))?;
         Ok(())
     }
 }

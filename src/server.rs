@@ -15,11 +15,12 @@ use crate::recording::capture::Capturer;
 use crate::recording::hold::{HeldJobState, Recorded};
 use crate::recording::listener::{EventLogListener, JobEvent, TappedScheduler, TaskTap};
 use crate::recording::redact::Redactor;
+use crate::recording::takers::Takers;
 use crate::recording::upload::{Bucket, Uploader, lock_spool, running_logs};
 use crate::recording::writer::{self, Compression, WriterConfig, WriterMsg};
 use crate::serving::live::LiveApi;
 use crate::serving::source::{DiskSource, JobSource, Layered, LiveSource};
-use crate::serving::{error::ApiError, router};
+use crate::serving::{error::ApiError, openapi, router};
 use crate::store::LogStore;
 use crate::store::remote::RemoteDir;
 use crate::store::retention::{Cleaner, Protect, RetentionPolicy};
@@ -103,6 +104,12 @@ pub struct HistoryOptions {
     /// [`crate::serving::sql::worker::run_if_worker`] first); `None` is
     /// this process's own executable.
     pub sql_worker: Option<PathBuf>,
+    /// How many recurring queries (those with the most runs) get series
+    /// of their own on `/api/metrics`; 0 exports none.
+    pub metrics_top_queries: usize,
+    /// The OTLP/gRPC receiver a recording scheduler sends each finished
+    /// job's trace to (`crate::traces`); `None` sends none.
+    pub otlp_endpoint: Option<String>,
 }
 
 impl HistoryOptions {
@@ -126,6 +133,8 @@ impl HistoryOptions {
             sql_worker: None,
             http: crate::serving::http::HttpLimits::default(),
             allowed_hosts: Vec::new(),
+            metrics_top_queries: crate::serving::job_metrics::DEFAULT_TOP_QUERIES,
+            otlp_endpoint: None,
         }
     }
 
@@ -229,6 +238,23 @@ pub async fn export_parquet(options: HistoryOptions, out: &Path) -> Result<Strin
         .export(out)
         .await
         .map_err(|e| ServerError::Export(e.to_string()))
+}
+
+/// The one-shot of `--history-only --export-otlp`: indexes the logs and
+/// sends every completed job's trace to `endpoint` (OTLP over gRPC); says
+/// how many.
+pub async fn export_otlp(options: HistoryOptions, endpoint: &str) -> Result<String, ServerError> {
+    if options.remote.is_some() {
+        let _ = std::fs::create_dir_all(&options.event_log_dir);
+    }
+    let store = Arc::new(options.store(HistoryMetrics::global()));
+    let scan_store = store.clone();
+    tokio::task::spawn_blocking(move || scan_store.rescan())
+        .await
+        .map_err(|e| ServerError::Export(e.to_string()))?;
+    crate::traces::exporter::export_store(store, endpoint)
+        .await
+        .map_err(ServerError::Export)
 }
 
 /// What every answer of a server with a log directory carries: `nosniff`,
@@ -335,6 +361,8 @@ struct Recording {
     orphans: Vec<PathBuf>,
     /// The jobs the writer hands to the SQL tables.
     fresh: Arc<Fresh>,
+    /// With an OTLP receiver: what sends the jobs' traces.
+    traces: Option<crate::traces::exporter::TraceSender>,
 }
 
 impl Recording {
@@ -362,8 +390,19 @@ impl Recording {
         wc.completed = Some(tx);
         // Once SQL is in use, each completed job's records go to the
         // columnar history as well, so its log is not read again.
+        // And, with an OTLP receiver, to the trace exporter.
         let fresh = Arc::new(Fresh::new());
-        wc.written = Some(fresh.clone());
+        let traces = match &options.otlp_endpoint {
+            Some(endpoint) => Some(
+                crate::traces::exporter::queue(endpoint, metrics.clone())
+                    .map_err(ServerError::Config)?,
+            ),
+            None => None,
+        };
+        wc.written = Some(match &traces {
+            Some((queue, _)) => Arc::new(Takers(vec![fresh.clone(), queue.clone()])),
+            None => fresh.clone(),
+        });
         let orphans = match options.remote {
             Some(_) => running_logs(&options.event_log_dir),
             None => Vec::new(),
@@ -379,6 +418,7 @@ impl Recording {
             completed,
             orphans,
             fresh,
+            traces: traces.map(|(_, sender)| sender),
         })
     }
 
@@ -398,8 +438,12 @@ impl Recording {
             metrics,
             completed,
             orphans,
+            traces,
             ..
         } = self;
+        if let Some(traces) = traces {
+            background.push(tokio::spawn(traces.run(stop.stopped())));
+        }
         let capturer = Capturer {
             api: Arc::new(api.clone()),
             writer: writer.clone(),
@@ -407,6 +451,7 @@ impl Recording {
         };
         background.push(tokio::spawn(capturer.run(events_rx, stop.stopped())));
         let store = Arc::new(options.store(metrics.clone()));
+        crate::serving::job_metrics::attach(store.clone(), options.metrics_top_queries);
         match &options.remote {
             Some(remote) => {
                 let (client, prefix) = remote.client();
@@ -695,6 +740,7 @@ fn live_router(
             }),
         ),
         Some((source, store)) => router::job_routes(source.clone(), Some(store.clone()))
+            .merge(openapi::routes(openapi::Mode::Live))
             .layer(cors(config))
             // Outside the CORS layer: no origin is granted SQL.
             .merge(
@@ -744,6 +790,7 @@ pub fn history_router(
             started,
             Arc::new(move || ready_store.is_ready()),
         ))
+        .merge(openapi::routes(openapi::Mode::History))
         .layer(cors(&SchedulerConfig::default()))
         // Outside the CORS layer: no origin is granted SQL.
         .merge(
@@ -776,6 +823,7 @@ pub async fn run_history(
         let _ = std::fs::create_dir_all(&options.event_log_dir);
     }
     let store = Arc::new(options.store(metrics.clone()));
+    crate::serving::job_metrics::attach(store.clone(), options.metrics_top_queries);
     let (stop_tx, stop) = Stop::new();
     let mut background = vec![tokio::spawn(
         store

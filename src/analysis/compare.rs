@@ -43,7 +43,7 @@ pub struct ComparedRun {
 }
 
 /// One side's job-level facts.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Side {
     /// The job.
     pub job_id: String,
@@ -64,7 +64,7 @@ pub struct Side {
 }
 
 /// Two aligned stages.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct StagePair {
     /// Stage id in a.
     pub a_stage: u32,
@@ -81,15 +81,18 @@ pub struct StagePair {
     /// b over a.
     pub ratio: f64,
     /// Input rows in a and b.
+    #[schema(value_type = Vec<u64>, min_items = 2, max_items = 2)]
     pub input_rows: [u64; 2],
     /// Output rows in a and b.
+    #[schema(value_type = Vec<u64>, min_items = 2, max_items = 2)]
     pub output_rows: [u64; 2],
     /// Tasks in a and b.
+    #[schema(value_type = Vec<u64>, min_items = 2, max_items = 2)]
     pub tasks: [usize; 2],
 }
 
 /// A config key that differs.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ConfigChange {
     /// The key.
     pub key: String,
@@ -100,7 +103,7 @@ pub struct ConfigChange {
 }
 
 /// A finding in one run and not the other.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, PartialOrd, Ord, utoipa::ToSchema)]
 pub struct FindingKey {
     /// Its kind.
     pub kind: String,
@@ -111,7 +114,7 @@ pub struct FindingKey {
 }
 
 /// `GET /api/compare`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Comparison {
     /// The first run.
     pub a: Side,
@@ -122,14 +125,17 @@ pub struct Comparison {
     /// Said when they did not, or when it cannot be told.
     pub note: Option<String>,
     /// b minus a, job-level.
+    #[schema(value_type = Object)]
     pub delta: BTreeMap<&'static str, Value>,
     /// Whether b is slower than a beyond the threshold.
     pub regression: bool,
     /// The threshold: ratio and minimum milliseconds.
+    #[schema(value_type = Object)]
     pub regression_threshold: BTreeMap<&'static str, Value>,
     /// Stages matched by plan shape, in a's order.
     pub stages: Vec<StagePair>,
     /// Stage ids with no match on the other side.
+    #[schema(value_type = std::collections::BTreeMap<String, Vec<u32>>)]
     pub unmatched_stages: BTreeMap<&'static str, Vec<u32>>,
     /// Config keys whose values differ.
     pub config: Vec<ConfigChange>,
@@ -137,6 +143,7 @@ pub struct Comparison {
     pub plan_diff: String,
     /// Findings of b that a has not (`new`), and of a that b has not
     /// (`resolved`).
+    #[schema(value_type = std::collections::BTreeMap<String, Vec<FindingKey>>)]
     pub findings: BTreeMap<&'static str, Vec<FindingKey>>,
 }
 

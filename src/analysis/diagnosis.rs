@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// When a finding is raised. Ratios compare a task or executor with its
 /// stage; every ratio has an absolute floor beside it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Thresholds {
     /// Successful tasks a stage needs before its spread means anything.
     pub min_tasks: usize,
@@ -83,7 +83,7 @@ impl Default for Thresholds {
 }
 
 /// How much a finding matters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// Worth knowing.
@@ -97,7 +97,7 @@ pub enum Severity {
 pub use crate::analysis::plan_metrics::{OperatorMemory, operator_memory};
 
 /// One finding.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Finding {
     /// What was found: `skew`, `straggler`, `slow_executor`,
     /// `executor_imbalance`, `failed_tasks`, `retry_storm`, `spill`,
@@ -112,13 +112,14 @@ pub struct Finding {
     /// The tasks it concerns (ids within the stage), worst first.
     pub tasks: Vec<u32>,
     /// The numbers behind it.
+    #[schema(value_type = Object)]
     pub evidence: Map<String, Value>,
     /// What to do about it, in one sentence.
     pub message: String,
 }
 
 /// `GET /api/job/{id}/diagnosis`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Diagnosis {
     /// The job.
     pub job_id: String,

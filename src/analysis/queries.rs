@@ -16,7 +16,7 @@ pub const RECENT_RUNS: usize = 10;
 pub const TREND_RATIO: f64 = 1.25;
 
 /// One run of a query.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct RecurringRun {
     /// The job.
     pub job_id: String,
@@ -29,7 +29,7 @@ pub struct RecurringRun {
 }
 
 /// One row of `GET /api/queries`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct QueryRow {
     /// The query hash.
     pub query_hash: String,

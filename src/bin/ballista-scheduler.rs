@@ -4,8 +4,8 @@
 use ballista_core::config::LogRotationPolicy;
 use ballista_job_history::{
     ApiToken, Compression, DEFAULT_ORPHAN_GRACE, DEFAULT_PATTERN, DEFAULT_ZSTD_LEVEL, EventLogDir,
-    HistoryOptions, Redactor, RemoteOptions, RetentionPolicy, SqlLimits, export_parquet,
-    parse_bytes, parse_duration, run_history, run_scheduler,
+    HistoryOptions, Redactor, RemoteOptions, RetentionPolicy, SqlLimits, export_otlp,
+    export_parquet, parse_bytes, parse_duration, run_history, run_scheduler,
 };
 use ballista_scheduler::config::{Config, SchedulerConfig};
 use clap::parser::ValueSource;
@@ -169,11 +169,25 @@ struct Cli {
     /// page cannot read the history by DNS rebinding.
     #[arg(long, value_delimiter = ',', conflicts_with = "api_token_file")]
     allowed_hosts: Vec<String>,
+    /// `/api/metrics`: export series of their own (last duration, ratio to
+    /// the median, regression flag, runs) for this many recurring
+    /// queries, those with the most runs; 0 exports none.
+    #[arg(long, default_value_t = 20)]
+    metrics_top_queries: usize,
     /// With --history-only: write the SQL tables (jobs, stages, tasks,
     /// operators) as Parquet under this directory, then exit (see
     /// docs/sql.md for the layout).
     #[arg(long)]
     export_parquet: Option<std::path::PathBuf>,
+    /// Send each finished job as an OpenTelemetry trace to this OTLP/gRPC
+    /// receiver (e.g. http://collector:4317): a scheduler sends its jobs as
+    /// they end; with --history-only it needs --export-otlp.
+    #[arg(long)]
+    otlp_endpoint: Option<String>,
+    /// With --history-only and --otlp-endpoint: send the trace of every
+    /// job in the directory, then exit.
+    #[arg(long, requires = "otlp_endpoint")]
+    export_otlp: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -234,7 +248,10 @@ const NEED_EVENT_LOG_DIR: &[&str] = &[
     "http_header_timeout_seconds",
     "http_max_connections",
     "allowed_hosts",
+    "metrics_top_queries",
     "export_parquet",
+    "otlp_endpoint",
+    "export_otlp",
 ];
 
 /// Flags of the recording half, which a `--history-only` server lacks.
@@ -307,6 +324,23 @@ fn refuse_idle_flags(cli: &Cli, matches: &ArgMatches, remote: bool) -> Result<()
                     at once; drop --abandoned-after-seconds"
                 .into(),
         );
+    }
+    if !cli.history_only && cli.export_otlp {
+        return Err(
+            "--export-otlp is a one-shot of a --history-only server (a scheduler sends each \
+             job as it ends): add --history-only, or drop --export-otlp"
+                .into(),
+        );
+    }
+    if cli.history_only && cli.otlp_endpoint.is_some() && !cli.export_otlp {
+        return Err(
+            "a --history-only server sends traces only with --export-otlp (every job in the \
+             directory, then exit): add --export-otlp, or drop --otlp-endpoint"
+                .into(),
+        );
+    }
+    if cli.export_otlp && cli.export_parquet.is_some() {
+        return Err("--export-otlp and --export-parquet are two one-shots: run them apart".into());
     }
     if !cli.history_only && given(matches, "export_parquet") {
         return Err(
@@ -450,6 +484,8 @@ async fn run(cli: Cli, matches: &ArgMatches) -> Result<(), Box<dyn std::error::E
             max_connections: cli.http_max_connections.max(1),
         };
         options.allowed_hosts = cli.allowed_hosts.clone();
+        options.metrics_top_queries = cli.metrics_top_queries;
+        options.otlp_endpoint = cli.otlp_endpoint.clone();
         options.allowed_hosts.push(cli.upstream.bind_host.clone());
         if cli.no_history_index {
             options.index_file = None;
@@ -466,6 +502,15 @@ async fn run(cli: Cli, matches: &ArgMatches) -> Result<(), Box<dyn std::error::E
         let history = history.ok_or("--history-only needs --event-log-dir DIR")?;
         let written = export_parquet(history, out).await?;
         println!("{written}");
+        return Ok(());
+    }
+    if cli.history_only
+        && cli.export_otlp
+        && let Some(endpoint) = &cli.otlp_endpoint
+    {
+        let history = history.ok_or("--history-only needs --event-log-dir DIR")?;
+        let sent = export_otlp(history, endpoint).await?;
+        println!("{sent}");
         return Ok(());
     }
     let addr = format!("{}:{}", cli.upstream.bind_host, cli.upstream.bind_port);

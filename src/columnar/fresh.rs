@@ -14,6 +14,7 @@ use crate::format::record::WrittenJob;
 use crate::recording::writer::WrittenJobs;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -27,7 +28,7 @@ pub const MAX_WAIT: Duration = Duration::from_secs(600);
 pub struct Fresh {
     in_use: AtomicBool,
     tasks: AtomicUsize,
-    queue: Mutex<VecDeque<(Instant, WrittenJob)>>,
+    queue: Mutex<VecDeque<(Instant, Arc<WrittenJob>)>>,
 }
 
 impl Fresh {
@@ -43,7 +44,7 @@ impl Fresh {
 
     /// Takes the waiting jobs `listed` says the store lists; lets go of
     /// those that waited past [`MAX_WAIT`].
-    pub fn take(&self, listed: impl Fn(&str) -> bool) -> Vec<WrittenJob> {
+    pub fn take(&self, listed: impl Fn(&str) -> bool) -> Vec<Arc<WrittenJob>> {
         let mut queue = self.queue.lock();
         let mut taken = Vec::new();
         let mut kept = VecDeque::with_capacity(queue.len());
@@ -66,7 +67,7 @@ impl WrittenJobs for Fresh {
         self.in_use.load(Ordering::Relaxed) && self.tasks.load(Ordering::Relaxed) < MAX_QUEUED_TASKS
     }
 
-    fn completed(&self, job: WrittenJob) {
+    fn completed(&self, job: Arc<WrittenJob>) {
         let n = tasks_of(&job);
         if !self.in_use.load(Ordering::Relaxed)
             || self.tasks.load(Ordering::Relaxed) + n > MAX_QUEUED_TASKS

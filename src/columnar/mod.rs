@@ -459,7 +459,12 @@ impl Columnar {
         let seq = state.manifest.take_seq();
         let dir = self.dir.clone();
         let seg = tokio::task::spawn_blocking(move || {
-            let rows = written.into_iter().map(rows_of_written).collect();
+            // The one copy, unless another taker (the trace exporter)
+            // still holds it.
+            let rows = written
+                .into_iter()
+                .map(|job| rows_of_written(Arc::unwrap_or_clone(job)))
+                .collect();
             write_segment(&dir, seq, rows)
         })
         .await??;

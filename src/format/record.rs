@@ -194,7 +194,7 @@ pub struct JobIndex {
 /// strings replaced (the formats differ only in those strings, so the
 /// per-task detail is stored once). The splice is verified against the real
 /// variant when the log is written, so what is served is byte-identical.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Variant {
     /// Identical to the default response.
@@ -214,7 +214,7 @@ pub enum Variant {
 
 /// Ours: everything the live REST API answered for this job beyond the
 /// upstream fields of `JobEnd`.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Responses {
     /// `?plan_format=` variants of `GET /api/job/{id}`, by format name.
     #[serde(default)]
@@ -233,7 +233,7 @@ pub struct Responses {
 }
 
 /// `JobEnd`: the terminal record. The upstream fields first, then ours.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobEnd {
     /// How the job ended.
     pub status: JobEndStatus,
@@ -265,7 +265,7 @@ pub struct JobEnd {
 /// in memory for a reader that would otherwise read the log again (the
 /// SQL tables' columnar history). Task failures are scrubbed of the job's
 /// secrets as the lines were.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct WrittenJob {
     /// The `JobStart` written.
     pub start: JobStart,

@@ -16,5 +16,6 @@ pub mod listener;
 pub mod live;
 pub(crate) mod naming;
 pub mod redact;
+pub mod takers;
 pub mod upload;
 pub mod writer;

@@ -86,12 +86,14 @@ pub struct WriterConfig {
 
 /// Takes the records of jobs whose logs completed (the SQL tables'
 /// columnar history builds its rows from them instead of reading the logs
-/// again). Called on the writer thread: both calls must be quick.
+/// again; the trace exporter its spans). Called on the writer thread: both
+/// calls must be quick.
 pub trait WrittenJobs: Send + Sync + std::fmt::Debug {
     /// Whether the records of a job whose log opens now are wanted.
     fn wanted(&self) -> bool;
-    /// The records of a job whose log is now complete and durable.
-    fn completed(&self, job: WrittenJob);
+    /// The records of a job whose log is now complete and durable, shared
+    /// (several takers hold the one copy).
+    fn completed(&self, job: Arc<WrittenJob>);
 }
 
 /// The task records kept of one job at most; the records of a job with
@@ -818,12 +820,12 @@ impl Writer {
                     }
                 }
             }
-            written.completed(WrittenJob {
+            written.completed(Arc::new(WrittenJob {
                 start,
                 stages,
                 tasks,
                 end,
-            });
+            }));
         }
         // After the records: whoever lists the job finds them waiting.
         if let (Some(path), Some(completed)) = (path, &self.config.completed) {
@@ -973,14 +975,14 @@ mod tests {
     #[derive(Debug, Default)]
     struct Collect {
         off: std::sync::atomic::AtomicBool,
-        jobs: parking_lot::Mutex<Vec<WrittenJob>>,
+        jobs: parking_lot::Mutex<Vec<Arc<WrittenJob>>>,
     }
 
     impl WrittenJobs for Collect {
         fn wanted(&self) -> bool {
             !self.off.load(Ordering::Relaxed)
         }
-        fn completed(&self, job: WrittenJob) {
+        fn completed(&self, job: Arc<WrittenJob>) {
             self.jobs.lock().push(job);
         }
     }
@@ -1053,7 +1055,7 @@ mod tests {
         let jobs = std::mem::take(&mut *collect.jobs.lock());
         let ids: Vec<&str> = jobs.iter().map(|j| j.start.job_id.as_str()).collect();
         assert_eq!(ids, ["j"]);
-        let job = jobs.into_iter().next().unwrap();
+        let job = Arc::try_unwrap(jobs.into_iter().next().unwrap()).unwrap();
         let from_log = JobRecords::read(dir.path().join("j.eventlog")).unwrap();
         let handed = JobRecords::of_written(job.start, job.stages, job.tasks);
         assert_eq!(handed.tasks.len(), 4);

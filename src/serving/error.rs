@@ -41,10 +41,14 @@ pub enum ApiError {
     TooManyGuesses(u64),
 }
 
-#[derive(serde::Serialize)]
-struct ErrorBody {
+/// The JSON body of every error: the scheduler's own shape.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub(crate) struct ErrorBody {
+    /// The status code.
     http_code: u16,
+    /// The status's reason phrase.
     reason: Option<&'static str>,
+    /// What went wrong (never a file path).
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
 }

@@ -67,7 +67,19 @@ pub(crate) async fn diagnosis_of(
     )))
 }
 
-async fn get_diagnosis(
+/// `GET /api/job/{id}/diagnosis`.
+#[utoipa::path(
+    get,
+    path = "/api/job/{job_id}/diagnosis",
+    tag = "history",
+    params(("job_id" = String, Path, description = "The job's id")),
+    responses(
+        (status = 200, description = "What made the job slow or fail, most severe first, with the thresholds in force", body = Diagnosis),
+        (status = 400, description = "A parameter (this route takes none)", body = crate::serving::error::ErrorBody),
+        (status = 404, description = "No event log of this job here", body = crate::serving::error::ErrorBody),
+    )
+)]
+pub(crate) async fn get_diagnosis(
     State(source): State<Source>,
     Path(job_id): Path<String>,
     Query(pairs): Pairs,
@@ -83,14 +95,27 @@ async fn get_diagnosis(
     }
 }
 
-#[derive(Serialize)]
-struct Queries {
+/// `GET /api/queries`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct Queries {
     /// Distinct queries (all pages).
     total: usize,
+    /// This page, most recently run first.
     queries: Vec<crate::analysis::queries::QueryRow>,
 }
 
-async fn get_queries(
+/// `GET /api/queries`.
+#[utoipa::path(
+    get,
+    path = "/api/queries",
+    tag = "history",
+    params(("limit" = Option<usize>, Query, description = "At most this many queries: 1 to 10000 (default 100)")),
+    responses(
+        (status = 200, description = "Recurring queries (finished runs grouped by query hash), most recently run first, each with its durations and trend", body = Queries),
+        (status = 400, description = "A parameter unknown or a bad value", body = crate::serving::error::ErrorBody),
+    )
+)]
+pub(crate) async fn get_queries(
     State(store): State<Option<Arc<LogStore>>>,
     Query(pairs): Pairs,
 ) -> Result<Json<Queries>, ApiError> {
@@ -174,7 +199,22 @@ pub(crate) async fn run_view(
     })
 }
 
-async fn get_compare(
+/// `GET /api/compare?a=&b=`.
+#[utoipa::path(
+    get,
+    path = "/api/compare",
+    tag = "history",
+    params(
+        ("a" = String, Query, description = "The first run's job id"),
+        ("b" = String, Query, description = "The second run's job id: compared with a"),
+    ),
+    responses(
+        (status = 200, description = "Run b against run a: job-level deltas, stages matched by plan shape, config and plan differences, new and resolved findings", body = crate::analysis::compare::Comparison),
+        (status = 400, description = "A parameter missing or unknown", body = crate::serving::error::ErrorBody),
+        (status = 404, description = "No event log of a job here", body = crate::serving::error::ErrorBody),
+    )
+)]
+pub(crate) async fn get_compare(
     State(source): State<Source>,
     Query(pairs): Pairs,
 ) -> Result<Json<crate::analysis::compare::Comparison>, ApiError> {

@@ -8,7 +8,9 @@
 //! history in worker processes over the columnar history; `auth` guards
 //! `/api` and the pages; `hosts` answers only the names of this server
 //! when it has no token; `http` serves a port within bounds; `words`
-//! writes numbers and durations one way for pages and pictures.
+//! writes numbers and durations one way for pages and pictures;
+//! `openapi` describes the routes; `job_metrics` adds the job-level series
+//! to `/api/metrics`.
 //!
 //! **Rule:** this layer imports `format`, `metrics`, `recording` (for the
 //! live scheduler's router), `store`, `analysis` and `columnar`; nothing
@@ -19,7 +21,9 @@ pub mod error;
 pub(crate) mod hosts;
 pub mod http;
 pub mod insight;
+pub(crate) mod job_metrics;
 pub(crate) mod live;
+pub(crate) mod openapi;
 pub mod router;
 pub mod source;
 pub mod sql;

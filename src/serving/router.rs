@@ -79,7 +79,23 @@ pub(crate) const IGNORED_PARAMS_HEADER: &str = "x-ballista-ignored-params";
 
 type Pairs = Query<Vec<(String, String)>>;
 
-async fn list_jobs(
+/// `GET /api/jobs`: upstream's list, filtered, sorted and paged.
+#[utoipa::path(
+    get,
+    path = "/api/jobs",
+    tag = "jobs",
+    responses(
+        (status = 200, description = "The jobs, newest first unless sorted otherwise", body = Vec<ballista_api_types::dto::JobResponse>,
+            headers(
+                ("x-total-count" = u64, description = "Jobs matching the filters, over all pages"),
+                ("x-next-after" = String, description = "The next page's `after=`, when more jobs follow"),
+                ("x-ballista-ignored-params" = String, description = "Parameters this server does not know, ignored")
+            )
+        ),
+        (status = 400, description = "A parameter's value is not one it accepts; the error names it", body = crate::serving::error::ErrorBody),
+    )
+)]
+pub(crate) async fn list_jobs(
     State(source): State<Source>,
     Query(pairs): Pairs,
 ) -> Result<Response, ApiError> {
@@ -136,7 +152,23 @@ pub(crate) async fn cursor_facts(
     }
 }
 
-async fn get_timeline(
+/// `GET /api/job/{id}/timeline`.
+#[utoipa::path(
+    get,
+    path = "/api/job/{job_id}/timeline",
+    tag = "history",
+    params(
+        ("job_id" = String, Path, description = "The job's id"),
+        ("limit" = Option<usize>, Query, description = "Tasks per page: 1 to 100000 (default 1000)"),
+        ("offset" = Option<usize>, Query, description = "Tasks skipped (default 0)"),
+    ),
+    responses(
+        (status = 200, description = "Every stage and a page of task attempts, in the order they finished", body = crate::serving::timeline::Timeline),
+        (status = 400, description = "A parameter this route does not take, or a bad value", body = crate::serving::error::ErrorBody),
+        (status = 404, description = "No such job here", body = crate::serving::error::ErrorBody),
+    )
+)]
+pub(crate) async fn get_timeline(
     State(source): State<Source>,
     Path(job_id): Path<String>,
     Query(pairs): Pairs,
@@ -146,7 +178,18 @@ async fn get_timeline(
     found(timeline::answer(&*source, &job_id, request).await?)
 }
 
-async fn get_timeline_svg(
+/// `GET /api/job/{id}/timeline.svg`.
+#[utoipa::path(
+    get,
+    path = "/api/job/{job_id}/timeline.svg",
+    tag = "history",
+    params(("job_id" = String, Path, description = "The job's id")),
+    responses(
+        (status = 200, description = "The task timeline as a picture (SVG)", content(("image/svg+xml"))),
+        (status = 404, description = "No such job here", body = crate::serving::error::ErrorBody),
+    )
+)]
+pub(crate) async fn get_timeline_svg(
     State(source): State<Source>,
     Path(job_id): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -154,7 +197,17 @@ async fn get_timeline_svg(
 }
 
 /// `GET /api/job/{id}/eventlog`: see [`eventlog`].
-async fn get_eventlog(
+#[utoipa::path(
+    get,
+    path = "/api/job/{job_id}/eventlog",
+    tag = "history",
+    params(("job_id" = String, Path, description = "The job's id")),
+    responses(
+        (status = 200, description = "The job's event log as stored (JSON Lines, decompressed), a download", content(("application/x-ndjson"))),
+        (status = 404, description = "No event log of this job here", body = crate::serving::error::ErrorBody),
+    )
+)]
+pub(crate) async fn get_eventlog(
     State(source): State<Source>,
     Path(job_id): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -353,7 +406,17 @@ async fn version() -> impl IntoResponse {
     })
 }
 
-async fn metrics() -> Response {
+/// `GET /api/metrics`: what upstream's route answers (its description
+/// names a `charset` its answers do not carry, so ours describes them).
+#[utoipa::path(
+    get,
+    path = "/api/metrics",
+    tag = "metrics",
+    responses(
+        (status = 200, description = "Prometheus text exposition: the scheduler's series and the job history's", content(("text/plain; version=0.0.4"))),
+    )
+)]
+pub(crate) async fn metrics() -> Response {
     use prometheus::Encoder;
     let encoder = prometheus::TextEncoder::new();
     let mut buf = Vec::new();

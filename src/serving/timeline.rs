@@ -108,7 +108,7 @@ impl TimelineParams {
 }
 
 /// One stage of the timeline.
-#[derive(Debug, Clone, Serialize, Default)]
+#[derive(Debug, Clone, Serialize, Default, utoipa::ToSchema)]
 pub(crate) struct StageRow {
     /// Stage id.
     pub stage_id: u32,
@@ -128,7 +128,7 @@ pub(crate) struct StageRow {
 }
 
 /// One task attempt of the timeline.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub(crate) struct TaskRow {
     /// Stage.
     pub stage_id: u32,
@@ -186,7 +186,7 @@ impl TaskRow {
 }
 
 /// `GET /api/job/{id}/timeline`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct Timeline {
     /// The job.
     pub job_id: String,

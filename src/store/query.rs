@@ -263,6 +263,98 @@ pub struct BadParam(pub String);
 /// The most rows one page may ask for.
 pub(crate) const MAX_LIMIT: usize = 100_000;
 
+/// One `GET /api/jobs` parameter as the API's description lists it.
+#[derive(Debug, Clone, Copy)]
+pub struct ListParam {
+    /// Its name.
+    pub name: &'static str,
+    /// Its value's JSON Schema type: `integer`, `boolean` or `string`.
+    pub kind: &'static str,
+    /// What it does and what it accepts.
+    pub about: &'static str,
+}
+
+const fn param(name: &'static str, kind: &'static str, about: &'static str) -> ListParam {
+    ListParam { name, kind, about }
+}
+
+/// Every parameter `GET /api/jobs` takes (the OpenAPI description is made
+/// from this list; a parameter [`ListQuery::parse`] takes that is not in
+/// it fails a debug assertion).
+pub const LIST_PARAMS: &[ListParam] = &[
+    param(
+        "limit",
+        "integer",
+        "At most this many jobs (1 to 100000); the answer's `x-next-after` header is the next page's cursor",
+    ),
+    param("offset", "integer", "Skip this many jobs first"),
+    param(
+        "after",
+        "string",
+        "Start after this job (a job id from a previous page); excludes `before`",
+    ),
+    param(
+        "before",
+        "string",
+        "End before this job (a job id from a previous page); excludes `after`",
+    ),
+    param(
+        "status",
+        "string",
+        "Only jobs in these states: a comma-separated list of queued, running, completed, failed, cancelled, abandoned",
+    ),
+    param(
+        "include_unfinished",
+        "boolean",
+        "Also list logs of jobs that never finished (true or false)",
+    ),
+    param(
+        "name",
+        "string",
+        "Only jobs whose name contains this term (case-insensitive, at most 256 characters)",
+    ),
+    param(
+        "started_after",
+        "string",
+        "Only jobs started at or after this time: epoch milliseconds or RFC 3339",
+    ),
+    param(
+        "started_before",
+        "string",
+        "Only jobs started at or before this time: epoch milliseconds or RFC 3339",
+    ),
+    param(
+        "ended_after",
+        "string",
+        "Only jobs ended at or after this time: epoch milliseconds or RFC 3339",
+    ),
+    param(
+        "ended_before",
+        "string",
+        "Only jobs ended at or before this time: epoch milliseconds or RFC 3339",
+    ),
+    param(
+        "min_duration_ms",
+        "integer",
+        "Only jobs that ran at least this many milliseconds",
+    ),
+    param(
+        "query_hash",
+        "string",
+        "Only runs of this query: its 16 hex digits",
+    ),
+    param(
+        "sort",
+        "string",
+        "Sort key: queued_time, start_time, end_time, duration or name",
+    ),
+    param(
+        "order",
+        "string",
+        "asc or desc (default: desc for times and durations, asc for names)",
+    ),
+];
+
 fn bad(param: &str, accepts: &str, got: &str) -> BadParam {
     BadParam(format!(
         "invalid value {got:?} for parameter `{param}`: expected {accepts}"
@@ -412,8 +504,13 @@ impl ListQuery {
                 if !self.ignored.iter().any(|i| i == other) {
                     self.ignored.push(other.to_string());
                 }
+                return Ok(());
             }
         }
+        debug_assert!(
+            LIST_PARAMS.iter().any(|p| p.name == key),
+            "`{key}` is taken but not in LIST_PARAMS (the API's description)"
+        );
         Ok(())
     }
 

@@ -449,10 +449,13 @@ impl LogStore {
         };
         match self.read_log(name, stamp, None) {
             Ok(Found::Completed(summary)) => {
+                let finished = self.finished_facts(&summary);
                 let mut catalog = self.catalog.write();
                 catalog.unfinished.remove(summary.job_id());
-                catalog.insert(summary);
+                let new = catalog.insert(summary);
+                drop(catalog);
                 self.dirty.store(true, Ordering::Release);
+                self.count_finished(new, finished);
             }
             Ok(Found::Unfinished(_)) => {}
             Err(e) => log::warn!("history: cannot index the completed log {name}: {e}"),
@@ -477,6 +480,21 @@ impl LogStore {
             };
             let this = self.clone();
             let _ = tokio::task::spawn_blocking(move || this.take_in_log(&path)).await;
+        }
+    }
+
+    /// What the finished-job series need of a job about to be inserted.
+    fn finished_facts(&self, job: &JobSummary) -> (&'static str, Option<u64>) {
+        use crate::store::query::JobFacts as _;
+        (job.state().status_word(), job.duration())
+    }
+
+    /// Counts a job new to the catalog as finished while this process
+    /// runs: only after the first pass (the jobs found then finished
+    /// before it started).
+    fn count_finished(&self, new: bool, (status, duration): (&'static str, Option<u64>)) {
+        if new && self.is_ready() {
+            self.metrics.job_finished(status, duration);
         }
     }
 
@@ -505,7 +523,9 @@ impl LogStore {
             match found {
                 Found::Completed(summary) => {
                     self.dirty.store(true, Ordering::Release);
-                    index.insert(summary);
+                    let finished = self.finished_facts(&summary);
+                    let new = index.insert(summary);
+                    self.count_finished(new, finished);
                 }
                 Found::Unfinished(unfinished) => {
                     index

@@ -465,9 +465,10 @@ pub(super) type CatalogSets = (
 );
 
 impl Catalog {
-    pub(super) fn insert(&mut self, summary: JobSummary) {
+    /// Adds or replaces a job; true when it is new to the catalog.
+    pub(super) fn insert(&mut self, summary: JobSummary) -> bool {
         let summary = Arc::new(summary);
-        self.remove(summary.job_id());
+        let new = self.remove(summary.job_id()).is_none();
         if summary.file == FileKind::Named {
             self.odd_names
                 .insert(summary.file_name().into(), summary.job_id().into());
@@ -476,6 +477,7 @@ impl Catalog {
         self.counts[summary.state.index()] += 1;
         self.version += 1;
         self.jobs.insert(ById(summary));
+        new
     }
 
     pub(super) fn remove(&mut self, id: &str) -> Option<Arc<JobSummary>> {

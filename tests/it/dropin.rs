@@ -115,6 +115,7 @@ async fn without_an_event_log_dir_every_api_answer_is_upstreams() {
         ("GET", "/api/executors"),
         ("GET", "/api/executor/none"),
         ("GET", "/api/version"),
+        ("GET", "/api/openapi.json"),
         ("GET", "/api/no-such-route"),
         ("PATCH", "/api/job/no-such-job"),
         ("POST", "/api/jobs"),

@@ -58,6 +58,8 @@ fn flags_that_would_do_nothing_are_refused_with_the_fix() {
         ("--sql-workers", Some("4")),
         ("--sql-queue", Some("2")),
         ("--export-parquet", Some("/tmp/out")),
+        ("--metrics-top-queries", Some("5")),
+        ("--otlp-endpoint", Some("http://127.0.0.1:4317")),
     ] {
         let mut args = vec![flag];
         args.extend(value);
@@ -88,6 +90,36 @@ fn flags_that_would_do_nothing_are_refused_with_the_fix() {
     refused(
         &["--event-log-dir", dir, "--export-parquet", "/tmp/out"],
         &["--export-parquet", "--history-only"],
+    );
+    // Traces: a scheduler sends each job as it ends; a history server
+    // only as a one-shot.
+    refused(
+        &[
+            "--event-log-dir",
+            dir,
+            "--otlp-endpoint",
+            "http://127.0.0.1:4317",
+            "--export-otlp",
+        ],
+        &["--export-otlp", "--history-only"],
+    );
+    refused(
+        &[
+            "--history-only",
+            "--event-log-dir",
+            dir,
+            "--otlp-endpoint",
+            "http://127.0.0.1:4317",
+        ],
+        &["--otlp-endpoint", "--export-otlp"],
+    );
+    refused(
+        &["--history-only", "--event-log-dir", dir, "--export-otlp"],
+        &["--otlp-endpoint"],
+    );
+    refused(
+        &["--event-log-dir", dir, "--otlp-endpoint", "not a url"],
+        &["--otlp-endpoint", "not a url"],
     );
     refused(
         &["--event-log-dir", dir, "--sql-memory-limit", "lots"],

@@ -1,6 +1,7 @@
 //! Integration tests: one binary, one module per area. They drive the real
 //! `ballista-scheduler` binary, a real executor and the `ballista` client.
 
+mod alerts;
 mod browse;
 mod browser;
 mod bucket;
@@ -20,10 +21,12 @@ mod library;
 mod live;
 mod moto;
 mod neighbours;
+mod openapi;
 mod record;
 mod routes;
 mod security;
 mod sql;
 mod tidy;
 mod tpch;
+mod traces;
 mod ui;

@@ -60,6 +60,7 @@ fn may_import(from: &str, to: &str) -> bool {
             "columnar",
             "serving",
         ],
+        "traces" => &["format", "metrics", "recording", "store", "traces"],
         "server" => &[
             "format",
             "metrics",
@@ -68,6 +69,7 @@ fn may_import(from: &str, to: &str) -> bool {
             "analysis",
             "columnar",
             "serving",
+            "traces",
             "server",
         ],
         "fuzzing" => &[
@@ -382,6 +384,7 @@ fn every_file_has_a_module_doc_and_every_layer_its_rule() {
         "analysis",
         "columnar",
         "serving",
+        "traces",
     ] {
         let doc: String = tree.files[layer]
             .lines()

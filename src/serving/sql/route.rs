@@ -51,6 +51,13 @@ pub fn routes(engine: Arc<SqlEngine>) -> Router {
         .with_state(engine)
 }
 
+/// A query sent as `application/json`.
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+pub(crate) struct SqlRequest {
+    /// The SQL text.
+    sql: String,
+}
+
 /// The query a request carries, by its content type.
 fn query_of(headers: &HeaderMap, body: &[u8]) -> Result<String, ApiError> {
     let media = headers
@@ -66,11 +73,7 @@ fn query_of(headers: &HeaderMap, body: &[u8]) -> Result<String, ApiError> {
     let sql = match media.as_str() {
         "application/sql" => text(body)?,
         "application/json" => {
-            #[derive(serde::Deserialize)]
-            struct Body {
-                sql: String,
-            }
-            serde_json::from_slice::<Body>(body)
+            serde_json::from_slice::<SqlRequest>(body)
                 .map_err(|e| {
                     ApiError::BadRequest(format!(
                         "the body must be {{\"sql\": \"...\"}} for application/json: {e}"
@@ -95,7 +98,31 @@ fn query_of(headers: &HeaderMap, body: &[u8]) -> Result<String, ApiError> {
     Ok(sql)
 }
 
-async fn run_sql(
+/// `POST /api/sql`.
+#[utoipa::path(
+    post,
+    path = "/api/sql",
+    tag = "sql",
+    request_body(
+        description = "One SQL query over the tables `jobs`, `stages`, `tasks` and `queries`",
+        content(
+            (SqlRequest = "application/json"),
+            (String = "application/sql"),
+        )
+    ),
+    responses(
+        (status = 200, description = "The rows: JSON objects (the default), CSV (`Accept: text/csv`) or an Arrow IPC stream", content(
+            (Vec<Object> = "application/json"),
+            ("text/csv"),
+            ("application/vnd.apache.arrow.stream"),
+        )),
+        (status = 400, description = "The query's own fault or a limit it hit", body = crate::serving::error::ErrorBody),
+        (status = 415, description = "A body of another type (refused: any web page could send it)", body = crate::serving::error::ErrorBody),
+        (status = 500, description = "The query's worker process crashed", body = crate::serving::error::ErrorBody),
+        (status = 503, description = "Every worker busy and the queue full: try again soon", body = crate::serving::error::ErrorBody),
+    )
+)]
+pub(crate) async fn run_sql(
     State(engine): State<Arc<SqlEngine>>,
     headers: HeaderMap,
     body: bytes::Bytes,
