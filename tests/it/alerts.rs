@@ -57,8 +57,8 @@ fn runs(dir: &Path, name: &str, last_s: u64) {
     }
 }
 
-/// Prometheus' answer to `path` (its JSON `data`); `None` until it
-/// listens.
+/// Prometheus' answer to `path` (its JSON `data`); `None` when the
+/// connection fails.
 async fn prometheus(port: u16, path: &str) -> Option<Value> {
     let url = format!("http://127.0.0.1:{port}{path}");
     let answer: Value = http_client()
@@ -161,6 +161,16 @@ async fn the_shipped_rules_fire_on_a_regression_and_not_on_a_healthy_history() {
             .spawn()
             .expect("prometheus starts"),
     );
+
+    // Prometheus answers 503 in plain text until it has loaded its rules.
+    eventually("prometheus is ready", || async move {
+        http_client()
+            .get(format!("http://127.0.0.1:{port}/-/ready"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+    })
+    .await;
 
     // The planted regression fires, with the ratio the durations give.
     let fired = wait_for("the regression alert fires", || async move {
