@@ -525,8 +525,15 @@ async fn retention_and_damage_leave_the_tables_as_the_logs_are() {
     assert_eq!(damaged.len(), 1);
     std::fs::write(&damaged[0], b"PAR1 not parquet").unwrap();
     assert_eq!(sql(&server, all).await, before);
-    // A missing folder: rebuilt.
-    std::fs::remove_dir_all(&columnar).unwrap();
+    // A missing folder: rebuilt. (The server may be writing into it as it
+    // is removed: a file made meanwhile leaves it not empty, once more.)
+    for attempt in 0.. {
+        match std::fs::remove_dir_all(&columnar) {
+            Ok(()) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::DirectoryNotEmpty && attempt < 100 => {}
+            Err(e) => panic!("removing the columnar folder: {e}"),
+        }
+    }
     assert_eq!(sql(&server, all).await, before);
     // A job deleted (as retention deletes it) leaves every table, the
     // `jobs` rows kept since the last query too.
