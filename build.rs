@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 /// A cfg a test may be ignored under, and whether its tool is present.
 type Probe = (&'static str, fn() -> bool);
 
-fn probes() -> [Probe; 6] {
+fn probes() -> [Probe; 7] {
     [
         ("no_strace", || succeeds("strace", &["-V"])),
         // TPC-H data for the real-query test (PyPI's `tpchgen-cli`).
@@ -24,6 +24,10 @@ fn probes() -> [Probe; 6] {
             let binary = std::env::var("AZURITE_BLOB").unwrap_or_else(|_| "azurite-blob".into());
             succeeds(&binary, &["--version"])
                 && succeeds("python3", &["-c", "import azure.storage.blob"])
+        }),
+        // The official MCP client (PyPI's `mcp`) the /mcp test talks through.
+        ("no_mcp_client", || {
+            succeeds("python3", &["-c", "import mcp, httpx2"])
         }),
         // The browser tests drive Debian's chromium through chromedriver.
         ("no_chromium", || {

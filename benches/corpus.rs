@@ -253,6 +253,7 @@ pub fn summaries(n: usize) -> Vec<ballista_job_history::bench_support::store::Jo
                     len: 40_000,
                     modified: Some(std::time::SystemTime::now()),
                     ranges: None,
+                    scheduler_id: Some(["scheduler-a", "scheduler-b"][i % 2]),
                 },
             )
         })

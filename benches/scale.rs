@@ -56,6 +56,7 @@ fn process_restart(n: usize) {
                 len: 0,
                 modified: Some(stamp),
                 ranges: None,
+                scheduler_id: j.scheduler_id(),
             })
         })
         .collect();

@@ -25,6 +25,7 @@ pub use format::JobState;
 pub use metrics::HistoryMetrics;
 pub use recording::listener::TaskTap;
 pub use recording::redact::{DEFAULT_PATTERN, Redactor};
+pub use recording::scheduler_id;
 pub use recording::writer::{
     Compression, DEFAULT_ZSTD_LEVEL, WriterConfig, WriterHandle, WriterMsg, spawn as spawn_writer,
 };

@@ -110,6 +110,10 @@ pub struct HistoryOptions {
     /// The OTLP/gRPC receiver a recording scheduler sends each finished
     /// job's trace to (`crate::traces`); `None` sends none.
     pub otlp_endpoint: Option<String>,
+    /// The id a recording scheduler runs under and records in every log
+    /// (it replaces `SchedulerConfig::scheduler_id`); `None` keeps one in
+    /// the directory (see [`crate::recording::scheduler_id`]).
+    pub scheduler_id: Option<String>,
 }
 
 impl HistoryOptions {
@@ -135,6 +139,7 @@ impl HistoryOptions {
             allowed_hosts: Vec::new(),
             metrics_top_queries: crate::serving::job_metrics::DEFAULT_TOP_QUERIES,
             otlp_endpoint: None,
+            scheduler_id: None,
         }
     }
 
@@ -515,6 +520,17 @@ pub async fn run_scheduler(
 ) -> Result<(), ServerError> {
     // Our writer records jobs; upstream's must not record them a second time.
     config.event_log_dir = None;
+    // One scheduler per spool (held until this function returns).
+    let spooled = history.as_ref().filter(|h| h.remote.is_some());
+    let _spool = spooled.map(|h| lock_spool(&h.event_log_dir)).transpose();
+    let _spool = _spool.map_err(ServerError::Config)?;
+    // Recording, the scheduler's id is the one its logs record: given, or
+    // kept in the directory across restarts.
+    if let Some(h) = &history {
+        let id = h.scheduler_id.as_deref();
+        config.scheduler_id = crate::recording::scheduler_id::resolve(id, &h.event_log_dir)
+            .map_err(ServerError::Config)?;
+    }
     config.validate()?;
     let cluster = BallistaCluster::new_from_config(&config).await?;
     // Recording, a finished job is forgotten only once its log is stored.
@@ -529,11 +545,6 @@ pub async fn run_scheduler(
     let config = Arc::new(config);
     let default_collector = ballista_scheduler::metrics::default_metrics_collector()?;
 
-    // One scheduler per spool (held until this function returns).
-    let _spool = match history.as_ref().filter(|h| h.remote.is_some()) {
-        Some(options) => Some(lock_spool(&options.event_log_dir).map_err(ServerError::Config)?),
-        None => None,
-    };
     let recording = history.as_ref().map(Recording::start).transpose()?;
     let collector: Arc<dyn ballista_scheduler::metrics::SchedulerMetricsCollector> =
         match &recording {
@@ -742,7 +753,12 @@ fn live_router(
         Some((source, store)) => router::job_routes(source.clone(), Some(store.clone()))
             .merge(openapi::routes(openapi::Mode::Live))
             .layer(cors(config))
-            // Outside the CORS layer: no origin is granted SQL.
+            // Outside the CORS layer: no origin is granted SQL or the tools.
+            .merge(crate::serving::mcp::over(
+                source.clone(),
+                store.clone(),
+                sql.clone(),
+            ))
             .merge(
                 sql.clone()
                     .map(crate::serving::sql::route::routes)
@@ -785,6 +801,7 @@ pub fn history_router(
     let started = u128::from(crate::format::now_millis());
     let ready_store = store.clone();
     let source: Arc<dyn JobSource> = Arc::new(DiskSource::new(store.clone()));
+    let mcp = crate::serving::mcp::over(source.clone(), store.clone(), sql.clone());
     let router = router::job_routes(source.clone(), Some(store.clone()))
         .merge(router::history_routes(
             started,
@@ -792,7 +809,8 @@ pub fn history_router(
         ))
         .merge(openapi::routes(openapi::Mode::History))
         .layer(cors(&SchedulerConfig::default()))
-        // Outside the CORS layer: no origin is granted SQL.
+        // Outside the CORS layer: no origin is granted SQL or the tools.
+        .merge(mcp)
         .merge(
             sql.clone()
                 .map(crate::serving::sql::route::routes)

@@ -26,6 +26,8 @@ pub struct RecurringRun {
     pub duration_ms: u64,
     /// Its status word.
     pub status: &'static str,
+    /// The scheduler that ran it; `null` when its log does not say.
+    pub scheduler_id: Option<String>,
 }
 
 /// One row of `GET /api/queries`.
@@ -56,6 +58,9 @@ pub struct QueryRow {
     pub trend_ratio: Option<f64>,
     /// The last runs, oldest first.
     pub recent: Vec<RecurringRun>,
+    /// The schedulers that ran it, sorted (runs whose logs do not say are
+    /// not counted).
+    pub scheduler_ids: Vec<String>,
 }
 
 /// Groups `jobs` (finished ones with a query hash; the rest are left out)
@@ -76,6 +81,7 @@ pub fn recurring<'a>(jobs: impl Iterator<Item = &'a (dyn JobFacts + 'a)>) -> Vec
                 start_time: job.start_time(),
                 duration_ms: job.duration().unwrap_or(0),
                 status: job.state().status_word(),
+                scheduler_id: job.scheduler_id().map(str::to_string),
             },
             job.job_name(),
         ));
@@ -93,6 +99,11 @@ pub fn recurring<'a>(jobs: impl Iterator<Item = &'a (dyn JobFacts + 'a)>) -> Vec
                 .map(|r| r.0.clone())
                 .collect();
             let (trend, trend_ratio) = trend(&recent);
+            let scheduler_ids: std::collections::BTreeSet<&str> = runs
+                .iter()
+                .filter_map(|r| r.0.scheduler_id.as_deref())
+                .collect();
+            let scheduler_ids = scheduler_ids.into_iter().map(str::to_string).collect();
             QueryRow {
                 query_hash: hash_text(hash),
                 job_name: name.to_string(),
@@ -106,6 +117,7 @@ pub fn recurring<'a>(jobs: impl Iterator<Item = &'a (dyn JobFacts + 'a)>) -> Vec
                 trend,
                 trend_ratio,
                 recent,
+                scheduler_ids,
             }
         })
         .collect();

@@ -188,6 +188,13 @@ struct Cli {
     /// job in the directory, then exit.
     #[arg(long, requires = "otlp_endpoint")]
     export_otlp: bool,
+    /// The id this scheduler runs under and records in every log, so one
+    /// history of several clusters tells their jobs apart (letters,
+    /// digits and . _ - : @, at most 128). Default: upstream's --id when
+    /// given, else an id kept in the directory (the spool for an object
+    /// store) across restarts.
+    #[arg(long = "scheduler-id")]
+    our_scheduler_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -252,10 +259,12 @@ const NEED_EVENT_LOG_DIR: &[&str] = &[
     "export_parquet",
     "otlp_endpoint",
     "export_otlp",
+    "our_scheduler_id",
 ];
 
 /// Flags of the recording half, which a `--history-only` server lacks.
 const RECORDING_ONLY: &[&str] = &[
+    "our_scheduler_id",
     "event_log_queue_capacity",
     "event_log_max_open_files",
     "event_log_redact_pattern",
@@ -281,6 +290,8 @@ fn given(matches: &ArgMatches, id: &str) -> bool {
 
 /// `--some-flag` for the argument id `some_flag`.
 fn flag(id: &str) -> String {
+    // Upstream's `--id` has the id `scheduler_id`: ours is named apart.
+    let id = id.strip_prefix("our_").unwrap_or(id);
     format!("--{}", id.replace('_', "-"))
 }
 
@@ -346,6 +357,22 @@ fn refuse_idle_flags(cli: &Cli, matches: &ArgMatches, remote: bool) -> Result<()
         return Err(
             "--export-parquet is a one-shot of a --history-only server: add --history-only".into(),
         );
+    }
+    if let (Some(ours), Some(theirs)) = (&cli.our_scheduler_id, &cli.upstream.scheduler_id)
+        && ours != theirs
+    {
+        return Err(format!(
+            "--scheduler-id {ours} and --id {theirs} name two ids for one scheduler: give one"
+        ));
+    }
+    if !cli.history_only
+        && let Some(id) = cli
+            .our_scheduler_id
+            .as_ref()
+            .or(cli.upstream.scheduler_id.as_ref())
+        && let Some(why) = ballista_job_history::scheduler_id::invalid(id)
+    {
+        return Err(format!("--scheduler-id: {why}"));
     }
     if cli.retention().is_none()
         && let Some(id) = first(&["retain_dry_run", "retain_interval"])
@@ -486,6 +513,10 @@ async fn run(cli: Cli, matches: &ArgMatches) -> Result<(), Box<dyn std::error::E
         options.allowed_hosts = cli.allowed_hosts.clone();
         options.metrics_top_queries = cli.metrics_top_queries;
         options.otlp_endpoint = cli.otlp_endpoint.clone();
+        options.scheduler_id = cli
+            .our_scheduler_id
+            .clone()
+            .or_else(|| cli.upstream.scheduler_id.clone());
         options.allowed_hosts.push(cli.upstream.bind_host.clone());
         if cli.no_history_index {
             options.index_file = None;

@@ -299,6 +299,10 @@ pub struct JobEndSummary {
     /// The query hash as a footer states it, when read from one.
     #[serde(skip)]
     pub stated_hash: Option<u64>,
+    /// The scheduler that ran the job, as a footer states it (logs
+    /// without a footer, and older footers, do not say).
+    #[serde(skip)]
+    pub scheduler_id: Option<String>,
 }
 
 impl JobEndSummary {
@@ -349,6 +353,11 @@ pub struct Footer {
     /// was written before the field existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query_hash: Option<String>,
+    /// Ours: a copy of `JobStart.scheduler_id`, the scheduler that ran the
+    /// job, so listing a job tells the clusters apart; absent in logs
+    /// written before the field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_id: Option<String>,
     /// Ours: where each stored payload's bytes are, by name (see
     /// [`payload`]), as `[offset, length]` in the file. In a plain log, the
     /// JSON value inside the `JobEnd` line; in a compressed log, one zstd

@@ -5,7 +5,8 @@
 //! the scheduler's own router (`live`); redaction scrubs secrets from them;
 //! the writer thread owns the log files (`naming` picks names no other
 //! log has); the uploader puts completed logs into an object store;
-//! `hold` keeps a finished job in the scheduler until its log is stored.
+//! `hold` keeps a finished job in the scheduler until its log is stored;
+//! `scheduler_id` is the id every log records, kept across restarts.
 //!
 //! **Rule:** this layer imports only `format`, `metrics` and `files`. It never
 //! imports `store` (reading logs back is not its business) nor `serving`.
@@ -16,6 +17,7 @@ pub mod listener;
 pub mod live;
 pub(crate) mod naming;
 pub mod redact;
+pub mod scheduler_id;
 pub mod takers;
 pub mod upload;
 pub mod writer;

@@ -293,6 +293,8 @@ struct OpenJob {
     len: u64,
     /// Whether `JobStart` has been written.
     started: bool,
+    /// The `JobStart`'s scheduler, copied into the footer.
+    scheduler_id: Option<String>,
     /// Lines that arrived before `JobStart`.
     held: Vec<Vec<u8>>,
     /// The values of the job's secret settings, scrubbed from its task
@@ -488,6 +490,7 @@ impl Writer {
             file: None,
             len: 0,
             started: false,
+            scheduler_id: None,
             held: Vec::new(),
             secrets: Vec::new(),
             broken: false,
@@ -514,6 +517,7 @@ impl Writer {
             Ok(line) => {
                 let job = self.job(&job_id);
                 job.started = true;
+                job.scheduler_id.clone_from(&start.scheduler_id);
                 if let Some(kept) = &mut job.kept {
                     kept.start = Some(start);
                 }
@@ -694,6 +698,7 @@ impl Writer {
             .ok()
             .and_then(|plans| plans.query_hash())
             .map(crate::format::query_hash::hash_text);
+        let scheduler_id = self.jobs.get(job_id).and_then(|j| j.scheduler_id.clone());
         let footer = |offset: u64, len: u64, payloads| Footer {
             job_end_offset: offset,
             job_end_len: len,
@@ -702,6 +707,7 @@ impl Writer {
             index: end.index.clone(),
             dropped_records: end.dropped_records,
             query_hash: query_hash.clone(),
+            scheduler_id: scheduler_id.clone(),
             payloads,
         };
         let Compression::Zstd(level) = self.config.compression else {

@@ -1,6 +1,6 @@
 //! Optional bearer-token protection of the REST API (`--api-token-file`).
 //!
-//! With a token, every request under `/api` must carry
+//! With a token, every request under `/api` (and the assistants' `/mcp`) must carry
 //! `Authorization: Bearer <token>`, or is answered 401. The health checks
 //! (`/healthz`, `/readyz`) stay open for probes, CORS preflight requests
 //! (`OPTIONS`, which browsers send without credentials) are left to the
@@ -138,7 +138,7 @@ enum Area {
 }
 
 fn area(path: &str) -> Area {
-    if path == "/api" || path.starts_with("/api/") {
+    if path == "/api" || path.starts_with("/api/") || path == "/mcp" || path.starts_with("/mcp/") {
         Area::Api
     } else if path == "/ui/login" || path == "/ui/logout" || path.starts_with("/ui/assets/") {
         Area::Open
@@ -557,6 +557,7 @@ mod tests {
             "/healthz",
             "/readyz",
             "/apis",
+            "/mcpx",
             "/ballista.protobuf.SchedulerGrpc/PollWork",
         ] {
             assert!(!protected(open), "{open}");
@@ -567,6 +568,8 @@ mod tests {
             "/api/job/x/stages",
             "/api/metrics",
             "/api/state",
+            "/mcp",
+            "/mcp/",
         ] {
             assert!(protected(closed), "{closed}");
         }

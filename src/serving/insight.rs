@@ -109,7 +109,10 @@ pub(crate) struct Queries {
     get,
     path = "/api/queries",
     tag = "history",
-    params(("limit" = Option<usize>, Query, description = "At most this many queries: 1 to 10000 (default 100)")),
+    params(
+        ("limit" = Option<usize>, Query, description = "At most this many queries: 1 to 10000 (default 100)"),
+        ("scheduler_id" = Option<String>, Query, description = "Only the runs of these schedulers (comma-separated ids): each query grouped over their runs alone"),
+    ),
     responses(
         (status = 200, description = "Recurring queries (finished runs grouped by query hash), most recently run first, each with its durations and trend", body = Queries),
         (status = 400, description = "A parameter unknown or a bad value", body = crate::serving::error::ErrorBody),
@@ -120,6 +123,7 @@ pub(crate) async fn get_queries(
     Query(pairs): Pairs,
 ) -> Result<Json<Queries>, ApiError> {
     let mut limit = 100;
+    let mut schedulers: Option<Vec<String>> = None;
     for (key, value) in &pairs {
         match key.as_str() {
             "limit" => {
@@ -134,10 +138,17 @@ pub(crate) async fn get_queries(
                         ))
                     })?;
             }
-            other => return Err(unknown("/api/queries", other, "limit")),
+            "scheduler_id" => schedulers.get_or_insert_with(Vec::new).extend(
+                value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string),
+            ),
+            other => return Err(unknown("/api/queries", other, "limit, scheduler_id")),
         }
     }
-    let mut rows = recurring_queries(store.as_ref()).await?;
+    let mut rows = recurring_queries(store.as_ref(), schedulers).await?;
     let total = rows.len();
     rows.truncate(limit);
     Ok(Json(Queries {
@@ -147,15 +158,24 @@ pub(crate) async fn get_queries(
 }
 
 /// The recurring queries of the log directory `store`, most recently run
-/// first.
+/// first; with `schedulers`, of their runs alone.
 pub(crate) async fn recurring_queries(
     store: Option<&Arc<LogStore>>,
+    schedulers: Option<Vec<String>>,
 ) -> Result<Vec<crate::analysis::queries::QueryRow>, ApiError> {
     let Some(store) = store.cloned() else {
         return Err(ApiError::Missing("no log directory here".into()));
     };
     tokio::task::spawn_blocking(move || {
-        store.with_completed(|jobs| recurring(jobs.map(|j| j as &dyn JobFacts)))
+        store.with_completed(|jobs| {
+            let ran = |j: &&dyn JobFacts| match &schedulers {
+                None => true,
+                Some(ids) => j
+                    .scheduler_id()
+                    .is_some_and(|id| ids.iter().any(|i| i == id)),
+            };
+            recurring(jobs.map(|j| j as &dyn JobFacts).filter(ran))
+        })
     })
     .await
     .map_err(|e| ApiError::Internal(format!("grouping the queries failed: {e}")))

@@ -2,9 +2,12 @@
 //! as it is (the counters of jobs as they finish are the store's, in
 //! [`HistoryMetrics`](crate::metrics::HistoryMetrics)):
 //!
-//! - `ballista_job_history_jobs{status}`: jobs in the history by state,
-//!   failed and abandoned among them, read from the catalog's counts at
-//!   each scrape (O(unfinished logs), not O(jobs));
+//! - `ballista_job_history_jobs{status, scheduler_id}`: jobs in the
+//!   history by state, failed and abandoned among them, and by the
+//!   scheduler that ran them (empty for logs that do not say; past
+//!   [`MAX_SCHEDULER_LABELS`] schedulers, the ones with fewest jobs are
+//!   summed under `(other)`), read from the catalog's tallies at each
+//!   scrape (O(unfinished logs + schedulers), not O(jobs));
 //! - for the recurring queries with the most runs (the top N, N from
 //!   `--metrics-top-queries`, so the series stay few whatever the
 //!   history holds), labelled `query_hash` and `job_name`: the last run's
@@ -30,7 +33,6 @@ use parking_lot::{Mutex, RwLock};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{GaugeVec, IntGaugeVec, Opts};
-use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -42,6 +44,14 @@ pub const DEFAULT_TOP_QUERIES: usize = 20;
 
 /// The longest `job_name` label (in characters); longer names are cut.
 const MAX_NAME_LABEL: usize = 100;
+
+/// Schedulers with series of their own; the rest share `(other)` (a
+/// directory of logs naming a new scheduler each cannot multiply series).
+pub const MAX_SCHEDULER_LABELS: usize = 100;
+
+/// The label of the schedulers past [`MAX_SCHEDULER_LABELS`]: no scheduler
+/// id can be it (ids have no parentheses).
+pub const OTHER_SCHEDULERS: &str = "(other)";
 
 /// Attaches the job-level series to `store`, exporting the `top` recurring
 /// queries with the most runs (0: none). The series are registered once
@@ -64,6 +74,9 @@ pub fn attach(store: Arc<LogStore>, top: usize) {
 /// The series and what they read.
 pub(crate) struct JobGauges {
     target: RwLock<Option<(Arc<LogStore>, usize)>>,
+    /// Held by a scrape from the reset of `jobs` to its collection, so a
+    /// concurrent scrape never sees them half written.
+    scrape: Mutex<()>,
     jobs: IntGaugeVec,
     queries: Arc<QueryGauges>,
 }
@@ -99,12 +112,13 @@ impl JobGauges {
         let labels = &["query_hash", "job_name"];
         Self {
             target: RwLock::new(None),
+            scrape: Mutex::new(()),
             jobs: IntGaugeVec::new(
                 opts(
                     "ballista_job_history_jobs",
                     "Jobs in the history by state (unfinished logs included: queued, running, abandoned)",
                 ),
-                &["status"],
+                &["status", "scheduler_id"],
             )
             .expect("valid metric"),
             queries: Arc::new(QueryGauges {
@@ -152,11 +166,28 @@ impl JobGauges {
         let Some((store, top)) = self.target.read().clone() else {
             return;
         };
-        let counts = store.counts(&HashSet::new(), true);
-        for (word, state) in JobState::ALL {
-            self.jobs
-                .with_label_values(&[word])
-                .set(counts[state.index()] as i64);
+        let mut by_scheduler = store.counts_by_scheduler();
+        by_scheduler
+            .sort_by_key(|(id, c)| (id.is_none(), std::cmp::Reverse(c.iter().sum::<usize>())));
+        let mut series: Vec<(String, [usize; 6])> = Vec::new();
+        for (i, (id, counts)) in by_scheduler.into_iter().enumerate() {
+            let label = match id {
+                None => String::new(),
+                Some(_) if i >= MAX_SCHEDULER_LABELS => OTHER_SCHEDULERS.to_string(),
+                Some(id) => id.to_string(),
+            };
+            match series.iter_mut().find(|(l, _)| *l == label) {
+                Some((_, sum)) => sum.iter_mut().zip(counts).for_each(|(s, c)| *s += c),
+                None => series.push((label, counts)),
+            }
+        }
+        self.jobs.reset();
+        for (label, counts) in &series {
+            for (word, state) in JobState::ALL {
+                self.jobs
+                    .with_label_values(&[word, label.as_str()])
+                    .set(counts[state.index()] as i64);
+            }
         }
         self.queries.clone().maybe_regroup(store, top);
     }
@@ -253,6 +284,7 @@ impl Collector for Registered {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
+        let _scrape = self.0.scrape.lock();
         self.0.refresh();
         let q = &self.0.queries;
         let _writing = q.writing.lock();

@@ -10,7 +10,7 @@
 //! when it has no token; `http` serves a port within bounds; `words`
 //! writes numbers and durations one way for pages and pictures;
 //! `openapi` describes the routes; `job_metrics` adds the job-level series
-//! to `/api/metrics`.
+//! to `/api/metrics`; `mcp` offers the routes to assistants as tools.
 //!
 //! **Rule:** this layer imports `format`, `metrics`, `recording` (for the
 //! live scheduler's router), `store`, `analysis` and `columnar`; nothing
@@ -23,6 +23,7 @@ pub mod http;
 pub mod insight;
 pub(crate) mod job_metrics;
 pub(crate) mod live;
+pub(crate) mod mcp;
 pub(crate) mod openapi;
 pub mod router;
 pub mod source;

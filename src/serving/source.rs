@@ -13,10 +13,10 @@
 
 use crate::format::JobState;
 use crate::format::record::{JobEnd, Variant};
-use crate::recording::live::{HttpAnswer, job_path};
+use crate::recording::live::{HttpAnswer, LiveScheduler, job_path};
 use crate::serving::error::ApiError;
 use crate::serving::live::LiveApi;
-use crate::store::query::{Facts, JobFacts, ListQuery, Page, Row};
+use crate::store::query::{Facts, JobFacts, ListQuery, Page, Row, Tagged};
 use crate::store::records::JobHeader;
 use crate::store::{LogStore, Unfinished, read_job_start};
 use async_trait::async_trait;
@@ -139,25 +139,47 @@ impl LiveSource {
         // Read after the list, so a job the list holds is in this map too
         // (a job is forgotten only long after it ends).
         let queued = self.api.queued_times().await;
+        let scheduler: Arc<str> = crate::store::intern(LiveScheduler::scheduler_id(&self.api));
         Ok(entries
             .into_iter()
             .filter_map(|raw| {
                 let keys: EntryKeys = serde_json::from_str(raw.get()).ok()?;
-                Some(Row::new(
-                    Facts {
-                        job_id: Arc::from(&*keys.job_id),
-                        job_name: Arc::from(&*keys.job_name),
-                        state: JobState::from_status_word(&keys.status),
-                        queued_time: queued.get(&*keys.job_id).copied().unwrap_or(0),
-                        start_time: keys.start_time,
-                        end_time: keys.end_time,
-                        query_hash: 0,
-                    },
-                    Bytes::copy_from_slice(raw.get().as_bytes()),
-                ))
+                Some(Row {
+                    facts: Arc::new(Tagged {
+                        facts: Facts {
+                            job_id: Arc::from(&*keys.job_id),
+                            job_name: Arc::from(&*keys.job_name),
+                            state: JobState::from_status_word(&keys.status),
+                            queued_time: queued.get(&*keys.job_id).copied().unwrap_or(0),
+                            start_time: keys.start_time,
+                            end_time: keys.end_time,
+                            query_hash: 0,
+                        },
+                        scheduler_id: Some(scheduler.clone()),
+                    }),
+                    entry: with_scheduler(raw.get(), &scheduler),
+                })
             })
             .collect())
     }
+}
+
+/// The scheduler's list entry `raw` (a JSON object) with ours added: the
+/// scheduler running the job.
+fn with_scheduler(raw: &str, scheduler: &str) -> Bytes {
+    let body = raw.trim_end();
+    let Some(open) = body.strip_suffix('}') else {
+        return Bytes::copy_from_slice(raw.as_bytes());
+    };
+    let mut out = Vec::with_capacity(body.len() + scheduler.len() + 20);
+    out.extend_from_slice(open.as_bytes());
+    if !open.trim_end().ends_with('{') {
+        out.push(b',');
+    }
+    out.extend_from_slice(b"\"scheduler_id\":");
+    let _ = serde_json::to_writer(&mut out, scheduler);
+    out.push(b'}');
+    out.into()
 }
 
 #[async_trait]
@@ -510,9 +532,12 @@ impl JobSource for Layered {
             .map(|row| match self.disk.query_hash(row.facts.job_id()) {
                 0 => row,
                 query_hash => Row {
-                    facts: Arc::new(Facts {
-                        query_hash,
-                        ..Facts::of(&*row.facts)
+                    facts: Arc::new(Tagged {
+                        facts: Facts {
+                            query_hash,
+                            ..Facts::of(&*row.facts)
+                        },
+                        scheduler_id: row.facts.scheduler_id().map(Arc::from),
                     }),
                     entry: row.entry,
                 },
@@ -569,5 +594,31 @@ impl JobSource for Layered {
             Some(reply) => Ok(Some(reply)),
             None => self.disk.cancel(job_id).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_live_entry_gains_its_scheduler_and_stays_json() {
+        for (raw, want) in [
+            (
+                r#"{"job_id":"a","status":"Running"}"#,
+                serde_json::json!({"job_id": "a", "status": "Running", "scheduler_id": "eu-1"}),
+            ),
+            ("{}", serde_json::json!({"scheduler_id": "eu-1"})),
+            ("{ }\n", serde_json::json!({"scheduler_id": "eu-1"})),
+        ] {
+            let out = with_scheduler(raw, "eu-1");
+            let got: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(got, want, "{raw}");
+        }
+        let out = with_scheduler("{}", "a\"b");
+        let got: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(got["scheduler_id"], "a\"b");
+        // Not an object: left as it is.
+        assert_eq!(&with_scheduler("[1]", "x")[..], b"[1]");
     }
 }

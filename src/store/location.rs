@@ -55,6 +55,16 @@ pub(crate) trait ReadSeek: Read + Seek + Send {}
 impl<T: Read + Seek + Send> ReadSeek for T {}
 
 impl LogRef {
+    /// The log's length as it is now (a file's, read from the file system)
+    /// or as it was indexed or listed; `None` when a file cannot be read.
+    pub(crate) fn current_len(&self) -> Option<u64> {
+        match self {
+            LogRef::File(path) => std::fs::metadata(path).ok().map(|m| m.len()),
+            LogRef::Indexed { path, .. } => std::fs::metadata(path).ok().map(|m| m.len()),
+            LogRef::Object { len, .. } => Some(*len),
+        }
+    }
+
     /// Opens the log, with its length.
     pub(super) fn open(&self) -> std::io::Result<(Box<dyn ReadSeek>, u64)> {
         match self {

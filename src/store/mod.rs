@@ -47,7 +47,7 @@ use crate::format::record::{
 };
 use crate::format::{JobState, LogName, epoch_millis};
 use crate::metrics::HistoryMetrics;
-use crate::store::query::{Facts, FactsRef, JobFacts, ListQuery, Page, Row};
+use crate::store::query::{Facts, FactsRef, JobFacts, ListQuery, Page, Row, Tagged};
 use crate::store::remote::RemoteDir;
 use ballista_api_types::dto::JobResponse;
 use bytes::Bytes;
@@ -69,6 +69,7 @@ pub(crate) use read::{
     Line, MAX_LINE, read_job_start, read_line, read_summary, read_summary_located, terminal_line,
 };
 use read::{Ranges, Tolerant};
+pub(crate) use summary::intern;
 use summary::{ById, ByPosition, Catalog, CatalogSets, FileKind, rows_of};
 pub use summary::{JobSummary, PayloadRanges, SummaryParts};
 pub(crate) use unfinished::*;
@@ -390,6 +391,36 @@ impl LogStore {
         counts
     }
 
+    /// [`LogStore::counts`] (unfinished logs included) per scheduler, by
+    /// id; the jobs whose logs name none under `None`.
+    pub fn counts_by_scheduler(&self) -> Vec<(Option<Arc<str>>, [usize; 6])> {
+        let index = self.catalog.read();
+        let mut named = index.by_scheduler.clone();
+        let mut unnamed = index.counts;
+        for counts in named.values() {
+            for (all, theirs) in unnamed.iter_mut().zip(counts) {
+                *all -= theirs;
+            }
+        }
+        let now = SystemTime::now();
+        for u in index.unfinished.values() {
+            if index.jobs.contains(&*u.job_id) {
+                continue;
+            }
+            let state = u.state(now, self.abandoned_after).index();
+            match &u.scheduler_id {
+                Some(id) => named.entry(id.clone()).or_default()[state] += 1,
+                None => unnamed[state] += 1,
+            }
+        }
+        let mut out: Vec<_> = named.into_iter().map(|(id, c)| (Some(id), c)).collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        if unnamed.iter().any(|n| *n > 0) || out.is_empty() {
+            out.push((None, unnamed));
+        }
+        out
+    }
+
     /// One page of the list: completed jobs, and unfinished ones when the
     /// query asks for them, leaving out the ids in `skip` (jobs another
     /// source lists). The default order without filters costs O(page);
@@ -446,12 +477,12 @@ impl LogStore {
             return Page { rows, total };
         }
         let now = SystemTime::now();
-        let states: Vec<Facts> = if unfinished {
+        let states: Vec<Tagged> = if unfinished {
             index
                 .unfinished
                 .values()
                 .filter(|u| !index.jobs.contains(&*u.job_id))
-                .map(|u| u.facts(u.state(now, self.abandoned_after)))
+                .map(|u| u.tagged(u.state(now, self.abandoned_after)))
                 .collect()
         } else {
             Vec::new()
@@ -479,7 +510,10 @@ impl LogStore {
                 },
                 None => {
                     let u = &index.unfinished[j.job_id()];
-                    Row::new(Facts::of(j), u.response(j.state(), None))
+                    Row {
+                        facts: Arc::new(Tagged::of(j)),
+                        entry: u.response(j.state(), None),
+                    }
                 }
             })
             .collect();
@@ -593,6 +627,7 @@ mod tests {
                         },
                         dropped_records: 0,
                         query_hash: None,
+                        scheduler_id: None,
                         payloads: Default::default(),
                     },
                 )
@@ -1012,7 +1047,13 @@ mod tests {
         let summary = s.summary("w").unwrap();
         let wire: JobResponse = serde_json::from_slice(&summary.entry()).unwrap();
         assert_eq!(wire.job_name, "ü \"q\"");
-        assert_eq!(serde_json::to_vec(&wire).unwrap(), summary.entry());
+        // Upstream's bytes, then ours: the scheduler (none in this log).
+        let upstream = String::from_utf8(serde_json::to_vec(&wire).unwrap()).unwrap();
+        let ours = format!(
+            "{},\"scheduler_id\":null}}",
+            upstream.strip_suffix('}').unwrap()
+        );
+        assert_eq!(ours.as_bytes(), &summary.entry()[..]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -84,6 +84,36 @@ impl Facts {
     }
 }
 
+/// Owned facts with the scheduler that ran the job (a live job, or one
+/// known from its `.running` log).
+#[derive(Debug, Clone)]
+pub struct Tagged {
+    /// The facts.
+    pub facts: Facts,
+    /// The scheduler, when known.
+    pub scheduler_id: Option<Arc<str>>,
+}
+
+impl Tagged {
+    /// Copies the facts and scheduler of `job`.
+    pub(crate) fn of(job: &(impl JobFacts + ?Sized)) -> Self {
+        Self {
+            facts: Facts::of(job),
+            scheduler_id: job.scheduler_id().map(Arc::from),
+        }
+    }
+}
+
+impl JobFacts for Tagged {
+    #[inline]
+    fn facts(&self) -> FactsRef<'_> {
+        self.facts.facts()
+    }
+    fn scheduler_id(&self) -> Option<&str> {
+        self.scheduler_id.as_deref()
+    }
+}
+
 /// What filters and sorting read about a job: from owned facts, borrowed
 /// ones, or an index entry, whose strings are only touched when a filter
 /// or a tie needs them.
@@ -125,6 +155,12 @@ pub trait JobFacts: std::fmt::Debug {
     /// unknown).
     fn dropped_records(&self) -> u64 {
         0
+    }
+
+    /// The scheduler that ran it, when known (logs written before the
+    /// scheduler id was recorded, and upstream's, do not say).
+    fn scheduler_id(&self) -> Option<&str> {
+        None
     }
 
     /// End minus start, when both are known.
@@ -176,6 +212,9 @@ impl<T: JobFacts + ?Sized> JobFacts for &T {
     fn dropped_records(&self) -> u64 {
         (**self).dropped_records()
     }
+    fn scheduler_id(&self) -> Option<&str> {
+        (**self).scheduler_id()
+    }
 }
 
 impl JobFacts for Row {
@@ -185,6 +224,9 @@ impl JobFacts for Row {
     }
     fn dropped_records(&self) -> u64 {
         self.facts.dropped_records()
+    }
+    fn scheduler_id(&self) -> Option<&str> {
+        self.facts.scheduler_id()
     }
 }
 
@@ -199,6 +241,7 @@ pub struct Row {
 
 impl Row {
     /// A row of owned facts.
+    #[cfg(test)]
     pub(crate) fn new(facts: Facts, entry: Bytes) -> Self {
         Self {
             facts: Arc::new(facts),
@@ -246,6 +289,8 @@ pub struct ListQuery {
     pub min_duration_ms: Option<u64>,
     /// Only runs of this query (see `format::query_hash`).
     pub query_hash: Option<u64>,
+    /// Only jobs these schedulers ran.
+    pub scheduler_ids: Option<Vec<String>>,
     /// Sort key.
     pub sort: Sort,
     /// Sort direction; `None` is the default for the key.
@@ -342,6 +387,11 @@ pub const LIST_PARAMS: &[ListParam] = &[
         "query_hash",
         "string",
         "Only runs of this query: its 16 hex digits",
+    ),
+    param(
+        "scheduler_id",
+        "string",
+        "Only jobs these schedulers ran: a comma-separated list of scheduler ids (each entry's `scheduler_id`)",
     ),
     param(
         "sort",
@@ -489,6 +539,19 @@ impl ListQuery {
                 self.query_hash =
                     Some(hash.ok_or_else(|| bad("query_hash", "16 hex digits", value))?);
             }
+            "scheduler_id" => {
+                let ids = self.scheduler_ids.get_or_insert_with(Vec::new);
+                for id in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    if id.chars().count() > MAX_NAME_TERM {
+                        return Err(bad(
+                            "scheduler_id",
+                            "scheduler ids of at most 256 characters",
+                            id,
+                        ));
+                    }
+                    ids.push(id.to_string());
+                }
+            }
             "sort" => self.sort = parse_sort(value)?,
             "order" => {
                 self.order = Some(match value {
@@ -538,6 +601,7 @@ impl ListQuery {
             && self.ended_before.is_none()
             && self.min_duration_ms.is_none()
             && self.query_hash.is_none()
+            && self.scheduler_ids.is_none()
     }
 
     /// Whether the query filters on states only (no other filter).
@@ -590,6 +654,13 @@ impl ListQuery {
         }
         if let Some(hash) = self.query_hash
             && facts.query_hash() != hash
+        {
+            return false;
+        }
+        if let Some(ids) = &self.scheduler_ids
+            && !facts
+                .scheduler_id()
+                .is_some_and(|id| ids.iter().any(|i| i == id))
         {
             return false;
         }

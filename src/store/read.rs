@@ -196,6 +196,7 @@ fn summary_of<'a>(
         dropped_records,
         plans,
         stated_hash: None,
+        scheduler_id: None,
     };
     Some((summary, Some(ranges)))
 }
@@ -263,6 +264,7 @@ fn parsed(line: &[u8], start: u64) -> Result<(JobEndSummary, Option<PayloadRange
         dropped_records: end.dropped_records,
         plans,
         stated_hash: None,
+        scheduler_id: None,
     };
     Ok((summary, Some(ranges)))
 }
@@ -299,6 +301,7 @@ fn footer_summary(path: &LogRef, footer: Footer, file_len: u64) -> JobEndSummary
         dropped_records: footer.dropped_records,
         plans: PlansOfJob::default(),
         stated_hash,
+        scheduler_id: footer.scheduler_id,
     }
 }
 

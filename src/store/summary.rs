@@ -39,6 +39,29 @@ pub struct JobSummary {
     /// Where each payload sits in a log without a footer, learnt when it
     /// was indexed (a log with a footer states them itself).
     pub(super) ranges: Option<Box<PayloadRanges>>,
+    /// The scheduler that ran the job, when its log says (shared by every
+    /// job of that scheduler: see [`intern`]).
+    pub(super) scheduler: Option<Arc<str>>,
+}
+
+/// Distinct scheduler ids kept shared at most; past this a job's id is
+/// its own allocation (a directory of hostile logs, each naming another
+/// scheduler, costs what storing the ids per job would).
+const MAX_SHARED_SCHEDULERS: usize = 4096;
+
+/// `id`, shared with every other job that names the same scheduler.
+pub(crate) fn intern(id: &str) -> Arc<str> {
+    static SHARED: std::sync::LazyLock<parking_lot::Mutex<std::collections::HashSet<Arc<str>>>> =
+        std::sync::LazyLock::new(Default::default);
+    let mut shared = SHARED.lock();
+    if let Some(known) = shared.get(id) {
+        return known.clone();
+    }
+    let new: Arc<str> = Arc::from(id);
+    if shared.len() < MAX_SHARED_SCHEDULERS {
+        shared.insert(new.clone());
+    }
+    new
 }
 
 /// The byte range (`[offset, length]`) of each payload inside the `JobEnd`
@@ -118,6 +141,8 @@ pub struct SummaryParts<'a> {
     pub modified: Option<SystemTime>,
     /// Payload ranges learnt from a log without a footer.
     pub ranges: Option<PayloadRanges>,
+    /// The scheduler that ran the job, when its log says.
+    pub scheduler_id: Option<&'a str>,
 }
 
 impl JobSummary {
@@ -154,6 +179,7 @@ impl JobSummary {
             len: stamp.len,
             modified: stamp.modified,
             ranges,
+            scheduler_id: summary.scheduler_id.as_deref(),
         })
     }
 
@@ -197,6 +223,7 @@ impl JobSummary {
             percent_complete: p.percent_complete,
             file,
             ranges: p.ranges.map(Box::new),
+            scheduler: p.scheduler_id.filter(|s| !s.is_empty()).map(intern),
         }
     }
 
@@ -221,6 +248,7 @@ impl JobSummary {
             len: 0,
             modified: None,
             ranges: None,
+            scheduler_id: None,
         })
     }
 
@@ -307,6 +335,8 @@ impl JobSummary {
             percent_complete: u8,
             start_time: u64,
             end_time: u64,
+            /// Ours: `null` when the log does not say.
+            scheduler_id: Option<&'a str>,
         }
         let entry = Entry {
             job_id: self.job_id(),
@@ -318,6 +348,7 @@ impl JobSummary {
             percent_complete: self.percent_complete,
             start_time: self.start_time,
             end_time: self.end_time,
+            scheduler_id: self.scheduler.as_deref(),
         };
         let _ = serde_json::to_writer(out, &entry);
     }
@@ -338,6 +369,9 @@ impl JobFacts for JobSummary {
     }
     fn dropped_records(&self) -> u64 {
         self.dropped_records
+    }
+    fn scheduler_id(&self) -> Option<&str> {
+        self.scheduler.as_deref()
     }
 }
 
@@ -452,6 +486,8 @@ pub(super) struct Catalog {
     /// How many completed jobs are in each state (by [`JobState::index`]),
     /// kept with `jobs` so the counts cost nothing to read.
     pub(super) counts: [usize; JobState::ALL.len()],
+    /// The same counts per scheduler, for the jobs whose logs name one.
+    pub(super) by_scheduler: HashMap<Arc<str>, [usize; JobState::ALL.len()]>,
     /// Bumped at every change of the completed jobs.
     pub(super) version: u64,
 }
@@ -475,6 +511,9 @@ impl Catalog {
         }
         self.order.insert(ByPosition(summary.clone()));
         self.counts[summary.state.index()] += 1;
+        if let Some(id) = &summary.scheduler {
+            self.by_scheduler.entry(id.clone()).or_default()[summary.state.index()] += 1;
+        }
         self.version += 1;
         self.jobs.insert(ById(summary));
         new
@@ -484,6 +523,14 @@ impl Catalog {
         let ById(old) = self.jobs.take(id)?;
         self.order.remove(&ByPosition(old.clone()));
         self.counts[old.state.index()] -= 1;
+        if let Some(id) = &old.scheduler
+            && let Some(counts) = self.by_scheduler.get_mut(id)
+        {
+            counts[old.state.index()] -= 1;
+            if counts.iter().all(|n| *n == 0) {
+                self.by_scheduler.remove(id);
+            }
+        }
         self.version += 1;
         if old.file == FileKind::Named {
             self.odd_names.remove(&*old.file_name());
@@ -506,15 +553,20 @@ impl Catalog {
         self.order.clear();
         self.odd_names.clear();
         self.counts = Default::default();
+        self.by_scheduler.clear();
         self.version += 1;
     }
 
     /// Replaces the completed jobs with sets built in bulk.
     pub(super) fn set_completed(&mut self, (order, ids, odd_names): CatalogSets) {
         self.counts = Default::default();
+        self.by_scheduler.clear();
         self.version += 1;
         for ById(s) in &ids {
             self.counts[s.state.index()] += 1;
+            if let Some(id) = &s.scheduler {
+                self.by_scheduler.entry(id.clone()).or_default()[s.state.index()] += 1;
+            }
         }
         self.jobs = ids;
         self.order = order;

@@ -19,6 +19,8 @@ pub(crate) struct Unfinished {
     pub submitted_at: u64,
     /// The query hash of its logical plan (0 when unknown).
     pub query_hash: u64,
+    /// The scheduler running it, from `JobStart`.
+    pub scheduler_id: Option<Arc<str>>,
     /// Task attempts recorded so far.
     pub tasks: u64,
     /// Of which failed.
@@ -58,6 +60,14 @@ impl Unfinished {
             },
             end_time: 0,
             query_hash: self.query_hash,
+        }
+    }
+
+    /// Filter and sort facts with the scheduler.
+    pub(crate) fn tagged(&self, state: JobState) -> crate::store::query::Tagged {
+        crate::store::query::Tagged {
+            facts: self.facts(state),
+            scheduler_id: self.scheduler_id.clone(),
         }
     }
 
@@ -101,6 +111,17 @@ impl Unfinished {
             logical_plan: plans.and_then(|p| p.logical_plan.clone()),
             physical_plan: plans.and_then(|p| p.physical_plan.clone()),
             stage_plan: None,
+        };
+        /// The scheduler's answer, and ours: the scheduler running it.
+        #[derive(serde::Serialize)]
+        struct Entry<'a> {
+            #[serde(flatten)]
+            entry: JobResponse,
+            scheduler_id: Option<&'a str>,
+        }
+        let entry = Entry {
+            entry,
+            scheduler_id: self.scheduler_id.as_deref(),
         };
         serde_json::to_vec(&entry).unwrap_or_default().into()
     }
@@ -168,6 +189,11 @@ pub(super) fn scan_running(
             kind::JOB_START => {
                 if let Ok(start) = serde_json::from_str::<JobStart>(env.data.get()) {
                     state.job_name = Arc::from(start.job_name);
+                    state.scheduler_id = start
+                        .scheduler_id
+                        .as_deref()
+                        .filter(|s| !s.is_empty())
+                        .map(crate::store::summary::intern);
                     state.queued_at = start.queued_at;
                     state.submitted_at = start.submitted_at;
                     state.query_hash = start

@@ -122,11 +122,12 @@ async fn the_shipped_rules_fire_on_a_regression_and_not_on_a_healthy_history() {
         server.wait_ready().await;
         servers.push(server);
     }
-    // The endpoint itself: the jobs by state, counted from the files.
+    // The endpoint itself: the jobs by state, counted from the files (these
+    // logs name no scheduler, so the scheduler label is empty).
     let (_, _, metrics) = get(&servers[0].url("/api/metrics")).await;
     let metrics = String::from_utf8(metrics).unwrap();
     assert!(
-        metrics.contains("ballista_job_history_jobs{status=\"completed\"} 5"),
+        metrics.contains("ballista_job_history_jobs{scheduler_id=\"\",status=\"completed\"} 5"),
         "{metrics}"
     );
 

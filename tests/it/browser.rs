@@ -107,24 +107,29 @@ impl Browser {
             .unwrap();
     }
 
-    /// The texts of every element matching `css`.
+    /// The texts of every element matching `css`, read in one script so
+    /// that a page swapping its contents (the live pages do) cannot leave
+    /// a found element stale before its text is asked for.
     pub async fn texts(&self, css: &str) -> Vec<String> {
-        let mut out = Vec::new();
-        for e in self.client.find_all(Locator::Css(css)).await.unwrap() {
-            out.push(e.text().await.unwrap());
-        }
-        out
+        let found = self
+            .client
+            .execute(
+                "return [...document.querySelectorAll(arguments[0])]\
+                 .map(e => e.innerText.trim());",
+                vec![serde_json::json!(css)],
+            )
+            .await
+            .unwrap();
+        serde_json::from_value(found).unwrap()
     }
 
-    /// The text of the first element matching `css`.
+    /// The text of the first element matching `css` (read as `texts` is).
     pub async fn text(&self, css: &str) -> String {
-        self.client
-            .find(Locator::Css(css))
+        self.texts(css)
             .await
-            .unwrap_or_else(|e| panic!("no {css} on the page: {e}"))
-            .text()
-            .await
-            .unwrap()
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("no {css} on the page"))
     }
 
     /// Runs `script` in the page (a function body; `arguments[0]` is a

@@ -242,7 +242,20 @@ fn on_bucket(
 
 /// A recording scheduler (pull-staged, as the in-process executor polls).
 fn scheduler(port: u16, prefix: &str, endpoint: &str, spool: &Path, log: &Path) -> Proc {
-    let mode = ["--scheduler-policy", "pull-staged"];
+    scheduler_with(port, &[], prefix, endpoint, spool, log)
+}
+
+/// [`scheduler`] with more flags.
+fn scheduler_with(
+    port: u16,
+    extra: &[&str],
+    prefix: &str,
+    endpoint: &str,
+    spool: &Path,
+    log: &Path,
+) -> Proc {
+    let mut mode = vec!["--scheduler-policy", "pull-staged"];
+    mode.extend_from_slice(extra);
     on_bucket(port, &mode, prefix, endpoint, spool, log)
 }
 
@@ -308,7 +321,9 @@ async fn wait_listed(server: &Proc, ids: &[&String]) -> Vec<String> {
 
 /// Two clusters record into one prefix; two history-only servers read it.
 /// Every job is in the bucket once, whole, and served from it byte for
-/// byte as the live scheduler serves it; no secret reaches any log.
+/// byte as the live scheduler serves it; no secret reaches any log. The
+/// first cluster is named by `--scheduler-id`, the second keeps the id it
+/// made in its spool; every server tells their jobs apart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[cfg_attr(
     no_moto,
@@ -322,10 +337,10 @@ async fn two_clusters_record_into_one_bucket_and_two_servers_serve_it() {
     let data = write_csv(tmp.path(), "t.csv", 2000);
     let endpoint = moto.url("");
     let mut clusters = Vec::new();
-    for name in ["a", "b"] {
+    for (name, extra) in [("a", &["--scheduler-id", "cluster-a"][..]), ("b", &[])] {
         let spool = tmp.path().join(format!("spool-{name}"));
         let log = tmp.path().join(format!("scheduler-{name}.log"));
-        let mut sched = scheduler(free_port(), "logs", &endpoint, &spool, &log);
+        let mut sched = scheduler_with(free_port(), extra, "logs", &endpoint, &spool, &log);
         sched.wait_healthy().await;
         start_executor(sched.port).await;
         clusters.push((sched, spool, log));
@@ -419,6 +434,13 @@ async fn two_clusters_record_into_one_bucket_and_two_servers_serve_it() {
     }
     let metrics = String::from_utf8(get(&clusters[0].0.url("/api/metrics")).await.2).unwrap();
     assert_eq!(counter(&metrics, "ballista_job_history_uploads_total"), 2);
+    // The second cluster's id is the one it keeps in its spool.
+    let kept = std::fs::read_to_string(tmp.path().join("spool-b/.ballista-scheduler-id")).unwrap();
+    let names = ["cluster-a".to_string(), kept.trim().to_string()];
+    assert_ne!(names[0], names[1]);
+    let live: Vec<&Proc> = clusters.iter().map(|(s, _, _)| s).collect();
+    // The columnar history first: it checks that nothing is published
+    // before the first SQL query.
     columnar_history_is_shared(
         &moto,
         &servers,
@@ -427,6 +449,7 @@ async fn two_clusters_record_into_one_bucket_and_two_servers_serve_it() {
         &tmp.path().join("spool-h3"),
     )
     .await;
+    crate::several::schedulers_are_told_apart(&servers, &live, &jobs, &names).await;
     drop(servers);
     for (mut sched, _, log) in clusters {
         sched.kill();

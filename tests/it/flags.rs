@@ -125,6 +125,42 @@ fn flags_that_would_do_nothing_are_refused_with_the_fix() {
         &["--event-log-dir", dir, "--sql-memory-limit", "lots"],
         &["--sql-memory-limit"],
     );
+    // The scheduler id: recorded by a scheduler, so nothing to a
+    // history-only server or without a directory; one id per scheduler;
+    // only characters a label, a column and a filter take.
+    refused(
+        &["--scheduler-id", "eu-1"],
+        &["--scheduler-id", "--event-log-dir"],
+    );
+    refused(
+        &[
+            "--history-only",
+            "--event-log-dir",
+            dir,
+            "--scheduler-id",
+            "eu-1",
+        ],
+        &["--scheduler-id", "records none"],
+    );
+    refused(
+        &[
+            "--event-log-dir",
+            dir,
+            "--scheduler-id",
+            "eu-1",
+            "--id",
+            "eu-2",
+        ],
+        &["--scheduler-id eu-1", "--id eu-2"],
+    );
+    refused(
+        &["--event-log-dir", dir, "--scheduler-id", "eu 1<script>"],
+        &["--scheduler-id", "letters, digits"],
+    );
+    refused(
+        &["--event-log-dir", dir, "--id", "a/b"],
+        &["--scheduler-id", "not '/'"],
+    );
     // Object-store flags on a local directory.
     refused(
         &["--event-log-dir", dir, "--object-store-timeout", "5s"],

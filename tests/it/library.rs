@@ -68,7 +68,9 @@ async fn an_embedded_scheduler_records_and_drains_on_shutdown() {
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .filter(|name| {
-            name != snapshot && name != ballista_job_history::bench_support::server::COLUMNAR_DIR
+            name != snapshot
+                && name != ballista_job_history::bench_support::server::COLUMNAR_DIR
+                && name != ballista_job_history::scheduler_id::FILE_NAME
         })
         .collect();
     assert_eq!(completed.len(), 1, "{completed:?}");
@@ -76,6 +78,16 @@ async fn an_embedded_scheduler_records_and_drains_on_shutdown() {
     let text = std::fs::read_to_string(logs.join(&completed[0])).unwrap();
     let lines: Vec<String> = text.lines().map(str::to_string).collect();
     assert_whole(&lines);
+    // The scheduler keeps its id beside the logs, and the log names it.
+    let id = std::fs::read_to_string(logs.join(ballista_job_history::scheduler_id::FILE_NAME))
+        .expect("the scheduler id is kept in the directory");
+    let id = id.trim();
+    assert!(
+        ballista_job_history::scheduler_id::invalid(id).is_none(),
+        "{id:?}"
+    );
+    let footer: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    assert_eq!(footer["data"]["scheduler_id"], id, "{footer}");
 }
 
 /// Holds planning of the jobs whose plan mentions a marker until the test

@@ -96,6 +96,25 @@ async fn finished_jobs_stay_visible_after_cleanup_and_restart() {
     assert_eq!(jobs.iter().filter(|j| j.job_id == running).count(), 1);
     assert_eq!(jobs.iter().filter(|j| j.job_id == job_id).count(), 1);
     assert_eq!(jobs[0].job_id, running, "a running job is the newest");
+    // Both starts ran under one id, kept in the directory: the job from
+    // before the restart (read from its log) and the running one (live).
+    let kept = std::fs::read_to_string(logs.join(".ballista-scheduler-id")).unwrap();
+    let entries = get_json(&again.url("/api/jobs")).await;
+    for id in [&running, &job_id] {
+        let entry = entries
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["job_id"] == id.as_str())
+            .unwrap();
+        assert_eq!(entry["scheduler_id"], kept.trim(), "{id}");
+    }
+    let state = get_json(&again.url("/api/state")).await;
+    assert_eq!(
+        state["scheduler_id"],
+        kept.trim(),
+        "the scheduler runs under it"
+    );
     let r = http_client()
         .patch(again.url(&format!("/api/job/{running}")))
         .send()

@@ -16,7 +16,7 @@ const QUERY_ROWS: usize = 200;
 
 /// `GET /ui/queries`.
 pub(crate) async fn queries_page(State(ui): State<Ui>) -> Response {
-    let rows = match recurring_queries(ui.store.as_ref()).await {
+    let rows = match recurring_queries(ui.store.as_ref(), None).await {
         Ok(r) => r,
         Err(e) => return api_error(&ui, e),
     };
@@ -34,7 +34,7 @@ pub(crate) async fn queries_page(State(ui): State<Ui>) -> Response {
                 table {
                     thead { tr {
                         th { "Query hash" } th { "Last name" } th.num { "Runs" } th.num { "Unsuccessful" }
-                        th { "Last run" } th { "Last status" } th.num { "Median" } th.num { "p95" } th { "Trend" } th { "" }
+                        th { "Last run" } th { "Last status" } th.num { "Median" } th.num { "p95" } th { "Trend" } th { "Schedulers" } th { "" }
                     } }
                     tbody {
                         @for q in rows.iter().take(QUERY_ROWS) {
@@ -50,6 +50,16 @@ pub(crate) async fn queries_page(State(ui): State<Ui>) -> Response {
                                 td {
                                     span class={ "trend " (q.trend) } { (q.trend.replace('_', " ")) }
                                     @if let Some(r) = q.trend_ratio { " (" (format!("{r:.2}")) "×)" }
+                                }
+                                td.scheduler {
+                                    @if q.scheduler_ids.is_empty() {
+                                        span.muted title="Logs written before the scheduler id was recorded do not say" { "not recorded" }
+                                    } @else {
+                                        @for (i, id) in q.scheduler_ids.iter().enumerate() {
+                                            @if i > 0 { ", " }
+                                            a href={ "/" (query_string([("scheduler_id", id.as_str())])) } { (id) }
+                                        }
+                                    }
                                 }
                                 td {
                                     @if q.recent.len() >= 2 {

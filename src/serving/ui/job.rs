@@ -652,13 +652,14 @@ pub(crate) async fn page(
         "config" => config(&ui, &job_id, &filter).await,
         _ => diagnosis_tab(&ui, &job_id, loaded.as_ref()).await,
     };
-    let live =
-        ui.live && facts.state.is_unfinished() && facts.state != crate::format::JobState::Abandoned;
+    // A running job's page follows it, on a scheduler or on a history
+    // server over the directory a scheduler records into.
+    let live = facts.state.is_unfinished() && facts.state != crate::format::JobState::Abandoned;
     let body = html! {
         nav.crumbs aria-label="Breadcrumb" { a href="/" { "Jobs" } " › " (job_id) }
         (summary(&job_id, &facts, &view, loaded.as_ref().map(|l| &l.1), dropped))
         (tabs(&job_id, tab, prev.as_deref()))
-        @if live { p.notice.live role="status" { "The job is running: this page refreshes every 5 s." } }
+        @if live { p.notice.live role="status" { "The job is running: this page refreshes as it changes." } }
         (content)
     };
     html_response(

@@ -127,7 +127,7 @@ pub(crate) async fn page(
         .iter()
         .any(|r| r.facts.state().is_unfinished() && r.facts.state() != JobState::Abandoned)
         || counts[JobState::Running.index()] + counts[JobState::Queued.index()] > 0;
-    let refresh = ui.live && running && query.cursor_id().is_none();
+    let refresh = running && query.cursor_id().is_none();
     let body = render(&view, &page, &counts, refresh);
     html_response(
         StatusCode::OK,
@@ -146,7 +146,7 @@ fn render(view: &View, page: &Page, counts: &[usize; 6], refresh: bool) -> Marku
             p.notice { "Ignored unknown parameters: " (query.ignored.join(", ")) }
         }
         @if refresh {
-            p.notice.live role="status" { "Jobs are running: this list refreshes every 5 s." }
+            p.notice.live role="status" { "Jobs are running: this list refreshes as they change." }
         }
         p.summary {
             (exact(page.total)) " job" @if page.total != 1 { "s" } " match"
@@ -221,6 +221,11 @@ fn table(query: &ListQuery, kept: &[(&str, &str)], page: &Page) -> Markup {
     let longest = page.rows.iter().filter_map(|r| r.facts.duration()).max();
     let longest = longest.unwrap_or(0);
     let dropped_any = page.rows.iter().any(|r| r.facts.dropped_records() > 0);
+    // Schedulers are shown once a log on the page names one (a history of
+    // one cluster written before ids were recorded shows no column of
+    // blanks), or when the list is filtered by them.
+    let schedulers =
+        query.scheduler_ids.is_some() || page.rows.iter().any(|r| r.facts.scheduler_id().is_some());
     let head = |key, sort, label| sort_head(query, kept, key, sort, label);
     html! {
         div.table-wrap {
@@ -233,10 +238,11 @@ fn table(query: &ListQuery, kept: &[(&str, &str)], page: &Page) -> Markup {
                     (head("start_time", Sort::StartTime, "Started"))
                     (head("duration", Sort::Duration, "Duration"))
                     th.num { "Stages" }
+                    @if schedulers { th { "Scheduler" } }
                     @if dropped_any { th.num title="Progress records dropped under backpressure" { "Dropped" } }
                 } }
                 tbody {
-                    @for row in &page.rows { (job_row(row, longest, dropped_any)) }
+                    @for row in &page.rows { (job_row(row, longest, schedulers, dropped_any)) }
                 }
             }
         }
@@ -244,7 +250,7 @@ fn table(query: &ListQuery, kept: &[(&str, &str)], page: &Page) -> Markup {
 }
 
 /// One job's row.
-fn job_row(row: &Row, longest: u64, dropped_any: bool) -> Markup {
+fn job_row(row: &Row, longest: u64, schedulers: bool, dropped_any: bool) -> Markup {
     let f = &row.facts;
     let entry: Entry = serde_json::from_slice(&row.entry).unwrap_or_default();
     html! {
@@ -264,6 +270,14 @@ fn job_row(row: &Row, longest: u64, dropped_any: bool) -> Markup {
                 }
             }
             td.num { (entry.completed_stages) " / " (entry.num_stages) }
+            @if schedulers {
+                td.scheduler {
+                    @match f.scheduler_id() {
+                        Some(id) => a href={ "/" (query_string([("scheduler_id", id)])) } { (id) },
+                        None => span.muted title="Its log was written before the scheduler id was recorded" { "not recorded" },
+                    }
+                }
+            }
             @if dropped_any {
                 td.num { @if f.dropped_records() > 0 { span.warn { (count(f.dropped_records())) } } }
             }
@@ -340,6 +354,10 @@ fn filters(pairs: &[(String, String)], query: &ListQuery, range: Option<&str>) -
             }
             label { "Min duration (ms) "
                 input type="number" name="min_duration_ms" min="0" value=(value("min_duration_ms")) size="8";
+            }
+            label { "Scheduler "
+                input type="search" name="scheduler_id" value=(value("scheduler_id")) placeholder="id, id…" size="14"
+                    title="Only jobs these schedulers ran (comma-separated ids)";
             }
             label.check {
                 input type="checkbox" name="include_unfinished" value="true" checked[query.include_unfinished];

@@ -10,12 +10,15 @@
 //!   comparison of two runs ([`insight`]);
 //! - `/ui/sql?q=`: SQL over the history, with the documented questions
 //!   ([`sql`]);
+//! - `/ui/events`: server-sent events telling a live page when what it
+//!   shows changed ([`events`]);
 //! - `/ui/login`: asks for the API token when the server has one;
 //! - `/ui/assets/*`: the one CSS file and the scripts, compiled in.
 //!
 //! Pages are complete without scripts (the timeline aside); the scripts
-//! show times in the viewer's zone, refresh live pages, filter the config
-//! and draw the timeline on a canvas.
+//! show times in the viewer's zone, refresh live pages when their event
+//! stream says they changed (every few seconds without one), filter the
+//! config and draw the timeline on a canvas, growing it as tasks end.
 //!
 //! **Invariants:** every text from a log reaches a page through maud's
 //! escaping splice; pages are served with a content security policy that
@@ -24,6 +27,7 @@
 //! (the token guards both, see `auth`).
 
 pub(crate) mod data;
+pub(crate) mod events;
 pub(crate) mod graph;
 pub(crate) mod insight;
 pub(crate) mod job;
@@ -89,6 +93,7 @@ pub(crate) fn routes(
         .route("/ui/compare", get(insight::compare_page))
         .route("/ui/sql", get(sql::page))
         .route("/ui/sql.csv", get(sql::csv))
+        .route("/ui/events", get(events::events))
         .route("/ui/login", get(login_page).post(login))
         .route("/ui/logout", axum::routing::post(logout))
         .route("/ui/assets/{name}", get(asset))

@@ -2,7 +2,8 @@
 // tasks), a colour per stage with the stages' spans marked above, failed
 // attempts outlined in red, a time axis. Wheel or buttons zoom, drag pans,
 // hover tells a task's facts. Drawn on one canvas, so 50,000 tasks stay
-// smooth.
+// smooth. A running job's timeline grows in place (box.ballistaGrow):
+// the page's refresh keeps the drawn box and asks it for the new data.
 "use strict";
 (function () {
   var PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2",
@@ -60,56 +61,80 @@
     return top;
   };
 
+  // Refetches the box's data and hands it to `then`.
+  function fetchData(box, then) {
+    fetch(box.dataset.src, { credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
+      .then(then)
+      .catch(function () { /* the next change tries again */ });
+  }
+
   function build(box, d) {
     box.textContent = "";
-    var n = d.stage.length;
-    if (n === 0) {
+    if (d.stage.length === 0) {
       box.appendChild(el("p", "muted", "No task attempt is recorded" + (d.complete ? "." : " yet.")));
       box.dataset.drawn = "true";
+      // A running job's first tasks draw the timeline.
+      box.ballistaGrow = function () {
+        fetchData(box, function (d2) { if (d2.stage.length) build(box, d2); });
+      };
       return;
     }
-    // Rows: per executor, greedy by start.
-    var order = new Array(n);
-    for (var i = 0; i < n; i++) order[i] = i;
-    order.sort(function (a, b) { return d.exec[a] - d.exec[b] || d.start[a] - d.start[b]; });
-    var row = new Int32Array(n), lanes = [], rowsOf = [];
-    // Each task takes the first row of its lane free at its start: rows
-    // that are busy wait in a heap by their end, free ones in a heap by
-    // index, so 150,000 overlapping tasks are placed in O(n log n).
-    var cur = -1, rows = 0, base = 0, busy = null, free = null;
-    for (var k = 0; k < n; k++) {
-      var t = order[k];
-      if (d.exec[t] !== cur) {
-        if (cur >= 0) { lanes.push({ exec: cur, first: base, rows: rows }); base += rows; }
-        cur = d.exec[t]; rows = 0; busy = new Heap(); free = new Heap();
+    var n, row, lanes, rowsOf, totalRows, rowH, color, stagesH, height, laneIndexOfRow;
+    // Places every task in a row of its executor's lane (again when the
+    // job's data grows).
+    function layout() {
+      n = d.stage.length;
+      // Rows: per executor, greedy by start.
+      var order = new Array(n);
+      for (var i = 0; i < n; i++) order[i] = i;
+      order.sort(function (a, b) { return d.exec[a] - d.exec[b] || d.start[a] - d.start[b]; });
+      row = new Int32Array(n); lanes = []; rowsOf = [];
+      // Each task takes the first row of its lane free at its start: rows
+      // that are busy wait in a heap by their end, free ones in a heap by
+      // index, so 150,000 overlapping tasks are placed in O(n log n).
+      var cur = -1, rows = 0, base = 0, busy = null, free = null;
+      for (var k = 0; k < n; k++) {
+        var t = order[k];
+        if (d.exec[t] !== cur) {
+          if (cur >= 0) { lanes.push({ exec: cur, first: base, rows: rows }); base += rows; }
+          cur = d.exec[t]; rows = 0; busy = new Heap(); free = new Heap();
+        }
+        while (busy.size() && busy.top()[0] <= d.start[t]) { var done = busy.pop(); free.push(done[1], done[1]); }
+        var r = free.size() ? free.pop()[1] : rows++;
+        busy.push(Math.max(d.finish[t], d.start[t] + 1), r);
+        row[t] = base + r;
+        (rowsOf[base + r] = rowsOf[base + r] || []).push(t);
       }
-      while (busy.size() && busy.top()[0] <= d.start[t]) { var done = busy.pop(); free.push(done[1], done[1]); }
-      var r = free.size() ? free.pop()[1] : rows++;
-      busy.push(Math.max(d.finish[t], d.start[t] + 1), r);
-      row[t] = base + r;
-      (rowsOf[base + r] = rowsOf[base + r] || []).push(t);
+      lanes.push({ exec: cur, first: base, rows: rows });
+      totalRows = base + rows;
+      rowH = totalRows > 300 ? 3 : totalRows > 120 ? 5 : totalRows > 40 ? 8 : 12;
+      color = {};
+      d.stages.forEach(function (s, i) { color[s.id] = i % PALETTE.length; });
+      stagesH = d.stages.length * STAGE_H + 4;
+      height = AXIS_H + stagesH + totalRows * rowH + lanes.length * 3 + 6;
+      laneIndexOfRow = new Int32Array(totalRows);
+      lanes.forEach(function (l, li) { for (var q = 0; q < l.rows; q++) laneIndexOfRow[l.first + q] = li; });
     }
-    lanes.push({ exec: cur, first: base, rows: rows });
-    var totalRows = base + rows;
-    var rowH = totalRows > 300 ? 3 : totalRows > 120 ? 5 : totalRows > 40 ? 8 : 12;
-    var stageIds = d.stages.map(function (s) { return s.id; });
-    var color = {};
-    stageIds.forEach(function (id, i) { color[id] = i % PALETTE.length; });
+    layout();
 
     // Tools, legend, canvas, tooltip.
     var tools = el("div", "tools");
     var zin = el("button", "", "Zoom in"), zout = el("button", "", "Zoom out"), reset = el("button", "", "Reset");
     [zin, zout, reset].forEach(function (b) { b.type = "button"; tools.appendChild(b); });
     var legend = el("div", "legend");
-    d.stages.forEach(function (s) {
-      var item = el("span");
-      var sw = el("span", "swatch sw" + color[s.id]);
-      item.appendChild(sw);
-      item.appendChild(document.createTextNode("Stage " + s.id));
-      legend.appendChild(item);
-    });
-    var failedItem = el("span", "", "failed attempt: red outline");
-    legend.appendChild(failedItem);
+    function fillLegend() {
+      legend.textContent = "";
+      d.stages.forEach(function (s) {
+        var item = el("span");
+        var sw = el("span", "swatch sw" + color[s.id]);
+        item.appendChild(sw);
+        item.appendChild(document.createTextNode("Stage " + s.id));
+        legend.appendChild(item);
+      });
+      legend.appendChild(el("span", "", "failed attempt: red outline"));
+    }
+    fillLegend();
     tools.appendChild(legend);
     var hint = el("span", "muted", "wheel or +/− to zoom, drag or ←/→ to pan");
     tools.appendChild(hint);
@@ -117,14 +142,16 @@
     var canvas = el("canvas");
     canvas.tabIndex = 0;
     canvas.setAttribute("role", "img");
-    canvas.setAttribute("aria-label", "Task timeline: " + n + " task attempts on " + d.executors.length +
-      " executors over " + fmtMs(d.end) + ". The stage table above has the same numbers.");
+    function label() {
+      canvas.setAttribute("aria-label", "Task timeline: " + n + " task attempts on " + d.executors.length +
+        " executors over " + fmtMs(d.end) + ". The stage table above has the same numbers.");
+      box.dataset.tasks = String(n);
+    }
+    label();
     box.appendChild(canvas);
     var tip = el("div", "tip");
     box.appendChild(tip);
 
-    var stagesH = d.stages.length * STAGE_H + 4;
-    var height = AXIS_H + stagesH + totalRows * rowH + lanes.length * 3 + 6;
     var view = { from: 0, to: Math.max(1, d.end) };
     var css = getComputedStyle(document.documentElement);
     var fg = css.getPropertyValue("--fg").trim() || "#000";
@@ -134,8 +161,6 @@
     var laneTop = function (lane) {
       return AXIS_H + stagesH + lane.first * rowH + lanes.indexOf(lane) * 3;
     };
-    var laneIndexOfRow = new Int32Array(totalRows);
-    lanes.forEach(function (l, li) { for (var r = 0; r < l.rows; r++) laneIndexOfRow[l.first + r] = li; });
     var rowY = function (r) { return AXIS_H + stagesH + r * rowH + laneIndexOfRow[r] * 3; };
     var width = 0, plotW = 0, scheduled = false;
 
@@ -278,6 +303,21 @@
     zout.addEventListener("click", function () { zoom(1.25); });
     reset.addEventListener("click", function () { view.from = 0; view.to = Math.max(1, d.end); later(); });
     window.addEventListener("resize", later);
+    // More tasks of a running job: the same canvas, laid out again and
+    // redrawn in place (never emptied), keeping the zoom unless it showed
+    // the whole job, which it then still does.
+    box.ballistaGrow = function () {
+      fetchData(box, function (d2) {
+        var whole = view.from <= 0 && view.to >= d.end;
+        d = d2;
+        layout();
+        fillLegend();
+        label();
+        if (whole) { view.from = 0; view.to = Math.max(1, d.end); }
+        box.dataset.grown = String(Number(box.dataset.grown || 0) + 1);
+        later();
+      });
+    };
     draw();
   }
 

@@ -1,0 +1,185 @@
+//! The scheduler id every log records, so that one history of several
+//! clusters tells their jobs apart.
+//!
+//! It is `--scheduler-id` when given (or upstream's `--id`); otherwise it
+//! is kept in [`FILE_NAME`] in the event-log directory (the spool, for an
+//! object store), made once as this machine's name and a random tag, so a
+//! scheduler keeps its id across restarts rather than taking upstream's
+//! fresh UUID each start. Two schedulers that share one local directory
+//! share that file too: give each its own `--scheduler-id`.
+//!
+//! The file is made the way `crate::files` makes files (an exclusive
+//! temporary, fsync, then a rename that never replaces), so two schedulers
+//! starting at once agree on one id. A file that cannot be read, or holds
+//! no valid id (a swapped or damaged file), is left alone: the scheduler
+//! runs under a fresh id for this start and says so. Nothing here can stop
+//! it from starting.
+
+use std::io::Read;
+use std::path::Path;
+
+/// The file that keeps the id, in the event-log directory or spool.
+pub const FILE_NAME: &str = ".ballista-scheduler-id";
+
+/// The longest id taken.
+pub const MAX_LEN: usize = 128;
+
+/// Why `id` is not a scheduler id, if it is not: 1 to [`MAX_LEN`]
+/// letters, digits and `. _ - : @` (an id is a label of metrics, a
+/// column of tables and a filter of the list).
+pub fn invalid(id: &str) -> Option<String> {
+    if id.is_empty() || id.len() > MAX_LEN {
+        return Some(format!(
+            "a scheduler id has 1 to {MAX_LEN} characters, not {}",
+            id.len()
+        ));
+    }
+    id.chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "._-:@".contains(*c)))
+        .map(|c| {
+            format!("a scheduler id has letters, digits and . _ - : @ only, not {c:?} (in {id:?})")
+        })
+}
+
+/// A new id: this machine's name (its letters, digits, `-` and `.`) and
+/// a random tag.
+pub fn fresh() -> String {
+    let name = rustix::system::uname();
+    let host: String = name
+        .nodename()
+        .to_string_lossy()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.')
+        .take(64)
+        .collect();
+    let tag = crate::files::random_tag();
+    if host.is_empty() {
+        format!("scheduler-{tag}")
+    } else {
+        format!("{host}-{tag}")
+    }
+}
+
+/// The id a recording scheduler runs under: `given` when valid (an
+/// invalid one is an error naming why), else the one kept in `dir`.
+pub fn resolve(given: Option<&str>, dir: &Path) -> Result<String, String> {
+    match given {
+        Some(id) => match invalid(id) {
+            Some(why) => Err(format!("--scheduler-id: {why}")),
+            None => Ok(id.to_string()),
+        },
+        None => Ok(stable(dir)),
+    }
+}
+
+/// The id kept in `dir` (made there when there is none).
+pub fn stable(dir: &Path) -> String {
+    let path = dir.join(FILE_NAME);
+    match read(&path) {
+        Ok(Some(id)) => return id,
+        Ok(None) => {}
+        Err(why) => {
+            let id = fresh();
+            log::warn!(
+                "scheduler id: {} {why}; this start runs as {id} (give --scheduler-id to keep one)",
+                path.display()
+            );
+            return id;
+        }
+    }
+    let id = fresh();
+    match keep(dir, &path, &id) {
+        Ok(()) => id,
+        // Another scheduler made it first: its id is the directory's.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match read(&path) {
+            Ok(Some(theirs)) => theirs,
+            _ => id,
+        },
+        Err(e) => {
+            log::warn!(
+                "scheduler id: cannot keep it in {}: {e}; this start runs as {id} \
+                 (give --scheduler-id to keep one)",
+                path.display()
+            );
+            id
+        }
+    }
+}
+
+/// The id in `path`; `Ok(None)` when there is no file.
+fn read(path: &Path) -> Result<Option<String>, String> {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot be read ({e})")),
+    };
+    let mut text = String::new();
+    file.take(MAX_LEN as u64 + 2)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot be read ({e})"))?;
+    let id = text.trim();
+    match invalid(id) {
+        None => Ok(Some(id.to_string())),
+        Some(why) => Err(format!("holds no scheduler id: {why}")),
+    }
+}
+
+/// Writes `id` to `path` unless a file is there.
+fn keep(dir: &Path, path: &Path, id: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
+    writeln!(tmp, "{id}")?;
+    tmp.as_file().sync_all()?;
+    crate::files::rename_new(tmp.path(), path)?;
+    // The temporary's name is gone; nothing is left to delete.
+    let _ = tmp.into_temp_path().keep();
+    std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_is_kept_across_starts_and_shared_by_racers() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = stable(dir.path());
+        assert!(invalid(&first).is_none(), "{first}");
+        assert_eq!(stable(dir.path()), first);
+        let on_disk = std::fs::read_to_string(dir.path().join(FILE_NAME)).unwrap();
+        assert_eq!(on_disk.trim(), first);
+        // Only the id file is left: no temporary.
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [FILE_NAME]);
+    }
+
+    #[test]
+    fn a_damaged_file_is_left_alone_and_a_fresh_id_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        std::fs::write(&path, "<script>alert(1)</script>\n").unwrap();
+        let id = stable(dir.path());
+        assert!(invalid(&id).is_none(), "{id}");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "<script>alert(1)</script>\n"
+        );
+        std::fs::write(&path, "x".repeat(10_000)).unwrap();
+        assert!(invalid(&stable(dir.path())).is_none());
+    }
+
+    #[test]
+    fn ids_are_refused_by_length_and_characters() {
+        assert!(invalid("sched-eu-1").is_none());
+        assert!(invalid("3f1c0e8a-7a9d-4b8e-9d2b-1a2b3c4d5e6f").is_none());
+        assert!(invalid("").is_some());
+        assert!(invalid(&"a".repeat(MAX_LEN + 1)).is_some());
+        for bad in ["a b", "a\"b", "a<b", "a\nb", "a/b", "é"] {
+            assert!(invalid(bad).is_some(), "{bad:?}");
+        }
+    }
+}
