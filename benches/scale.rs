@@ -138,7 +138,9 @@ fn metrics_scrape(store: Arc<LogStore>, n: usize) {
         .map(|_| {
             let started = Instant::now();
             let text = scrape();
-            assert!(text.contains("ballista_job_history_jobs{status=\"completed\"}"));
+            assert!(text.contains(
+                "ballista_job_history_jobs{scheduler_id=\"scheduler-a\",status=\"completed\"}"
+            ));
             started.elapsed()
         })
         .collect();

@@ -7,9 +7,13 @@
 //! `try_send`: when [`MAX_QUEUED_JOBS`] jobs or [`MAX_QUEUED_TASKS`] task
 //! records wait, the job is dropped and counted
 //! (`ballista_job_history_otlp_jobs_dropped_total`), as the writer drops
-//! progress records rather than wait. One task builds the spans and sends
-//! them, [`CHUNK`] spans per request, each request bounded by
-//! [`TIMEOUT`]; a failed request is counted
+//! progress records rather than wait. A thread of its own builds the spans
+//! and sends them, [`CHUNK`] spans per request, each request bounded by
+//! [`TIMEOUT`], on a single-threaded runtime of its own at a lower CPU
+//! priority ([`NICE`]): building and encoding a large job's spans (50,000
+//! tasks take about 40 ms of a core) never takes a core from the
+//! scheduler's runtime or the writer, which run at the process's priority.
+//! A failed request is counted
 //! (`ballista_job_history_otlp_export_errors_total`) and logged, and its
 //! job's spans are let go (a receiver that is down does not grow memory).
 
@@ -34,6 +38,9 @@ pub const MAX_QUEUED_TASKS: usize = 1_000_000;
 pub const CHUNK: usize = 2_048;
 /// The longest a request may take.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
+/// How much lower the sending thread's CPU priority is than the process's
+/// (a nice value added to it; Linux sets it per thread).
+pub const NICE: i32 = 10;
 
 /// The exporter for `endpoint` (OTLP over gRPC, e.g.
 /// `http://collector:4317`), its resource naming the service.
@@ -75,36 +82,79 @@ pub struct TraceQueue {
     metrics: Arc<HistoryMetrics>,
 }
 
-/// The sending side of a [`TraceQueue`].
+/// The sending side of a [`TraceQueue`]: its thread, told to stop when
+/// [`TraceSender::run`]'s future resolves or the sender is dropped.
 pub struct TraceSender {
-    rx: tokio::sync::mpsc::Receiver<Arc<WrittenJob>>,
-    tasks: Arc<AtomicUsize>,
-    metrics: Arc<HistoryMetrics>,
-    exporter: opentelemetry_otlp::SpanExporter,
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 /// A queue and its sender to `endpoint` (each job's span names the
-/// scheduler that ran it, from its log).
+/// scheduler that ran it, from its log). The sending thread starts now; an
+/// endpoint the exporter refuses is an error here.
 pub fn queue(
     endpoint: &str,
     metrics: Arc<HistoryMetrics>,
 ) -> Result<(Arc<TraceQueue>, TraceSender), String> {
     let (tx, rx) = tokio::sync::mpsc::channel(MAX_QUEUED_JOBS);
     let tasks = Arc::new(AtomicUsize::new(0));
-    let exporter = exporter(endpoint)?;
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let (ready, built) = std::sync::mpsc::channel();
+    let sending = Sending {
+        rx,
+        tasks: tasks.clone(),
+        metrics: metrics.clone(),
+    };
+    let endpoint = endpoint.to_string();
+    let thread = std::thread::Builder::new()
+        .name("otlp-traces".into())
+        .spawn(move || {
+            if let Err(e) = rustix::process::setpriority_process(
+                Some(rustix::thread::gettid()),
+                rustix::process::getpriority_process(None).unwrap_or(0) + NICE,
+            ) {
+                log::debug!("traces: the sending thread keeps the process's priority: {e}");
+            }
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    let _ = ready.send(Err(format!("traces: no runtime: {e}")));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                // Built here: its connection's tasks run on this runtime.
+                let exporter = match exporter(&endpoint) {
+                    Ok(exporter) => exporter,
+                    Err(e) => {
+                        let _ = ready.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = ready.send(Ok(()));
+                sending.run(exporter, stopped).await;
+            });
+        })
+        .map_err(|e| format!("traces: no thread: {e}"))?;
+    match built.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return Err("traces: the sending thread ended at once".to_string()),
+    }
     Ok((
-        Arc::new(TraceQueue {
-            tx,
-            tasks: tasks.clone(),
-            metrics: metrics.clone(),
-        }),
-        TraceSender {
-            rx,
-            tasks,
-            metrics,
-            exporter,
-        },
+        Arc::new(TraceQueue { tx, tasks, metrics }),
+        TraceSender { stop, thread },
     ))
+}
+
+/// What the sending thread holds.
+struct Sending {
+    rx: tokio::sync::mpsc::Receiver<Arc<WrittenJob>>,
+    tasks: Arc<AtomicUsize>,
+    metrics: Arc<HistoryMetrics>,
 }
 
 fn tasks_of(job: &WrittenJob) -> usize {
@@ -133,13 +183,32 @@ impl WrittenJobs for TraceQueue {
 }
 
 impl TraceSender {
-    /// Sends each job handed over until `stop` resolves (or the writer
-    /// is gone).
-    pub async fn run(mut self, stop: impl std::future::Future<Output = ()>) {
-        tokio::pin!(stop);
+    /// Waits until `stop` resolves (then tells the thread to stop after the
+    /// job it is sending) or the writer is gone and every job is sent.
+    pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
+        let TraceSender { stop: tell, thread } = self;
+        let mut joined = tokio::task::spawn_blocking(move || thread.join());
+        tokio::select! {
+            _ = stop => {
+                let _ = tell.send(());
+                let _ = joined.await;
+            }
+            _ = &mut joined => {}
+        }
+    }
+}
+
+impl Sending {
+    /// Sends each job handed over until `stopped` resolves (or its sender
+    /// is dropped) or the writer is gone.
+    async fn run(
+        mut self,
+        exporter: opentelemetry_otlp::SpanExporter,
+        mut stopped: tokio::sync::oneshot::Receiver<()>,
+    ) {
         loop {
             let job = tokio::select! {
-                _ = &mut stop => break,
+                _ = &mut stopped => break,
                 job = self.rx.recv() => match job {
                     Some(job) => job,
                     None => break,
@@ -149,7 +218,7 @@ impl TraceSender {
             // The one copy, unless the SQL tables' taker still holds it.
             let spans = spans_of_written(Arc::unwrap_or_clone(job));
             self.tasks.fetch_sub(n, Ordering::Relaxed);
-            match send(&self.exporter, spans).await {
+            match send(&exporter, spans).await {
                 Ok(_) => self.metrics.otlp_jobs_exported.inc(),
                 Err(e) => {
                     self.metrics.otlp_export_errors.inc();
@@ -157,7 +226,7 @@ impl TraceSender {
                 }
             }
         }
-        let _ = self.exporter.shutdown();
+        let _ = exporter.shutdown();
     }
 }
 

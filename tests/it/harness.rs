@@ -265,6 +265,30 @@ pub fn counter(metrics: &str, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Runs the Python script `tests/it/<script>` with `job` as JSON on its
+/// standard input and returns the JSON it prints; the script failing
+/// fails the test with its standard error.
+pub fn python_json(script: &str, job: &serde_json::Value) -> serde_json::Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/it")
+        .join(script);
+    let mut child = Command::new("python3")
+        .arg(path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    serde_json::to_writer(child.stdin.take().unwrap(), job).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{script} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// A plain HTTP client.
 pub fn http_client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()

@@ -6,30 +6,15 @@
 //! the attacks: no token, a web page's origin, a huge body, a hostile job
 //! id and hostile SQL.
 
-use crate::harness::{Cluster, Proc, completed_log, http_client};
+use crate::harness::{Cluster, Proc, completed_log, http_client, python_json};
 use serde_json::{Value, json};
-use std::path::Path;
-use std::process::{Command, Stdio};
 
 /// Runs the Python client over `calls` against `base`.
 fn client(base: &str, token: &str, calls: &[Value]) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/mcp_check.py");
-    let mut child = Command::new("python3")
-        .arg(script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let job = json!({"base": base, "token": token, "calls": calls});
-    serde_json::to_writer(child.stdin.take().unwrap(), &job).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "the MCP client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    python_json(
+        "mcp_check.py",
+        &json!({"base": base, "token": token, "calls": calls}),
+    )
 }
 
 fn call(tool: &str, args: Value, method: &str, path: &str, body: Option<Value>) -> Value {

@@ -7,7 +7,7 @@
 //! breaks the description must fail it, so a validator that accepts
 //! anything fails this test.
 
-use crate::harness::{Cluster, Proc, completed_log, get_json, run_job, skip};
+use crate::harness::{Cluster, Proc, completed_log, get_json, python_json, run_job, skip};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -111,23 +111,11 @@ struct Ids {
 
 /// Runs the checker over `calls` on the server at `base`.
 fn check(base: &str, calls: &[Value]) -> Vec<Value> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/openapi_check.py");
-    let mut child = Command::new("python3")
-        .arg(script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let job = json!({"base": base, "calls": calls});
-    serde_json::to_writer(child.stdin.take().unwrap(), &job).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "the checker failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    serde_json::from_value(python_json(
+        "openapi_check.py",
+        &json!({"base": base, "calls": calls}),
+    ))
+    .unwrap()
 }
 
 /// Every described operation of `server` answers as described; the
