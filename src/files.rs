@@ -14,6 +14,10 @@
 //! directory (the system's temporary one): every level it creates is
 //! `0700`, and every level below the shared one must be this user's, a
 //! directory (not a link) and closed to others, or it is refused.
+//!
+//! [`open_regular`] is the one way a file a neighbour could have planted
+//! is opened for reading: without following a link or blocking on a FIFO,
+//! and only if it is a regular file.
 
 use std::fs::File;
 use std::io;
@@ -120,6 +124,24 @@ pub(crate) fn random_tag() -> String {
         .iter()
         .map(|b| DIGITS[usize::from(*b) % DIGITS.len()] as char)
         .collect()
+}
+
+/// Opens `path` for reading without following a link or blocking, and
+/// only if what it names is a regular file.
+pub(crate) fn open_regular(path: &Path) -> io::Result<(File, std::fs::Metadata)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    Ok((file, meta))
 }
 
 #[cfg(test)]

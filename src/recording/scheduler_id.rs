@@ -10,8 +10,10 @@
 //!
 //! The file is made the way `crate::files` makes files (an exclusive
 //! temporary, fsync, then a rename that never replaces), so two schedulers
-//! starting at once agree on one id. A file that cannot be read, or holds
-//! no valid id (a swapped or damaged file), is left alone: the scheduler
+//! starting at once agree on one id, and read the way planted files are
+//! (`crate::files::open_regular`: a link is not followed, a FIFO does not
+//! block). A file that cannot be read, is not a regular file, or holds no
+//! valid id (a swapped or damaged file), is left alone: the scheduler
 //! runs under a fresh id for this start and says so. Nothing here can stop
 //! it from starting.
 
@@ -108,8 +110,8 @@ pub fn stable(dir: &Path) -> String {
 
 /// The id in `path`; `Ok(None)` when there is no file.
 fn read(path: &Path) -> Result<Option<String>, String> {
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
+    let file = match crate::files::open_regular(path) {
+        Ok((f, _)) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("cannot be read ({e})")),
     };
@@ -140,6 +142,7 @@ fn keep(dir: &Path, path: &Path, id: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::FileTypeExt as _;
 
     #[test]
     fn an_id_is_kept_across_starts_and_shared_by_racers() {
@@ -170,6 +173,51 @@ mod tests {
         );
         std::fs::write(&path, "x".repeat(10_000)).unwrap();
         assert!(invalid(&stable(dir.path())).is_none());
+    }
+
+    /// `stable(dir)` on another thread, given up after a minute (a start
+    /// that hangs on a planted file fails the test instead of hanging it).
+    fn stable_within_a_minute(dir: &Path) -> String {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let dir = dir.to_path_buf();
+        std::thread::spawn(move || tx.send(stable(&dir)));
+        rx.recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the scheduler id was not settled: the start would hang")
+    }
+
+    #[test]
+    fn a_planted_fifo_does_not_hold_up_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        rustix::fs::mkfifoat(rustix::fs::CWD, &path, rustix::fs::Mode::from(0o600)).unwrap();
+        let id = stable_within_a_minute(dir.path());
+        assert!(invalid(&id).is_none(), "{id}");
+        // Left alone: still the FIFO.
+        assert!(
+            std::fs::symlink_metadata(&path)
+                .unwrap()
+                .file_type()
+                .is_fifo()
+        );
+    }
+
+    #[test]
+    fn a_planted_link_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        // A file elsewhere whose text would pass as an id (a token, say).
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "s3cr3t-t0ken\n").unwrap();
+        let logs = dir.path().join("logs");
+        std::fs::create_dir(&logs).unwrap();
+        std::os::unix::fs::symlink(&secret, logs.join(FILE_NAME)).unwrap();
+        let id = stable_within_a_minute(&logs);
+        assert!(invalid(&id).is_none(), "{id}");
+        assert_ne!(id, "s3cr3t-t0ken", "the link was followed");
+        assert!(
+            std::fs::symlink_metadata(logs.join(FILE_NAME))
+                .unwrap()
+                .is_symlink()
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! the request fails and the next rescan indexes what is there now.
 
 use super::*;
+use crate::files::open_regular;
 
 /// A file's size and modification time, to tell whether it changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -112,24 +113,6 @@ impl LogRef {
             Self::Object { dir, name, .. } => format!("{}/{name}", dir.url().trim_end_matches('/')),
         }
     }
-}
-
-/// Opens `path` for reading without following a link or blocking, and
-/// only if what it names is a regular file.
-pub(crate) fn open_regular(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)?;
-    let meta = file.metadata()?;
-    if !meta.file_type().is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "not a regular file",
-        ));
-    }
-    Ok((file, meta))
 }
 
 impl From<&Path> for LogRef {

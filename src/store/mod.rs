@@ -54,7 +54,6 @@ use bytes::Bytes;
 use parking_lot::RwLock;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
