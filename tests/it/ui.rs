@@ -355,6 +355,16 @@ async fn the_pages_show_real_jobs_in_a_browser() {
     let api = get_json(&sched.url("/api/queries")).await;
     let rows = b.texts("main table tbody tr").await;
     assert_eq!(rows.len(), api["queries"].as_array().unwrap().len());
+    // One scheduler ran them all (the API says so): no column for it.
+    let ids: std::collections::BTreeSet<&str> = api["queries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|q| q["scheduler_ids"].as_array().unwrap())
+        .map(|id| id.as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 1, "{api}");
+    assert!(b.texts("td.scheduler").await.is_empty());
     let hash = api["queries"]
         .as_array()
         .unwrap()

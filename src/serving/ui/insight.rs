@@ -20,6 +20,16 @@ pub(crate) async fn queries_page(State(ui): State<Ui>) -> Response {
         Ok(r) => r,
         Err(e) => return api_error(&ui, e),
     };
+    // The schedulers that ran the queries, as a column only when it tells
+    // rows apart: more than one id, or ids beside logs that do not say.
+    // One cluster's history keeps the page narrow (the header names it).
+    let shown = &rows[..rows.len().min(QUERY_ROWS)];
+    let ids: std::collections::BTreeSet<&str> = shown
+        .iter()
+        .flat_map(|q| q.scheduler_ids.iter().map(String::as_str))
+        .collect();
+    let schedulers =
+        ids.len() > 1 || (!ids.is_empty() && shown.iter().any(|q| q.scheduler_ids.is_empty()));
     let body = html! {
         h1 { "Recurring queries" }
         p.summary {
@@ -34,10 +44,10 @@ pub(crate) async fn queries_page(State(ui): State<Ui>) -> Response {
                 table {
                     thead { tr {
                         th { "Query hash" } th { "Last name" } th.num { "Runs" } th.num { "Unsuccessful" }
-                        th { "Last run" } th { "Last status" } th.num { "Median" } th.num { "p95" } th { "Trend" } th { "Schedulers" } th { "" }
+                        th { "Last run" } th { "Last status" } th.num { "Median" } th.num { "p95" } th { "Trend" } @if schedulers { th { "Schedulers" } } th { "" }
                     } }
                     tbody {
-                        @for q in rows.iter().take(QUERY_ROWS) {
+                        @for q in shown {
                             tr {
                                 td { a href={ "/" (query_string([("query_hash", q.query_hash.as_str())])) } { code { (q.query_hash) } } }
                                 td.name { (q.job_name) }
@@ -51,7 +61,7 @@ pub(crate) async fn queries_page(State(ui): State<Ui>) -> Response {
                                     span class={ "trend " (q.trend) } { (q.trend.replace('_', " ")) }
                                     @if let Some(r) = q.trend_ratio { " (" (format!("{r:.2}")) "×)" }
                                 }
-                                td.scheduler {
+                                @if schedulers { td.scheduler {
                                     @if q.scheduler_ids.is_empty() {
                                         span.muted title="Logs written before the scheduler id was recorded do not say" { "not recorded" }
                                     } @else {
@@ -60,7 +70,7 @@ pub(crate) async fn queries_page(State(ui): State<Ui>) -> Response {
                                             a href={ "/" (query_string([("scheduler_id", id.as_str())])) } { (id) }
                                         }
                                     }
-                                }
+                                } }
                                 td {
                                     @if q.recent.len() >= 2 {
                                         @let a = &q.recent[q.recent.len() - 2].job_id;
