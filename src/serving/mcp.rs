@@ -24,6 +24,7 @@
 //! stateless (no session per client), so a client cannot make it hold
 //! anything between requests.
 
+use crate::recording::live::job_path;
 use crate::store::query::LIST_PARAMS;
 use axum::Router;
 use axum::body::Body;
@@ -269,13 +270,6 @@ impl History {
 }
 
 type Answer = Result<CallToolResult, ErrorData>;
-
-/// `/api/job/{id}{rest}`, the id percent-encoded as one path segment.
-fn job_path(job_id: &str, rest: &str) -> String {
-    let id: String = url::form_urlencoded::byte_serialize(job_id.as_bytes()).collect();
-    // form encoding writes a space as `+`, which a path would keep as `+`.
-    format!("/api/job/{}{rest}", id.replace('+', "%20"))
-}
 
 impl History {
     /// The route's answer to `method path` (with a JSON `body`): its body as

@@ -59,11 +59,15 @@ pub(crate) async fn events(State(ui): State<Ui>, Query(watch): Query<Watch>) -> 
         )
             .into_response();
     };
+    let mut ticks = tokio::time::interval(LOOK_EVERY);
+    // A client slow to read gets the next look a second later, not a burst.
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let looking = Looking {
         source: ui.source.clone(),
         job_id: watch.job_id,
         last: None,
         done: false,
+        ticks,
         _permit: permit,
     };
     let stream = futures::stream::unfold(looking, |mut l| async move {
@@ -91,15 +95,16 @@ struct Looking {
     last: Option<u64>,
     /// `done` was sent: the stream ends.
     done: bool,
+    /// When to look (the first tick at once, then every [`LOOK_EVERY`]).
+    ticks: tokio::time::Interval,
     _permit: OwnedSemaphorePermit,
 }
 
 impl Looking {
     /// Waits for the next event: a change, or the end of the watched job.
     async fn next(&mut self) -> Event {
-        let mut ticks = tokio::time::interval(LOOK_EVERY);
         loop {
-            ticks.tick().await;
+            self.ticks.tick().await;
             let (signature, ended) = match &self.job_id {
                 Some(id) => job_signature(&*self.source, id).await,
                 None => (list_signature(&*self.source).await, false),
