@@ -8,6 +8,8 @@
 //! measurements are the figures that carry over, and the times are for
 //! comparing within one run.
 
+#![allow(clippy::disallowed_methods)] // scratch files and test channels
+
 mod corpus;
 #[path = "../tests/it/moto.rs"]
 #[allow(

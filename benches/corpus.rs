@@ -164,6 +164,7 @@ pub fn job_messages(id: &str, tasks: usize, start: u64) -> Vec<WriterMsg> {
             dropped_records: 0,
             responses: Default::default(),
         }),
+        secrets: Vec::new(),
     });
     out
 }

@@ -5,6 +5,8 @@
 //!
 //! `cargo bench --bench diagnosis`
 
+#![allow(clippy::disallowed_methods)] // scratch files and test channels
+
 mod corpus;
 
 use ballista_job_history::bench_support::analysis::diagnosis::{Thresholds, diagnose};

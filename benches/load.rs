@@ -12,6 +12,8 @@
 //!
 //! `cargo bench --bench load`. Client and server share the machine.
 
+#![allow(clippy::disallowed_methods)] // scratch files and test channels
+
 mod corpus;
 
 use std::path::Path;

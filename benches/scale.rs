@@ -7,6 +7,8 @@
 //! `cargo bench --bench scale` runs everything; `SCALE_JOBS` changes the
 //! 1,000,000; `SCALE_RSS_JOBS` the 100,000 of the memory cases.
 
+#![allow(clippy::disallowed_methods)] // scratch files and test channels
+
 mod corpus;
 
 use ballista_job_history::bench_support::metrics::HistoryMetrics;
@@ -116,11 +118,14 @@ fn process_restart(n: usize) {
 fn metrics_scrape(store: Arc<LogStore>, n: usize) {
     use ballista_job_history::bench_support::analysis::queries::recurring;
     use prometheus::Encoder as _;
-    ballista_job_history::bench_support::serving::job_metrics::attach(store.clone(), 20);
+    let gauges =
+        ballista_job_history::bench_support::serving::job_metrics::gauges(store.clone(), 20);
     let scrape = || {
+        let mut families = prometheus::gather();
+        families.extend(gauges.families());
         let mut text = Vec::new();
         prometheus::TextEncoder::new()
-            .encode(&prometheus::gather(), &mut text)
+            .encode(&families, &mut text)
             .unwrap();
         String::from_utf8(text).unwrap()
     };

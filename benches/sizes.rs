@@ -2,6 +2,8 @@
 //! mixed directory (most jobs 8-64 tasks) and one 50,000-task job. Prints
 //! a table; nothing is timed.
 
+#![allow(clippy::disallowed_methods)] // scratch files and test channels
+
 mod corpus;
 
 use ballista_job_history::bench_support::recording::writer::{Compression, DEFAULT_ZSTD_LEVEL};

@@ -16,6 +16,8 @@
 //! the 15 rounds. The Python engines are run by `python3` (`pip install
 //! duckdb datafusion`); without one its columns say so.
 
+#![allow(clippy::disallowed_methods)] // scratch files and test channels
+
 mod corpus;
 
 use ballista_job_history::bench_support::columnar::tables::{TASKS, job_rows};

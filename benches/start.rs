@@ -15,6 +15,8 @@
 //! (default 15), the two sides taking turns. `START_DIR` keeps the corpus
 //! in a directory of that name (made there on the first run) for a profiler.
 
+#![allow(clippy::disallowed_methods)] // scratch files and test channels
+
 mod corpus;
 
 use std::path::{Path, PathBuf};

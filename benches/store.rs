@@ -4,6 +4,8 @@
 //! thousands), ten jobs of 50,000 tasks, and one job of 50,000 tasks read
 //! route by route.
 
+#![allow(clippy::disallowed_methods)] // scratch files and test channels
+
 mod corpus;
 
 use ballista_api_types::dto::PlanFormat;

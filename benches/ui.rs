@@ -8,6 +8,8 @@
 //! `cargo bench --bench ui`; `SCALE_JOBS` changes the 1,000,000. The
 //! browser part needs Debian's `chromium` and `chromium-driver`.
 
+#![allow(clippy::disallowed_methods)] // scratch files and test channels
+
 #[path = "../tests/it/browser.rs"]
 #[allow(dead_code)]
 mod browser;

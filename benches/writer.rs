@@ -15,6 +15,8 @@
 //! Between jobs, untimed, the previous trace is sent and the disk synced,
 //! in every variant.
 
+#![allow(clippy::disallowed_methods)] // scratch files and test channels
+
 mod corpus;
 
 use ballista_core::serde::protobuf::{self as pb, SuccessfulTask, task_status};

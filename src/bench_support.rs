@@ -86,7 +86,7 @@ pub mod serving {
     }
     /// The job-level series of `/api/metrics`.
     pub mod job_metrics {
-        pub use crate::serving::job_metrics::attach;
+        pub use crate::serving::job_metrics::{JobGauges, gauges};
     }
     /// The job routes.
     pub mod router {

@@ -17,10 +17,21 @@
 //!
 //! [`open_regular`] is the one way a file a neighbour could have planted
 //! is opened for reading: without following a link or blocking on a FIFO,
-//! and only if it is a regular file.
+//! and only if it is a regular file; [`read_capped`] reads one whole,
+//! refusing one larger than its kind may be (a planted 2 GiB "index" is
+//! refused by its size, never read into memory). [`create_new`] and
+//! [`open_append`] are the writer's two opens of a log (exclusive, never
+//! through a link), and [`sync_dir`] makes a rename durable.
+//!
+//! **Invariant:** nothing else in the crate opens a file: clippy's
+//! `disallowed-methods` (`clippy.toml`) refuses the std and Tokio opens
+//! and whole-file reads and writes everywhere but here.
+
+#![allow(clippy::disallowed_methods)]
 
 use std::fs::File;
-use std::io;
+use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// Replaces `path` with what `write` writes, as the module says; the file
@@ -42,7 +53,7 @@ pub(crate) fn replace<E: From<io::Error>>(
     write(tmp.as_file_mut())?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
-    File::open(dir)?.sync_all()?;
+    sync_dir(dir)?;
     Ok(())
 }
 
@@ -129,7 +140,6 @@ pub(crate) fn random_tag() -> String {
 /// Opens `path` for reading without following a link or blocking, and
 /// only if what it names is a regular file.
 pub(crate) fn open_regular(path: &Path) -> io::Result<(File, std::fs::Metadata)> {
-    use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
@@ -142,6 +152,135 @@ pub(crate) fn open_regular(path: &Path) -> io::Result<(File, std::fs::Metadata)>
         ));
     }
     Ok((file, meta))
+}
+
+/// [`open_regular`], refused (`InvalidData`) when the file is larger than
+/// `cap` bytes.
+pub(crate) fn open_capped(path: &Path, cap: u64) -> io::Result<(File, std::fs::Metadata)> {
+    let (file, meta) = open_regular(path)?;
+    if meta.len() > cap {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} bytes, more than the {cap} a file of its kind may have",
+                meta.len()
+            ),
+        ));
+    }
+    Ok((file, meta))
+}
+
+/// The whole of `path`, opened as [`open_regular`] does and refused when
+/// it is larger than `cap` bytes (also when it grows past `cap` while
+/// being read).
+pub(crate) fn read_capped(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
+    let (file, meta) = open_capped(path, cap)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(cap.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > cap {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("grew past the {cap} bytes a file of its kind may have"),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// A file the operator named (a token file): a link is followed (a
+/// Kubernetes secret is mounted as one), but a FIFO is not waited on and
+/// the size is capped, as for [`read_capped`].
+pub(crate) fn read_named(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    if meta.len() > cap {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} bytes, more than the {cap} it may have", meta.len()),
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(cap).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// [`read_capped`] on the blocking pool, for async code.
+pub(crate) async fn read_capped_async(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || read_capped(&path, cap))
+        .await
+        .map_err(io::Error::other)?
+}
+
+/// [`open_regular`] on the blocking pool, as a Tokio file.
+pub(crate) async fn open_regular_async(
+    path: &Path,
+) -> io::Result<(tokio::fs::File, std::fs::Metadata)> {
+    let path = path.to_path_buf();
+    let (file, meta) = tokio::task::spawn_blocking(move || open_regular(&path))
+        .await
+        .map_err(io::Error::other)??;
+    Ok((tokio::fs::File::from_std(file), meta))
+}
+
+/// Creates `path` for writing, failing if any file (or link) has the name.
+pub(crate) fn create_new(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
+/// Opens an existing regular file for appending, never through a link or
+/// onto a FIFO.
+pub(crate) fn open_append(path: &Path) -> io::Result<File> {
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    Ok(file)
+}
+
+/// Opens (creating when missing) the lock file `path`, never through a
+/// link or onto a FIFO.
+pub(crate) fn open_lock(path: &Path) -> io::Result<File> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    Ok(file)
+}
+
+/// Makes a rename (or a file created) in `dir` durable.
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(dir)?
+        .sync_all()
 }
 
 #[cfg(test)]
@@ -237,5 +376,29 @@ mod tests {
                 .next()
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_fifo_a_link_or_an_oversized_file_is_refused_without_being_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::from(0o600)).unwrap();
+        // No writer ever opens the FIFO: a blocking open would hang here.
+        let e = read_capped(&fifo, 100).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'x'; 101]).unwrap();
+        let e = read_capped(&big, 100).unwrap_err();
+        assert!(e.to_string().contains("101 bytes"), "{e}");
+        assert_eq!(read_capped(&big, 101).unwrap().len(), 101);
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&big, &link).unwrap();
+        assert!(read_capped(&link, 1000).is_err());
+        assert!(open_append(&link).is_err());
+        assert!(open_append(&fifo).is_err());
+        assert!(create_new(&big).is_err());
+        assert!(create_new(&link).is_err());
+        assert!(open_lock(&fifo).is_err());
+        sync_dir(dir.path()).unwrap();
     }
 }

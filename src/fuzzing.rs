@@ -2,6 +2,8 @@
 //! that replay their inputs: each feeds arbitrary bytes through a reader
 //! path as a log file. A panic is a bug; every error must be a clean one.
 
+#![allow(clippy::disallowed_methods)] // scratch files of the fuzz harness, not the server's
+
 use crate::format::record::payload;
 use crate::metrics::HistoryMetrics;
 use crate::serving::timeline::{self, JobHeader, TimelineParams};

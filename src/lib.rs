@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 // Layers, bottom up; a module imports only from its own layer or below
 // (ARCHITECTURE.md; checked by `tests/it/tidy.rs`).

@@ -65,6 +65,14 @@ pub struct HistoryMetrics {
     pub otlp_jobs_dropped: IntCounter,
     /// OTLP requests that failed (their job's spans were let go).
     pub otlp_export_errors: IntCounter,
+    /// Passes over the log directory or prefix (the first index and each
+    /// rescan).
+    pub rescans: IntCounter,
+    /// Looks the live pages' producers took (one a second per watched
+    /// list or job, however many pages watch it).
+    pub live_page_looks: IntCounter,
+    /// Wrong API tokens presented (bearer or sign-in).
+    pub wrong_tokens: IntCounter,
 }
 
 /// The `status` labels of the finished-job series.
@@ -229,6 +237,18 @@ impl HistoryMetrics {
                 "ballista_job_history_otlp_export_errors_total",
                 "OTLP export requests that failed (their job's spans were let go)",
             ),
+            rescans: counter(
+                "ballista_job_history_rescans_total",
+                "Passes over the event-log directory or prefix (the first index and each rescan)",
+            ),
+            live_page_looks: counter(
+                "ballista_job_history_live_page_looks_total",
+                "Looks taken for the live pages' event streams (one a second per watched list or job, however many pages watch it)",
+            ),
+            wrong_tokens: counter(
+                "ballista_job_history_wrong_tokens_total",
+                "Wrong API tokens presented, as bearer headers or on the sign-in page",
+            ),
         }
     }
 
@@ -287,6 +307,9 @@ impl HistoryMetrics {
             &self.otlp_jobs_exported,
             &self.otlp_jobs_dropped,
             &self.otlp_export_errors,
+            &self.rescans,
+            &self.live_page_looks,
+            &self.wrong_tokens,
         ] {
             registry.register(Box::new(c.clone()))?;
         }

@@ -13,39 +13,33 @@ use crate::columnar::fresh::Fresh;
 use crate::metrics::HistoryMetrics;
 use crate::recording::capture::Capturer;
 use crate::recording::hold::{HeldJobState, Recorded};
-use crate::recording::listener::{EventLogListener, JobEvent, TappedScheduler, TaskTap};
+use crate::recording::listener::{EventLogListener, JobEvent, TaskTap};
 use crate::recording::redact::Redactor;
 use crate::recording::takers::Takers;
 use crate::recording::upload::{Bucket, Uploader, lock_spool, running_logs};
 use crate::recording::writer::{self, Compression, WriterConfig, WriterMsg};
-use crate::serving::live::LiveApi;
+use crate::serving::headers::{cors, under_our_cors, with_history_headers, with_version_headers};
+use crate::serving::live::{LiveApi, grpc_router, health_router};
 use crate::serving::source::{DiskSource, JobSource, Layered, LiveSource};
-use crate::serving::{error::ApiError, openapi, router};
+use crate::serving::{PerServer, error::ApiError, openapi, router};
 use crate::store::LogStore;
 use crate::store::remote::RemoteDir;
 use crate::store::retention::{Cleaner, Protect, RetentionPolicy};
-use arrow_flight::flight_service_server::FlightServiceServer;
 use axum::Router;
 use axum::response::IntoResponse;
 use ballista_core::BALLISTA_VERSION;
-use ballista_core::extension::BallistaConfigGrpcEndpoint;
-use ballista_core::flight_proxy_service::BallistaFlightProxyService;
-use ballista_core::serde::protobuf::scheduler_grpc_server::SchedulerGrpcServer;
 use ballista_core::serde::{
     BallistaCodec, BallistaLogicalExtensionCodec, BallistaPhysicalExtensionCodec,
 };
 use ballista_scheduler::cluster::BallistaCluster;
 use ballista_scheduler::config::SchedulerConfig;
 use ballista_scheduler::scheduler_server::SchedulerServer;
-use http::{HeaderName, HeaderValue, StatusCode};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer};
-use tower_http::set_header::SetResponseHeaderLayer;
 
 /// Why a server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +108,15 @@ pub struct HistoryOptions {
     /// (it replaces `SchedulerConfig::scheduler_id`); `None` keeps one in
     /// the directory (see [`crate::recording::scheduler_id`]).
     pub scheduler_id: Option<String>,
+    /// The origins (comma-separated, or `*`) whose pages may read the job
+    /// routes across sites (CORS); `None` grants none: upstream's default
+    /// list (`http://localhost:8080`, `https://nightlies.apache.org`) is
+    /// not granted unless an operator names it.
+    pub cors_allowed_origins: Option<String>,
+    /// How long a stopping scheduler waits for the jobs it cancels to be
+    /// recorded as ended (its connections then have
+    /// `http.drain_timeout`).
+    pub jobs_end_timeout: Duration,
 }
 
 impl HistoryOptions {
@@ -140,6 +143,8 @@ impl HistoryOptions {
             metrics_top_queries: crate::serving::job_metrics::DEFAULT_TOP_QUERIES,
             otlp_endpoint: None,
             scheduler_id: None,
+            cors_allowed_origins: None,
+            jobs_end_timeout: Duration::from_secs(10),
         }
     }
 
@@ -262,75 +267,6 @@ pub async fn export_otlp(options: HistoryOptions, endpoint: &str) -> Result<Stri
         .map_err(ServerError::Export)
 }
 
-/// What every answer of a server with a log directory carries: `nosniff`,
-/// and, for an answer that sets no policy of its own (a raw log, DOT,
-/// SVG, JSON, an error), a policy that runs nothing, loads nothing and
-/// may not be framed, so a stored text opened in a browser stays text.
-/// The pages set their own (`serving/ui`).
-fn with_history_headers(router: Router) -> Router {
-    router
-        .layer(SetResponseHeaderLayer::overriding(
-            http::header::X_CONTENT_TYPE_OPTIONS,
-            HeaderValue::from_static("nosniff"),
-        ))
-        .layer(SetResponseHeaderLayer::if_not_present(
-            http::header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'; sandbox"),
-        ))
-}
-
-/// Adds the `Server` and `X-Powered-By` headers the scheduler sends.
-fn with_version_headers(router: Router) -> Router {
-    router
-        .layer(SetResponseHeaderLayer::overriding(
-            http::header::SERVER,
-            HeaderValue::from_str(&format!("ballista/{BALLISTA_VERSION}")).expect("valid header"),
-        ))
-        .layer(SetResponseHeaderLayer::overriding(
-            HeaderName::from_static("x-powered-by"),
-            HeaderValue::from_str(&format!("datafusion/{}", datafusion::DATAFUSION_VERSION))
-                .expect("valid header"),
-        ))
-}
-
-/// The CORS policy of the scheduler's REST API, from its config: the listed
-/// origins and methods, `*` for any, and the scheduler's defaults when empty.
-fn cors(config: &SchedulerConfig) -> CorsLayer {
-    let origins: Vec<HeaderValue> = config
-        .cors_allowed_origins
-        .split(',')
-        .filter_map(|o| o.trim().parse().ok())
-        .filter(|o: &HeaderValue| !o.is_empty())
-        .collect();
-    let origins = match config.cors_allowed_origins.trim() {
-        "*" => AllowOrigin::any(),
-        _ if origins.is_empty() => AllowOrigin::list([
-            HeaderValue::from_static("http://localhost:8080"),
-            HeaderValue::from_static("https://nightlies.apache.org"),
-        ]),
-        _ => AllowOrigin::list(origins),
-    };
-    let methods: Vec<http::Method> = config
-        .cors_allowed_methods
-        .split(',')
-        .filter_map(|m| m.trim().parse().ok())
-        .filter(|m: &http::Method| !m.as_str().is_empty())
-        .collect();
-    let methods = match config.cors_allowed_methods.trim() {
-        "*" => AllowMethods::any(),
-        _ if methods.is_empty() => AllowMethods::list([
-            http::Method::GET,
-            http::Method::OPTIONS,
-            http::Method::PATCH,
-        ]),
-        _ => AllowMethods::list(methods),
-    };
-    CorsLayer::new()
-        .allow_origin(origins)
-        .allow_methods(methods)
-        .allow_headers(AllowHeaders::any())
-}
-
 /// A broadcast "stop" for the background tasks of a server.
 #[derive(Clone)]
 struct Stop(tokio::sync::watch::Receiver<bool>);
@@ -391,6 +327,8 @@ impl Recording {
         // directory) or uploaded (an object store: logs are written to the
         // spool first). Unfinished logs already in a spool were left by a
         // run that died: they are uploaded too, to be listed as abandoned.
+        // One path per completed job, taken as it comes.
+        #[allow(clippy::disallowed_methods)]
         let (tx, completed) = tokio::sync::mpsc::unbounded_channel();
         wc.completed = Some(tx);
         // Once SQL is in use, each completed job's records go to the
@@ -413,6 +351,9 @@ impl Recording {
             None => Vec::new(),
         };
         let (writer, thread) = writer::spawn(wc, metrics.clone())?;
+        // Two events per job; the listener is called on the scheduler's
+        // event loop and must never wait (DESIGN.md, invariant 1).
+        #[allow(clippy::disallowed_methods)]
         let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
         Ok(Self {
             writer,
@@ -456,13 +397,17 @@ impl Recording {
         };
         background.push(tokio::spawn(capturer.run(events_rx, stop.stopped())));
         let store = Arc::new(options.store(metrics.clone()));
-        crate::serving::job_metrics::attach(store.clone(), options.metrics_top_queries);
         match &options.remote {
             Some(remote) => {
                 let (client, prefix) = remote.client();
                 let bucket = Bucket::new(client, prefix, remote.url());
+                let uploaded = store.clone();
                 let uploader = Uploader::new(bucket, &options.event_log_dir, metrics.clone())
-                    .with_orphans(orphans);
+                    .with_orphans(orphans)
+                    .telling(Arc::new(move |name: String| {
+                        let store = uploaded.clone();
+                        tokio::task::spawn_blocking(move || store.take_in_object(&name));
+                    }));
                 background.push(tokio::spawn(uploader.run(completed, stop.stopped())));
             }
             None => background.push(tokio::spawn(
@@ -510,8 +455,11 @@ fn codec(config: &SchedulerConfig) -> BallistaCodec {
 /// `history`, every job is recorded to its directory and finished jobs stay
 /// visible from there; without it the scheduler behaves as upstream's.
 ///
-/// On shutdown, every job the scheduler shows as finished is recorded and
-/// the writer's queue is drained and flushed before this returns.
+/// On shutdown (recording): the jobs still queued or running are
+/// cancelled and recorded as cancelled (waiting at most
+/// `jobs_end_timeout`), every stream the server serves ends, the
+/// connections have `http.drain_timeout` to finish and are then closed,
+/// and the writer's queue is drained and flushed before this returns.
 pub async fn run_scheduler(
     listener: TcpListener,
     mut config: SchedulerConfig,
@@ -531,11 +479,101 @@ pub async fn run_scheduler(
         config.scheduler_id = crate::recording::scheduler_id::resolve(id, &h.event_log_dir)
             .map_err(ServerError::Config)?;
     }
+    let (scheduler, recording, recorded, config) =
+        start_scheduler(config, history.as_ref()).await?;
+    let api = LiveApi::new(scheduler.clone());
+    let parts = LiveParts {
+        scheduler: scheduler.clone(),
+        config: config.clone(),
+        api: api.clone(),
+    };
+
+    let (stop_tx, stop) = Stop::new();
+    let mut background = Vec::new();
+    let fresh = recording.as_ref().map(|r| r.fresh.clone());
+    let (source, tap, writer_parts) = match (&history, recording) {
+        (Some(options), Some(recording)) => {
+            let (source, store, tap, parts) =
+                recording.spawn(options, &parts.api, &stop, &mut background);
+            let held = store.clone();
+            let _ = recorded.set(Arc::new(move |id: &str| held.contains(id)));
+            (Some((source, store)), Some(tap), Some(parts))
+        }
+        _ => (None, None, None),
+    };
+    let sql = match (&history, &source) {
+        (Some(options), Some((source, store))) => {
+            let engine = options.sql_engine(source.clone(), store.clone(), fresh.clone());
+            let fresh = engine
+                .clone()
+                .keep_fresh(options.update_interval, stop.stopped());
+            background.push(tokio::spawn(fresh));
+            Some(engine)
+        }
+        _ => None,
+    };
+    let per_server = PerServer::new(
+        source.as_ref().map(|(_, store)| store),
+        history.as_ref().map_or(0, |h| h.metrics_top_queries),
+    );
+    let router = protected(
+        live_router(parts, source, tap, history.as_ref(), sql, &per_server),
+        history.as_ref(),
+    );
+    // Recording, a stop first ends the jobs under way, so their logs end
+    // with a terminal record rather than as abandoned `.running` files.
+    let shutdown = {
+        let wait = history.as_ref().map(|h| h.jobs_end_timeout);
+        async move {
+            shutdown.await;
+            if let Some(wait) = wait {
+                let ended = api.cancel_unfinished(wait).await;
+                if ended > 0 {
+                    log::info!("stopping: cancelled {ended} jobs under way; recording them");
+                }
+            }
+        }
+    };
+    let served = serve(
+        listener,
+        router,
+        history.as_ref(),
+        per_server.stopping,
+        shutdown,
+    )
+    .await;
+    let _ = stop_tx.send(true);
+    for task in background {
+        let _ = task.await;
+    }
+    if let Some((writer, thread)) = writer_parts {
+        writer.send(WriterMsg::Shutdown);
+        drop(writer);
+        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+    }
+    served.map_err(ServerError::from)
+}
+
+/// The scheduler of `config`, started; recording (with `history`), its
+/// collector wrapped by the listener, its job state by the hold, and the
+/// recording half started.
+async fn start_scheduler(
+    config: SchedulerConfig,
+    history: Option<&HistoryOptions>,
+) -> Result<
+    (
+        Arc<Scheduler>,
+        Option<Recording>,
+        Arc<std::sync::OnceLock<Recorded>>,
+        Arc<SchedulerConfig>,
+    ),
+    ServerError,
+> {
     config.validate()?;
     let cluster = BallistaCluster::new_from_config(&config).await?;
     // Recording, a finished job is forgotten only once its log is stored.
     let recorded = Arc::new(std::sync::OnceLock::<Recorded>::new());
-    let cluster = match &history {
+    let cluster = match history {
         Some(_) => BallistaCluster::new(
             cluster.cluster_state(),
             Arc::new(HeldJobState::new(cluster.job_state(), recorded.clone())),
@@ -544,8 +582,7 @@ pub async fn run_scheduler(
     };
     let config = Arc::new(config);
     let default_collector = ballista_scheduler::metrics::default_metrics_collector()?;
-
-    let recording = history.as_ref().map(Recording::start).transpose()?;
+    let recording = history.map(Recording::start).transpose()?;
     let collector: Arc<dyn ballista_scheduler::metrics::SchedulerMetricsCollector> =
         match &recording {
             Some(r) => Arc::new(EventLogListener::new(
@@ -562,64 +599,13 @@ pub async fn run_scheduler(
         collector,
     );
     scheduler.init().await?;
-    let scheduler = Arc::new(scheduler);
-    let api = LiveApi::new(scheduler.clone());
-    let parts = LiveParts {
-        scheduler: scheduler.clone(),
-        config: config.clone(),
-        api,
-    };
-
-    let (stop_tx, stop) = Stop::new();
-    let mut background = Vec::new();
-    let fresh = recording.as_ref().map(|r| r.fresh.clone());
-    let (source, tap, writer_parts) = match (&history, recording) {
-        (Some(options), Some(recording)) => {
-            let (source, store, tap, parts) =
-                recording.spawn(options, &parts.api, &stop, &mut background);
-            let held = store.clone();
-            let _ = recorded.set(Arc::new(move |id: &str| held.contains(id)));
-            (Some((source, store)), Some(tap), Some(parts))
-        }
-        _ => (None, None, None),
-    };
-    let token = history.as_ref().and_then(|h| h.api_token.clone());
-    let sql = match (&history, &source) {
-        (Some(options), Some((source, store))) => {
-            let engine = options.sql_engine(source.clone(), store.clone(), fresh.clone());
-            let fresh = engine
-                .clone()
-                .keep_fresh(options.update_interval, stop.stopped());
-            background.push(tokio::spawn(fresh));
-            Some(engine)
-        }
-        _ => None,
-    };
-    let router = protected(
-        live_router(parts, source, tap, token.clone(), sql),
-        token,
-        history.as_ref(),
-    );
-    let served = serve(listener, router, history.as_ref(), shutdown).await;
-    let _ = stop_tx.send(true);
-    for task in background {
-        let _ = task.await;
-    }
-    if let Some((writer, thread)) = writer_parts {
-        writer.send(WriterMsg::Shutdown);
-        drop(writer);
-        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-    }
-    served.map_err(ServerError::from)
+    Ok((Arc::new(scheduler), recording, recorded, config))
 }
 
 /// `router` behind the token, when there is one, else (recording) behind
 /// the allowed hosts.
-fn protected(
-    router: Router,
-    token: Option<crate::serving::auth::ApiToken>,
-    history: Option<&HistoryOptions>,
-) -> Router {
+fn protected(router: Router, history: Option<&HistoryOptions>) -> Router {
+    let token = history.and_then(|h| h.api_token.clone());
     let router = crate::serving::auth::protect(router, token.clone());
     match history {
         Some(h) if token.is_none() => crate::serving::hosts::guard(
@@ -631,11 +617,13 @@ fn protected(
 }
 
 /// Serves `router` on `listener` until `shutdown`: with a log directory
-/// through our connection limits, without one as upstream serves it.
+/// through our connection limits (ending the streams of `stopping`),
+/// without one as upstream serves it.
 async fn serve(
     listener: TcpListener,
     router: Router,
     history: Option<&HistoryOptions>,
+    stopping: tokio_util::sync::CancellationToken,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     log::info!(
@@ -649,7 +637,7 @@ async fn serve(
     match history {
         Some(h) => {
             let refused = HistoryMetrics::global().connections_refused.clone();
-            crate::serving::http::serve(listener, router, h.http, refused, shutdown).await
+            crate::serving::http::serve(listener, router, h.http, refused, stopping, shutdown).await
         }
         None => {
             let service = router.into_make_service_with_connect_info::<SocketAddr>();
@@ -672,62 +660,13 @@ type Scheduler = SchedulerServer<
     datafusion_proto::protobuf::PhysicalPlanNode,
 >;
 
-/// The scheduler's gRPC services (and its Flight proxy when enabled), its
-/// task statuses passing `tap`.
-fn grpc_router(scheduler: &Scheduler, config: &SchedulerConfig, tap: Option<TaskTap>) -> Router {
-    let max_decoding = config.grpc_server_max_decoding_message_size as usize;
-    let max_encoding = config.grpc_server_max_encoding_message_size as usize;
-    let grpc = SchedulerGrpcServer::new(TappedScheduler::new(scheduler.clone(), tap))
-        .max_encoding_message_size(max_encoding)
-        .max_decoding_message_size(max_decoding);
-    let mut routes = tonic::service::RoutesBuilder::default();
-    routes.add_service(grpc);
-    if config.enable_embedded_flight_proxy {
-        let endpoint = config
-            .override_create_grpc_client_endpoint
-            .clone()
-            .map(|f| Arc::new(BallistaConfigGrpcEndpoint::new(f)));
-        let proxy =
-            BallistaFlightProxyService::new(max_decoding, max_encoding, config.use_tls, endpoint);
-        routes.add_service(
-            FlightServiceServer::new(proxy)
-                .max_decoding_message_size(max_decoding)
-                .max_encoding_message_size(max_encoding),
-        );
-    }
-    routes.routes().into_axum_router()
-}
-
-/// `/healthz`, and `/readyz` once enough executors registered.
-fn health_router(scheduler: Arc<Scheduler>) -> Router {
-    let ready = move || {
-        let s = scheduler.clone();
-        async move {
-            let required = s.state.config.min_ready_executors;
-            if s.is_ready() {
-                (StatusCode::OK, "ready\n".to_string())
-            } else {
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("not ready: fewer than {required} executors registered\n"),
-                )
-            }
-        }
-    };
-    Router::new()
-        .route(
-            "/healthz",
-            axum::routing::get(|| async { (StatusCode::OK, "ok") }),
-        )
-        .route("/readyz", axum::routing::get(ready))
-}
-
 fn live_router(
     parts: LiveParts,
     source: Option<(Arc<dyn JobSource>, Arc<LogStore>)>,
     tap: Option<TaskTap>,
-    token: Option<crate::serving::auth::ApiToken>,
+    history: Option<&HistoryOptions>,
     sql: Option<Arc<crate::serving::sql::SqlEngine>>,
+    per_server: &PerServer,
 ) -> Router {
     let LiveParts {
         scheduler,
@@ -737,6 +676,12 @@ fn live_router(
     let config = &config;
     let grpc = grpc_router(&scheduler, config, tap);
     let health = health_router(scheduler.clone());
+    let our_cors = || {
+        cors(
+            history.and_then(|h| h.cors_allowed_origins.as_deref()),
+            config,
+        )
+    };
 
     // Unmatched requests fall through: our job routes (when recording) and
     // health first, then the scheduler's own REST routes, then gRPC, then a
@@ -752,7 +697,8 @@ fn live_router(
         ),
         Some((source, store)) => router::job_routes(source.clone(), Some(store.clone()))
             .merge(openapi::routes(openapi::Mode::Live))
-            .layer(cors(config))
+            .merge(router::metrics_route(per_server.gauges.clone()))
+            .layer(our_cors())
             // Outside the CORS layer: no origin is granted SQL or the tools.
             .merge(crate::serving::mcp::over(
                 source.clone(),
@@ -765,20 +711,22 @@ fn live_router(
                     .unwrap_or_default(),
             )
             .merge(health)
-            .merge(crate::serving::ui::routes(
+            .merge(crate::serving::ui::routes(crate::serving::ui::Ui {
                 source,
-                Some(store),
-                true,
-                scheduler.scheduler_id.clone(),
-                token,
+                store: Some(store),
+                live: true,
+                scheduler_id: scheduler.scheduler_id.clone(),
+                token: history.and_then(|h| h.api_token.clone()),
                 sql,
-            )),
+                hub: per_server.hub.clone(),
+            })),
         None => health,
     };
-    let behind = if config.disable_rest_api {
-        grpc
-    } else {
-        api.router().fallback_service(grpc)
+    let behind = match (config.disable_rest_api, recording) {
+        (true, _) => grpc,
+        // Recording, upstream's routes answer under our CORS policy.
+        (false, true) => under_our_cors(api.router(), our_cors()).fallback_service(grpc),
+        (false, false) => api.router().fallback_service(grpc),
     };
     let router = with_version_headers(front.fallback_service(behind));
     // Without a log directory, every answer is upstream's own.
@@ -798,6 +746,22 @@ pub fn history_router(
     token: Option<crate::serving::auth::ApiToken>,
     sql: Option<Arc<crate::serving::sql::SqlEngine>>,
 ) -> Router {
+    let per_server = PerServer::new(
+        Some(&store),
+        crate::serving::job_metrics::DEFAULT_TOP_QUERIES,
+    );
+    history_router_with(store, token, sql, None, &per_server)
+}
+
+/// [`history_router`], granting `cors_origins` (none without) and with
+/// the shares of `per_server`.
+fn history_router_with(
+    store: Arc<LogStore>,
+    token: Option<crate::serving::auth::ApiToken>,
+    sql: Option<Arc<crate::serving::sql::SqlEngine>>,
+    cors_origins: Option<&str>,
+    per_server: &PerServer,
+) -> Router {
     let started = u128::from(crate::format::now_millis());
     let ready_store = store.clone();
     let source: Arc<dyn JobSource> = Arc::new(DiskSource::new(store.clone()));
@@ -807,8 +771,9 @@ pub fn history_router(
             started,
             Arc::new(move || ready_store.is_ready()),
         ))
+        .merge(router::metrics_route(per_server.gauges.clone()))
         .merge(openapi::routes(openapi::Mode::History))
-        .layer(cors(&SchedulerConfig::default()))
+        .layer(cors(cors_origins, &SchedulerConfig::default()))
         // Outside the CORS layer: no origin is granted SQL or the tools.
         .merge(mcp)
         .merge(
@@ -816,20 +781,22 @@ pub fn history_router(
                 .map(crate::serving::sql::route::routes)
                 .unwrap_or_default(),
         )
-        .merge(crate::serving::ui::routes(
+        .merge(crate::serving::ui::routes(crate::serving::ui::Ui {
             source,
-            Some(store),
-            false,
-            "history-server".into(),
-            token.clone(),
+            store: Some(store),
+            live: false,
+            scheduler_id: "history-server".into(),
+            token: token.clone(),
             sql,
-        ));
+            hub: per_server.hub.clone(),
+        }));
     crate::serving::auth::protect(with_history_headers(with_version_headers(router)), token)
 }
 
 /// Runs a history-only server on `listener` until `shutdown` resolves: the
 /// job routes over the directory, plus state, version, executors (none),
-/// metrics and health. No cluster, no gRPC.
+/// metrics and health. No cluster, no gRPC. On shutdown every stream
+/// ends, and connections have `http.drain_timeout` to finish.
 pub async fn run_history(
     listener: TcpListener,
     options: HistoryOptions,
@@ -841,7 +808,7 @@ pub async fn run_history(
         let _ = std::fs::create_dir_all(&options.event_log_dir);
     }
     let store = Arc::new(options.store(metrics.clone()));
-    crate::serving::job_metrics::attach(store.clone(), options.metrics_top_queries);
+    let per_server = PerServer::new(Some(&store), options.metrics_top_queries);
     let (stop_tx, stop) = Stop::new();
     let mut background = vec![tokio::spawn(
         store
@@ -861,7 +828,13 @@ pub async fn run_history(
         sql.clone()
             .keep_fresh(options.update_interval, stop.stopped()),
     ));
-    let mut router = history_router(store, options.api_token.clone(), Some(sql));
+    let mut router = history_router_with(
+        store,
+        options.api_token.clone(),
+        Some(sql),
+        options.cors_allowed_origins.as_deref(),
+        &per_server,
+    );
     if options.api_token.is_none() {
         router = crate::serving::hosts::guard(
             router,
@@ -878,6 +851,7 @@ pub async fn run_history(
         router,
         options.http,
         HistoryMetrics::global().connections_refused.clone(),
+        per_server.stopping,
         shutdown,
     )
     .await;

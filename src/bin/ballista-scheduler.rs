@@ -162,6 +162,23 @@ struct Cli {
     /// executors' gRPC connections count too).
     #[arg(long, default_value_t = 1024)]
     http_max_connections: usize,
+    /// Connections one client (an IPv4 address, or an IPv6 /64) may hold
+    /// at once; more are closed when accepted. Behind a proxy every user
+    /// shares the proxy's address: raise it there.
+    #[arg(long, default_value_t = 256)]
+    http_max_connections_per_client: usize,
+    /// How long an HTTP/2 connection (a browser's over a TLS proxy, an
+    /// executor's gRPC) may stay with no request under way before it is
+    /// closed; a client reconnects when it needs to.
+    #[arg(long, default_value_t = 120)]
+    http_idle_timeout_seconds: u64,
+    /// How long a SIGTERM may take before the process exits: jobs still
+    /// running are cancelled and recorded (up to a third of it), then open
+    /// connections and streams are given the rest to finish, then closed;
+    /// the event-log writer is always drained. A second SIGTERM (or
+    /// Ctrl-C) exits at once.
+    #[arg(long, default_value_t = 30)]
+    shutdown_timeout_seconds: u64,
     /// Without --api-token-file: host names the server answers besides IP
     /// addresses, localhost, this machine's name and --bind-host
     /// (comma-separated; `.example.com` for a domain and the names under
@@ -254,6 +271,9 @@ const NEED_EVENT_LOG_DIR: &[&str] = &[
     "sql_queue",
     "http_header_timeout_seconds",
     "http_max_connections",
+    "http_max_connections_per_client",
+    "http_idle_timeout_seconds",
+    "shutdown_timeout_seconds",
     "allowed_hosts",
     "metrics_top_queries",
     "export_parquet",
@@ -397,7 +417,16 @@ fn main() -> ExitCode {
         .thread_stack_size(32 * 1024 * 1024)
         .build()
         .expect("a Tokio runtime");
-    let matches = Cli::command().get_matches();
+    let matches = Cli::command()
+        .mut_arg("cors_allowed_origins", |arg| {
+            arg.help(
+                "Comma-separated origins whose pages may read the REST API across sites (* for \
+                 any). Without --event-log-dir, upstream's default when empty: \
+                 http://localhost:8080 and https://nightlies.apache.org. With --event-log-dir, \
+                 only the origins named here",
+            )
+        })
+        .get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match runtime.block_on(run(cli, &matches)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -408,7 +437,11 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(opt: &Config) {
+/// Logs to stdout or `--log-dir`; with `one_line` (a log directory is
+/// served, whose file names and logs anyone who can write there chooses),
+/// every record is one line: a line break or other control character
+/// inside it is written escaped (`\n`), so a name cannot forge lines.
+fn init_logging(opt: &Config, one_line: bool) {
     let filter = EnvFilter::new(
         std::env::var(EnvFilter::DEFAULT_ENV).unwrap_or_else(|_| opt.log_level_setting.clone()),
     );
@@ -429,13 +462,74 @@ fn init_logging(opt: &Config) {
                 LogRotationPolicy::Daily => tracing_appender::rolling::daily(dir, prefix),
                 LogRotationPolicy::Never => tracing_appender::rolling::never(dir, prefix),
             };
-            fmt.with_writer(appender).init();
+            fmt.with_writer(OneLine(appender, one_line)).init();
         }
-        None => fmt.with_writer(std::io::stdout).init(),
+        None => fmt.with_writer(OneLine(std::io::stdout, one_line)).init(),
     }
 }
 
+/// A log writer whose records are one line each (when `.1`).
+struct OneLine<M>(M, bool);
+
+impl<'a, M: tracing_subscriber::fmt::MakeWriter<'a>> tracing_subscriber::fmt::MakeWriter<'a>
+    for OneLine<M>
+{
+    type Writer = OneLineWriter<M::Writer>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        OneLineWriter(self.0.make_writer(), self.1)
+    }
+}
+
+/// Writes each record (one `write` of the formatter's buffer) with the
+/// control characters before its final line break escaped.
+struct OneLineWriter<W>(W, bool);
+
+impl<W: std::io::Write> std::io::Write for OneLineWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if !self.1 {
+            return self.0.write(buf);
+        }
+        let (body, end) = match buf.strip_suffix(b"\n") {
+            Some(body) => (body, &b"\n"[..]),
+            None => (buf, &b""[..]),
+        };
+        let mut out = Vec::with_capacity(buf.len() + 8);
+        for &b in body {
+            match b {
+                b'\n' => out.extend_from_slice(b"\\n"),
+                b'\r' => out.extend_from_slice(b"\\r"),
+                b'\t' => out.push(b),
+                0..=0x1f | 0x7f => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
+                _ => out.push(b),
+            }
+        }
+        out.extend_from_slice(end);
+        self.0.write_all(&out)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// Resolves at the first SIGTERM or Ctrl-C; from then on, a second one
+/// exits the process at once (a shutdown that hangs on a slow disk or a
+/// stuck peer can always be cut short; unfinished logs stay `.running`,
+/// which readers list as abandoned).
 async fn shutdown_signal() {
+    stop_signal().await;
+    log::info!("stopping: a second SIGTERM or Ctrl-C exits at once");
+    tokio::spawn(async {
+        stop_signal().await;
+        eprintln!("ballista-scheduler: a second stop signal: exiting now");
+        std::process::exit(130);
+    });
+}
+
+/// The next SIGTERM or Ctrl-C.
+async fn stop_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
@@ -451,7 +545,7 @@ async fn shutdown_signal() {
 }
 
 async fn run(cli: Cli, matches: &ArgMatches) -> Result<(), Box<dyn std::error::Error>> {
-    init_logging(&cli.upstream);
+    init_logging(&cli.upstream, cli.upstream.event_log_dir.is_some());
     let redactor = Redactor::new(&cli.event_log_redact_pattern)
         .map_err(|e| format!("--event-log-redact-pattern: {e}"))?;
     let retention = cli.retention();
@@ -506,10 +600,18 @@ async fn run(cli: Cli, matches: &ArgMatches) -> Result<(), Box<dyn std::error::E
             workers: cli.sql_workers.max(1),
             queue: cli.sql_queue,
         };
+        let shutdown = Duration::from_secs(cli.shutdown_timeout_seconds.max(1));
         options.http = ballista_job_history::HttpLimits {
             header_timeout: Duration::from_secs(cli.http_header_timeout_seconds.max(1)),
             max_connections: cli.http_max_connections.max(1),
+            max_connections_per_client: cli.http_max_connections_per_client.max(1),
+            idle_timeout: Duration::from_secs(cli.http_idle_timeout_seconds.max(1)),
+            drain_timeout: shutdown - shutdown / 3,
         };
+        options.jobs_end_timeout = shutdown / 3;
+        // CORS grants the origins an operator named, and no others.
+        options.cors_allowed_origins = given(matches, "cors_allowed_origins")
+            .then(|| cli.upstream.cors_allowed_origins.clone());
         options.allowed_hosts = cli.allowed_hosts.clone();
         options.metrics_top_queries = cli.metrics_top_queries;
         options.otlp_endpoint = cli.otlp_endpoint.clone();

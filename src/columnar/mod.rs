@@ -16,7 +16,10 @@
 //! predicate on the job id or on time skips row groups); rewrites the
 //! segments that hold jobs the store no longer lists (retention); merges
 //! small segments into one; and drops a segment whose file is missing or
-//! unreadable, so its jobs are read from their logs again. The manifest is
+//! unreadable, so its jobs are read from their logs again (its files are
+//! deleted). A log that cannot be read is tried again later (after 1 s,
+//! then twice as long each time up to an hour), never left out for good:
+//! a file unreadable for a moment costs its jobs a moment. The manifest is
 //! replaced atomically (written aside, then renamed). Files a refresh
 //! replaces are deleted once no query holds the generation that listed
 //! them.
@@ -49,14 +52,18 @@ use futures::StreamExt;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use shared::{Hashing, Shared};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use tables::{JobRows, JobTotals, OPERATORS, STAGES, TASKS, job_rows};
 
 pub mod fresh;
+mod segment;
 pub mod shared;
 pub mod tables;
+
+pub use segment::write_file;
+use segment::{intact, merge_segments, readable, seg_path, write_manifest, write_segment};
 
 /// Why the columnar history could not be brought up to date. Messages
 /// name tables and segments, never a path.
@@ -126,6 +133,13 @@ pub const TABLES: [(&str, &std::sync::LazyLock<SchemaRef>); 3] = [
 
 /// Rows per row group.
 const ROW_GROUP: usize = 64 * 1024;
+
+/// The largest manifest read (about 100 bytes a job: ten million jobs).
+const MAX_MANIFEST_BYTES: u64 = 1 << 30;
+
+/// The largest segment file read whole (to publish it) when the manifest
+/// does not say its size.
+const MAX_SEGMENT_BYTES: u64 = 4 << 30;
 /// Jobs read from their logs at once.
 const READERS: usize = 4;
 /// Segments of fewer task rows are merged, in groups of at most this many
@@ -198,20 +212,18 @@ pub struct Columnar {
 struct State {
     manifest: Manifest,
     current: Arc<Generation>,
-    /// Jobs whose log could not be read into rows: not tried again (and
-    /// not reported again) by this process.
-    unreadable: HashSet<String>,
+    /// Jobs whose log could not be read into rows: how many times, and
+    /// when to try again (reported once).
+    unreadable: HashMap<String, (u32, std::time::Instant)>,
     /// The store's version the files were last brought up to.
     seen: Option<u64>,
+    /// A merge failed in the last refresh: the next one is not skipped.
+    merge_failed: bool,
     /// Whether the files as they are were published (object stores).
     published: bool,
     /// The published files known whole: fetched and checked, or uploaded
     /// by this process.
     remote_files: HashSet<String>,
-}
-
-pub(super) fn seg_path(dir: &Path, table: &str, seq: u64) -> PathBuf {
-    dir.join(table).join(format!("seg-{seq:08}.parquet"))
 }
 
 impl Columnar {
@@ -231,6 +243,9 @@ impl Columnar {
         fresh: Arc<Fresh>,
         metrics: Arc<HistoryMetrics>,
     ) -> Self {
+        // Absolute: the SQL workers run in `/`, and a relative folder
+        // (`--event-log-dir ./event-logs`) would name nothing there.
+        let dir = dir.map(|d| std::path::absolute(&d).unwrap_or(d));
         let wanted = match dir {
             Some(dir) => match std::fs::create_dir_all(&dir) {
                 Ok(()) => Ok(dir),
@@ -263,14 +278,15 @@ impl Columnar {
                 }
             }
         };
-        let manifest = match std::fs::read(dir.join("manifest.json")) {
-            Ok(bytes) => {
-                // In use since an earlier run: keep the writer's records.
-                fresh.start();
-                bytes
-            }
-            Err(_) => Vec::new(),
-        };
+        let manifest =
+            match crate::files::read_capped(&dir.join("manifest.json"), MAX_MANIFEST_BYTES) {
+                Ok(bytes) => {
+                    // In use since an earlier run: keep the writer's records.
+                    fresh.start();
+                    bytes
+                }
+                Err(_) => Vec::new(),
+            };
         let manifest = match (!manifest.is_empty()).then_some(manifest) {
             Some(bytes) => serde_json::from_slice::<Manifest>(&bytes).unwrap_or_else(|e| {
                 log::warn!(
@@ -291,7 +307,8 @@ impl Columnar {
             state: tokio::sync::Mutex::new(State {
                 manifest,
                 current,
-                unreadable: HashSet::new(),
+                unreadable: HashMap::new(),
+                merge_failed: false,
                 seen: None,
                 published: false,
                 remote_files: HashSet::new(),
@@ -334,11 +351,12 @@ impl Columnar {
         if let Some(shared) = &shared {
             changed |= self.start_from_published(state, shared).await;
         }
+        state.merge_failed = false;
         changed |= self.forget_damaged(state);
         changed |= self.rewrite_and_merge(state, &completed).await?;
         changed |= self.add_written(state, &completed).await?;
         changed |= self.add_from_logs(state, store, &completed).await?;
-        state.seen = version;
+        state.seen = version.filter(|_| !state.merge_failed);
         if changed {
             state.published = false;
         }
@@ -361,6 +379,7 @@ impl Columnar {
     fn up_to_date(&self, state: &State, version: Option<u64>, shared: bool, publish: bool) -> bool {
         version.is_some()
             && version == state.seen
+            && !state.retry_due()
             && (!shared || state.published || !publish)
             && state.manifest.segments.iter().all(|s| intact(&self.dir, s))
     }
@@ -381,23 +400,35 @@ impl Columnar {
         changed
     }
 
-    /// Damaged or missing files: forget their segments.
+    /// Damaged or missing files: forget their segments (their files go
+    /// once no query holds them, so a file unreadable for a moment is not
+    /// left behind for ever).
     fn forget_damaged(&self, state: &mut State) -> bool {
         let before = state.manifest.segments.len();
+        let mut damaged = Vec::new();
         state.manifest.segments.retain(|s| {
-            TABLES.iter().all(|(table, _)| {
+            let ok = TABLES.iter().all(|(table, _)| {
                 let path = seg_path(&self.dir, table, s.seq);
                 let ok = readable(&path);
                 if !ok {
                     log::warn!(
-                        "history: columnar file {} is missing or damaged; its jobs are read \
+                        "history: columnar file {:?} is missing or damaged; its jobs are read \
                          from their logs again",
                         path.display()
                     );
                 }
                 ok
-            })
+            });
+            if !ok {
+                damaged.push(s.seq);
+            }
+            ok
         });
+        for seq in damaged {
+            for (table, _) in TABLES {
+                self.retire(&state.current, seg_path(&self.dir, table, seq));
+            }
+        }
         state.manifest.segments.len() != before
     }
 
@@ -430,11 +461,23 @@ impl Columnar {
             let (keep, dir, olds) = (completed.clone(), self.dir.clone(), old.clone());
             let merged =
                 tokio::task::spawn_blocking(move || merge_segments(&dir, &olds, &keep, seq))
-                    .await??;
-            state.manifest.segments.extend(merged);
-            for s in &old {
-                for (table, _) in TABLES {
-                    self.retire(&state.current, seg_path(&self.dir, table, s.seq));
+                    .await?;
+            match merged {
+                Ok(merged) => {
+                    state.manifest.segments.extend(merged);
+                    for s in &old {
+                        for (table, _) in TABLES {
+                            self.retire(&state.current, seg_path(&self.dir, table, s.seq));
+                        }
+                    }
+                }
+                Err(e) => {
+                    // Kept as they were: the next refresh tries again, or
+                    // drops the ones that are damaged (their jobs are read
+                    // from the logs), never losing their jobs meanwhile.
+                    log::warn!("history: columnar segments not merged ({e}); tried again later");
+                    state.manifest.segments.extend(old);
+                    state.merge_failed = true;
                 }
             }
         }
@@ -484,7 +527,7 @@ impl Columnar {
         let held = held_jobs(&state.manifest);
         let mut new: Vec<String> = completed
             .iter()
-            .filter(|id| !held.contains(id.as_str()) && !state.unreadable.contains(*id))
+            .filter(|id| !held.contains(id.as_str()) && !state.retry_later(id))
             .cloned()
             .collect();
         new.sort();
@@ -525,11 +568,23 @@ impl Columnar {
             match rows {
                 Ok(r) => {
                     self.metrics.columnar_logs_read.inc();
+                    state.unreadable.remove(&id);
                     read.push((id, r));
                 }
                 Err(e) => {
-                    log::warn!("history: job {id} left out of the SQL tables: {e}");
-                    state.unreadable.insert(id);
+                    let tries = state.unreadable.get(&id).map_or(0, |(n, _)| *n) + 1;
+                    let wait = UNREADABLE_RETRY
+                        .saturating_mul(1 << (tries - 1).min(7))
+                        .min(UNREADABLE_RETRY_MAX);
+                    if tries == 1 {
+                        log::warn!(
+                            "history: job {id:?} left out of the SQL tables for now ({e}); \
+                             its log is read again in {wait:?}"
+                        );
+                    }
+                    state
+                        .unreadable
+                        .insert(id, (tries, std::time::Instant::now() + wait));
                 }
             }
         }
@@ -580,6 +635,26 @@ impl Columnar {
     }
 }
 
+/// How long a log that could not be read waits before it is read again,
+/// the first time; each failure doubles it, up to [`UNREADABLE_RETRY_MAX`].
+const UNREADABLE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+const UNREADABLE_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(3600);
+
+impl State {
+    /// Whether `id`'s log failed lately and waits to be read again.
+    fn retry_later(&self, id: &str) -> bool {
+        self.unreadable
+            .get(id)
+            .is_some_and(|(_, at)| *at > std::time::Instant::now())
+    }
+
+    /// Whether a log that failed is due to be read again.
+    fn retry_due(&self) -> bool {
+        let now = std::time::Instant::now();
+        self.unreadable.values().any(|(_, at)| *at <= now)
+    }
+}
+
 /// The jobs the segments of `m` hold.
 fn held_jobs(m: &Manifest) -> HashSet<&str> {
     m.segments
@@ -611,23 +686,6 @@ fn small_groups(segments: &[Segment]) -> Vec<Vec<usize>> {
     groups.push(group);
     groups.retain(|g| g.len() > 1);
     groups
-}
-
-/// Whether a segment's files are there with the sizes they were written
-/// with (a cheap check; [`readable`] reads their footers).
-fn intact(dir: &Path, s: &Segment) -> bool {
-    TABLES.iter().enumerate().all(|(t, (table, _))| {
-        std::fs::metadata(seg_path(dir, table, s.seq))
-            .is_ok_and(|m| s.sizes.get(t).is_none_or(|&size| m.len() == size))
-    })
-}
-
-/// Whether `path` is a Parquet file whose footer reads.
-fn readable(path: &Path) -> bool {
-    let Ok(file) = std::fs::File::open(path) else {
-        return false;
-    };
-    ParquetRecordBatchReaderBuilder::try_new(file).is_ok()
 }
 
 fn generation(dir: &Path, m: &Manifest) -> Generation {
@@ -707,184 +765,6 @@ fn rows_from(job_id: &str, records: &JobRecords, metrics: &[u8]) -> JobRows {
         .collect();
     let operators = plan_metrics(stages.iter().map(|s| (s.stage_id, s.plan())));
     job_rows(job_id, records, &status, &operators)
-}
-
-/// Columns whose dictionary codes are nearly all of their data: few
-/// distinct values per row group, so zstd saves them little (0.4% of
-/// `executor`, 11% of `duration_ms` in the SQL bench) while every read
-/// pays for decompressing them. They are the columns most questions group
-/// and average by; leaving them uncompressed made the bench's aggregate
-/// about a tenth faster for a file 4% larger (`docs/performance.md`).
-const UNCOMPRESSED: [&str; 11] = [
-    "job_id",
-    "stage_id",
-    "partition",
-    "attempt",
-    "executor",
-    "status",
-    "duration_ms",
-    "position",
-    "operator",
-    "metric",
-    "unit",
-];
-
-/// Row groups of [`ROW_GROUP`] rows, a dictionary tried on every column
-/// (Parquet's default), zstd on every column but [`UNCOMPRESSED`].
-/// Text-only dictionaries wrote a third faster and smaller files, but
-/// both DataFusion and DuckDB then read the numbers slower
-/// (`docs/performance.md`): the files are read far more often than
-/// written.
-fn props() -> WriterProperties {
-    let mut props = WriterProperties::builder()
-        .set_max_row_group_row_count(Some(ROW_GROUP))
-        .set_compression(Compression::ZSTD(ZstdLevel::default()));
-    for column in UNCOMPRESSED {
-        props = props.set_column_compression(column.into(), Compression::UNCOMPRESSED);
-    }
-    props.build()
-}
-
-/// Writes `batch` as the Parquet file `path` (aside, then renamed); gives
-/// the BLAKE3 hash of its bytes, in hex.
-pub fn write_file(
-    path: &Path,
-    schema: &SchemaRef,
-    batch: &RecordBatch,
-) -> Result<String, ColumnarError> {
-    let parent = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(io("creating a table's folder"))?;
-    let mut hash = String::new();
-    // Readable by others: a Ballista cluster may read these files.
-    crate::files::replace::<ColumnarError>(path, 0o644, |file| {
-        let out = Hashing {
-            inner: std::io::BufWriter::new(file),
-            hasher: blake3::Hasher::new(),
-        };
-        let mut writer = ArrowWriter::try_new(out, schema.clone(), Some(props()))?;
-        writer.write(batch)?;
-        // Writes the footer, and gives the writer back.
-        let mut out = writer.into_inner()?;
-        std::io::Write::flush(&mut out).map_err(io("writing a columnar file"))?;
-        hash = out.hasher.finalize().to_hex().to_string();
-        Ok(())
-    })?;
-    Ok(hash)
-}
-
-fn write_segment(
-    dir: &Path,
-    seq: u64,
-    mut rows: Vec<(String, JobRows)>,
-) -> Result<Segment, ColumnarError> {
-    rows.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut seg = Segment {
-        seq,
-        ..Segment::default()
-    };
-    for (t, (table, schema)) in TABLES.iter().enumerate() {
-        let batches: Vec<&RecordBatch> = rows
-            .iter()
-            .map(|(_, r)| match t {
-                0 => &r.stages,
-                1 => &r.tasks,
-                _ => &r.operators,
-            })
-            .collect();
-        let batch = concat_batches(schema, batches)?;
-        if t == 1 {
-            seg.rows = batch.num_rows() as u64;
-        }
-        let path = seg_path(dir, table, seq);
-        seg.sums.push(write_file(&path, schema, &batch)?);
-        seg.sizes
-            .push(std::fs::metadata(&path).map_or(0, |m| m.len()));
-    }
-    for (id, r) in rows {
-        seg.jobs.insert(
-            id,
-            Totals {
-                tasks: r.totals.tasks,
-                failed: r.totals.failed_tasks,
-                rows: r.totals.output_rows,
-                scheduler: r.totals.scheduler_id,
-            },
-        );
-    }
-    Ok(seg)
-}
-
-/// One segment of the rows of `old` whose jobs are in `keep`; `None` when
-/// none is left.
-fn merge_segments(
-    dir: &Path,
-    old: &[Segment],
-    keep: &HashSet<String>,
-    seq: u64,
-) -> Result<Option<Segment>, ColumnarError> {
-    use datafusion::arrow::array::{Array, StringViewArray};
-    let mut seg = Segment {
-        seq,
-        ..Segment::default()
-    };
-    for s in old {
-        for (id, t) in &s.jobs {
-            if keep.contains(id) {
-                seg.jobs.insert(id.clone(), t.clone());
-            }
-        }
-    }
-    if seg.jobs.is_empty() {
-        return Ok(None);
-    }
-    for (table, schema) in TABLES {
-        let mut kept = Vec::new();
-        for s in old {
-            let file = std::fs::File::open(seg_path(dir, table, s.seq))
-                .map_err(io(format!("opening {table} segment {}", s.seq)))?;
-            let reader = ParquetRecordBatchReaderBuilder::try_new(file).and_then(|b| b.build())?;
-            for batch in reader {
-                let batch = batch?;
-                let ids = batch
-                    .column(0)
-                    .as_any()
-                    .downcast_ref::<StringViewArray>()
-                    .ok_or_else(|| {
-                        ColumnarError::Refused(format!(
-                            "{table} segment {}: the job_id column is not text",
-                            s.seq
-                        ))
-                    })?;
-                let mask: datafusion::arrow::array::BooleanArray = (0..ids.len())
-                    .map(|i| Some(keep.contains(ids.value(i))))
-                    .collect();
-                kept.push(datafusion::arrow::compute::filter_record_batch(
-                    &batch, &mask,
-                )?);
-            }
-        }
-        let batch = concat_batches(schema, &kept)?;
-        // Sorted by job id again (the order of rows within a job is not kept).
-        let order = datafusion::arrow::compute::sort_to_indices(batch.column(0), None, None)?;
-        let batch = datafusion::arrow::compute::take_record_batch(&batch, &order)?;
-        if table == "tasks" {
-            seg.rows = batch.num_rows() as u64;
-        }
-        let path = seg_path(dir, table, seq);
-        seg.sums.push(write_file(&path, schema, &batch)?);
-        seg.sizes
-            .push(std::fs::metadata(&path).map_or(0, |m| m.len()));
-    }
-    Ok(Some(seg))
-}
-
-fn write_manifest(dir: &Path, m: &Manifest) -> Result<(), ColumnarError> {
-    std::fs::create_dir_all(dir).map_err(io("creating the columnar folder"))?;
-    let bytes = serde_json::to_vec(m)?;
-    crate::files::replace::<std::io::Error>(&dir.join("manifest.json"), 0o644, |f| {
-        std::io::Write::write_all(f, &bytes)
-    })
-    .map_err(io("writing the manifest"))
 }
 
 #[cfg(test)]

@@ -188,14 +188,20 @@ impl Shared {
             }
         }
         for seg in &m.segments {
-            for ((table, _), sum) in TABLES.iter().zip(&seg.sums) {
+            for (t, ((table, _), sum)) in TABLES.iter().zip(&seg.sums).enumerate() {
                 let name = format!("{table}/{sum}.parquet");
                 // Known whole, and named by the manifest in the store (one
                 // it does not name may have been deleted since).
                 if whole_files.contains(&name) && known.contains(&name) {
                     continue;
                 }
-                let bytes = std::fs::read(seg_path(dir, table, seg.seq))
+                // A segment has the size it was written with.
+                let cap = seg
+                    .sizes
+                    .get(t)
+                    .copied()
+                    .unwrap_or(super::MAX_SEGMENT_BYTES);
+                let bytes = crate::files::read_capped(&seg_path(dir, table, seg.seq), cap)
                     .map_err(io(format!("reading {table} segment {}", seg.seq)))?;
                 let location = self.location(&name);
                 self.run(move |c| {
@@ -234,7 +240,8 @@ fn names(m: &Manifest) -> impl Iterator<Item = String> + '_ {
 /// The BLAKE3 hash of a file, in hex.
 fn hash_file(path: &Path) -> Result<String, ColumnarError> {
     let mut hasher = blake3::Hasher::new();
-    let mut file = std::fs::File::open(path).map_err(io("opening a segment to hash it"))?;
+    let (mut file, _) =
+        crate::files::open_regular(path).map_err(io("opening a segment to hash it"))?;
     std::io::copy(&mut file, &mut hasher).map_err(io("hashing a segment"))?;
     Ok(hasher.finalize().to_hex().to_string())
 }

@@ -213,6 +213,7 @@ impl Capturer {
             fallback_start,
             stages: stage_records,
             end: Box::new(end),
+            secrets,
         }
     }
 

@@ -18,6 +18,7 @@ pub mod live;
 pub(crate) mod naming;
 pub mod redact;
 pub mod scheduler_id;
+pub(crate) mod sink;
 pub mod takers;
 pub mod upload;
 pub mod writer;

@@ -7,9 +7,8 @@
 //! second name of its job, `<job_id>!<tag>` with a random tag.
 
 use crate::format::name::{COMPLETED_SUFFIX, ZST_COMPLETED_SUFFIX, second_name};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Names tried before giving up (each after the first is random).
@@ -29,12 +28,7 @@ pub(super) fn create_running(
             .iter()
             .any(|suffix| std::fs::symlink_metadata(dir.join(format!("{stem}{suffix}"))).is_ok());
         if !taken {
-            match OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(dir.join(format!("{stem}{running}")))
-            {
+            match crate::files::create_new(&dir.join(format!("{stem}{running}"))) {
                 Ok(file) => return Ok((stem, file)),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(e),

@@ -17,7 +17,6 @@
 //! runs under a fresh id for this start and says so. Nothing here can stop
 //! it from starting.
 
-use std::io::Read;
 use std::path::Path;
 
 /// The file that keeps the id, in the event-log directory or spool.
@@ -110,15 +109,12 @@ pub fn stable(dir: &Path) -> String {
 
 /// The id in `path`; `Ok(None)` when there is no file.
 fn read(path: &Path) -> Result<Option<String>, String> {
-    let file = match crate::files::open_regular(path) {
-        Ok((f, _)) => f,
+    let bytes = match crate::files::read_capped(path, MAX_LEN as u64 + 2) {
+        Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("cannot be read ({e})")),
     };
-    let mut text = String::new();
-    file.take(MAX_LEN as u64 + 2)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("cannot be read ({e})"))?;
+    let text = String::from_utf8_lossy(&bytes);
     let id = text.trim();
     match invalid(id) {
         None => Ok(Some(id.to_string())),
@@ -136,7 +132,7 @@ fn keep(dir: &Path, path: &Path, id: &str) -> std::io::Result<()> {
     crate::files::rename_new(tmp.path(), path)?;
     // The temporary's name is gone; nothing is left to delete.
     let _ = tmp.into_temp_path().keep();
-    std::fs::File::open(dir)?.sync_all()
+    crate::files::sync_dir(dir)
 }
 
 #[cfg(test)]

@@ -85,7 +85,14 @@ pub(crate) struct Uploader {
     pending: BTreeMap<PathBuf, (u32, Instant)>,
     /// Whether the last attempt failed (so an outage is logged once).
     failing: bool,
+    /// Told each object name put (or found already there): a recording
+    /// scheduler's store lists the job at once, whatever its rescan
+    /// interval (`--update-interval-seconds 0` included).
+    told: Option<Told>,
 }
+
+/// What the uploader tells of each object it put.
+pub(crate) type Told = Arc<dyn Fn(String) + Send + Sync>;
 
 /// What an upload attempt found.
 enum Uploaded {
@@ -111,7 +118,14 @@ impl Uploader {
             metrics,
             pending: BTreeMap::new(),
             failing: false,
+            told: None,
         }
+    }
+
+    /// Tells `told` the name of each object put.
+    pub(crate) fn telling(mut self, told: Told) -> Self {
+        self.told = Some(told);
+        self
     }
 
     /// Also uploads these unfinished logs: `.running` logs an earlier run
@@ -207,8 +221,11 @@ impl Uploader {
             .collect();
         for path in due {
             match self.upload(&path).await {
-                Ok(found) => {
+                Ok((found, name)) => {
                     self.pending.remove(&path);
+                    if let (Some(told), Some(name)) = (&self.told, name) {
+                        told(name);
+                    }
                     if self.failing {
                         self.failing = false;
                         log::info!("event log: uploads to {} resumed", self.bucket.url());
@@ -248,19 +265,25 @@ impl Uploader {
         }
     }
 
-    /// Puts one spool file into the store, then removes the file.
-    async fn upload(&self, path: &Path) -> Result<Uploaded, String> {
-        let len = match tokio::fs::metadata(path).await {
+    /// Puts one spool file into the store, then removes the file: what
+    /// was found, and the object's name (none for a file gone).
+    async fn upload(&self, path: &Path) -> Result<(Uploaded, Option<String>), String> {
+        let len = match tokio::fs::symlink_metadata(path).await {
+            Ok(meta) if !meta.file_type().is_file() => {
+                return Err("not a regular file (a link or a FIFO planted in the spool)".into());
+            }
             Ok(meta) => meta.len(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Uploaded::Gone),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok((Uploaded::Gone, None));
+            }
             Err(e) => return Err(format!("reading the spool: {e}")),
         };
         let name = path
             .file_name()
             .and_then(|n| n.to_str())
             .ok_or("not a log name")?;
-        let found = match self.put_new(path, len, name).await? {
-            Some(found) => found,
+        let (found, put_as) = match self.put_new(path, len, name).await? {
+            Some(found) => (found, name.to_string()),
             None => {
                 // Another scheduler's job with the same id: keep both. The
                 // second name comes from this log's contents, so a retry
@@ -272,14 +295,16 @@ impl Uploader {
                      {other}",
                     self.bucket.url(),
                 );
-                self.put_new(path, len, &other)
+                let found = self
+                    .put_new(path, len, &other)
                     .await?
-                    .ok_or_else(|| format!("{other} exists too, with other contents"))?
+                    .ok_or_else(|| format!("{other} exists too, with other contents"))?;
+                (found, other)
             }
         };
         match tokio::fs::remove_file(path).await {
-            Ok(()) => Ok(found),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(found),
+            Ok(()) => Ok((found, Some(put_as))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((found, Some(put_as))),
             Err(e) => Err(format!("removing the uploaded file from the spool: {e}")),
         }
     }
@@ -297,7 +322,7 @@ impl Uploader {
         let location = self.bucket.location(name);
         // A small log is read once and sent in one request.
         let whole = if len <= SINGLE_PUT_MAX {
-            let bytes = tokio::fs::read(path)
+            let bytes = crate::files::read_capped_async(path, SINGLE_PUT_MAX)
                 .await
                 .map_err(|e| format!("reading the spool: {e}"))?;
             Some(bytes::Bytes::from(bytes))
@@ -358,7 +383,7 @@ impl Uploader {
         if object.meta.size != len {
             return Ok(false);
         }
-        let mut file = tokio::fs::File::open(path)
+        let (mut file, _) = crate::files::open_regular_async(path)
             .await
             .map_err(|e| format!("reading the spool: {e}"))?;
         let mut stream = object.into_stream();
@@ -384,7 +409,7 @@ impl Uploader {
         let mut writer = WriteMultipart::new_with_chunk_size(upload, SINGLE_PUT_MAX as usize);
         let result: Result<(), String> = async {
             use tokio::io::AsyncReadExt;
-            let mut file = tokio::fs::File::open(path)
+            let (mut file, _) = crate::files::open_regular_async(path)
                 .await
                 .map_err(|e| format!("reading the spool: {e}"))?;
             let mut chunk = vec![0u8; 8 * 1024 * 1024];
@@ -422,11 +447,7 @@ pub(crate) fn lock_spool(spool: &Path) -> Result<std::fs::File, String> {
     std::fs::create_dir_all(spool)
         .map_err(|e| format!("--event-log-spool {}: {e}", spool.display()))?;
     let path = spool.join(".lock");
-    let file = std::fs::File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
+    let file = crate::files::open_lock(&path)
         .map_err(|e| format!("--event-log-spool {}: {e}", path.display()))?;
     match file.try_lock() {
         Ok(()) => Ok(file),
@@ -465,7 +486,7 @@ async fn content_tag(path: &Path) -> Result<String, String> {
     let path = path.to_path_buf();
     tokio::task::spawn_blocking(move || {
         let mut hasher = blake3::Hasher::new();
-        hasher.update_reader(std::fs::File::open(&path)?)?;
+        hasher.update_reader(crate::files::open_regular(&path)?.0)?;
         Ok::<_, std::io::Error>(hasher.finalize().to_hex()[..12].to_string())
     })
     .await

@@ -35,11 +35,10 @@ use crate::format::record::{self, Footer, JobEnd, JobStart, TaskEnd, WrittenJob,
 use crate::metrics::HistoryMetrics;
 use crate::recording::naming;
 use crate::recording::redact::scrub;
+use crate::recording::sink::{Sink, scrubbed};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -149,9 +148,14 @@ pub enum WriterMsg {
         stages: Vec<(record::StageStart, record::StageEnd)>,
         /// The terminal record.
         end: Box<JobEnd>,
+        /// The values of the job's secret settings, as the capturer read
+        /// them at the end: scrubbed from task lines still held when `End`
+        /// comes before `Start` and `Secrets` (the two are sent from
+        /// concurrent tasks, and a job that ends at once can win the race).
+        secrets: Vec<String>,
     },
     /// Flush and acknowledge: everything sent before it is then on disk.
-    Flush(mpsc::Sender<()>),
+    Flush(mpsc::SyncSender<()>),
     /// Flush and stop. Logs of unfinished jobs stay `.running`.
     Shutdown,
 }
@@ -215,7 +219,7 @@ impl WriterHandle {
 
     /// Waits until everything sent before this call is written and flushed.
     pub async fn flush(&self) {
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(1);
         if self.send(WriterMsg::Flush(tx)) {
             let _ = tokio::task::spawn_blocking(move || rx.recv()).await;
         }
@@ -229,6 +233,10 @@ pub fn spawn(
     config: WriterConfig,
     metrics: Arc<HistoryMetrics>,
 ) -> std::io::Result<(WriterHandle, std::thread::JoinHandle<()>)> {
+    // Unbounded as a channel, bounded by `queued`: progress past the
+    // capacity is dropped and counted; a job's start and end (two per job)
+    // are never dropped, and the listener must never wait.
+    #[allow(clippy::disallowed_methods)]
     let (tx, rx) = mpsc::channel();
     let queued = Arc::new(AtomicUsize::new(0));
     let handle = WriterHandle {
@@ -245,40 +253,6 @@ pub fn spawn(
         .name("event-log-writer".into())
         .spawn(move || writer.run(rx, queued))?;
     Ok((handle, thread))
-}
-
-/// An open log file: plain, or a zstd frame in progress.
-enum Sink {
-    Plain(BufWriter<File>),
-    Zstd(zstd::stream::write::Encoder<'static, BufWriter<File>>),
-}
-
-impl Sink {
-    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        match self {
-            Sink::Plain(w) => w.write_all(bytes),
-            Sink::Zstd(w) => w.write_all(bytes),
-        }
-    }
-
-    /// Makes everything written so far readable from the file (for zstd,
-    /// a complete block of the current frame).
-    fn flush(&mut self) -> std::io::Result<()> {
-        match self {
-            Sink::Plain(w) => w.flush(),
-            Sink::Zstd(w) => w.flush(),
-        }
-    }
-
-    /// Ends the current zstd frame (if any) and returns the file.
-    fn finish(self) -> std::io::Result<BufWriter<File>> {
-        let mut file = match self {
-            Sink::Plain(w) => w,
-            Sink::Zstd(w) => w.finish()?,
-        };
-        file.flush()?;
-        Ok(file)
-    }
 }
 
 /// A job whose log is being written.
@@ -315,18 +289,6 @@ struct Kept {
     start: Option<JobStart>,
     tasks: Vec<Vec<TaskEnd>>,
     count: usize,
-}
-
-/// A task line with the job's secrets scrubbed (the line itself when there
-/// are none, or none occurs).
-fn scrubbed(line: Vec<u8>, secrets: &[String]) -> Vec<u8> {
-    if secrets.is_empty() {
-        return line;
-    }
-    match String::from_utf8(line) {
-        Ok(text) => scrub(&text, secrets).into_bytes(),
-        Err(e) => e.into_bytes(),
-    }
 }
 
 /// Progress lines held per job while its `JobStart` is pending.
@@ -472,7 +434,18 @@ impl Writer {
                 fallback_start,
                 stages,
                 end,
-            } => self.end(job_id, fallback_start, stages, end),
+                secrets,
+            } => {
+                if !self.finished.contains(&job_id) {
+                    let job = self.job(&job_id);
+                    for value in secrets {
+                        if !job.secrets.contains(&value) {
+                            job.secrets.push(value);
+                        }
+                    }
+                }
+                self.end(job_id, fallback_start, stages, end)
+            }
             WriterMsg::Flush(ack) => {
                 self.flush_all();
                 let _ = ack.send(());
@@ -572,10 +545,7 @@ impl Writer {
             std::fs::create_dir_all(&self.config.dir).and_then(|()| self.create_log(job_id))
         } else {
             let path = self.path(&self.jobs[job_id].stem, self.running_suffix());
-            OpenOptions::new()
-                .append(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&path)
+            crate::files::open_append(&path)
         };
         let compression = self.config.compression;
         let opened = opened.and_then(|file| {
@@ -870,7 +840,7 @@ impl Writer {
             &self.jobs[job_id].stem,
             self.completed_suffix(),
         )?;
-        sync_dir(&self.config.dir)?;
+        crate::files::sync_dir(&self.config.dir)?;
         self.second_name(job_id, &stem);
         Ok(to)
     }
@@ -887,15 +857,11 @@ impl Writer {
     }
 }
 
-/// Makes a rename in `dir` durable.
-pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::format::record::{JobEndStatus, JobIndex, raw_or_null};
+    use std::path::Path;
 
     fn end(job_id: &str) -> Box<JobEnd> {
         Box::new(JobEnd {
@@ -944,6 +910,7 @@ mod tests {
             fallback_start: start(job_id),
             stages,
             end: end(job_id),
+            secrets: Vec::new(),
         }
     }
 
@@ -1048,7 +1015,7 @@ mod tests {
         });
         handle.send(WriterMsg::Start(start("over")));
         handle.send(ended("over"));
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(1);
         handle.send(WriterMsg::Flush(tx));
         rx.recv().unwrap();
         // Opened while not wanted: nothing handed.
@@ -1099,6 +1066,7 @@ mod tests {
                 fallback_start: start("q"),
                 stages: vec![],
                 end: with_plan,
+                secrets: Vec::new(),
             });
             drop(handle);
             thread.join().unwrap();
@@ -1213,7 +1181,7 @@ mod tests {
         config.max_open_files = 256;
         let (handle, thread) = spawn(config, metrics.clone()).unwrap();
         let flush = |handle: &WriterHandle| {
-            let (tx, rx) = mpsc::channel();
+            let (tx, rx) = mpsc::sync_channel(1);
             handle.send(WriterMsg::Flush(tx));
             rx.recv().unwrap();
         };

@@ -21,22 +21,30 @@
 //! service on the same host name can still receive it over plain HTTP: an
 //! id that expires and can be ended, not the token.
 //!
-//! **Guesses are slowed per client** (by its address): after
-//! five wrong tokens (bearer or sign-in), each further one
-//! makes the client wait twice as long before it may present a token
-//! again, from 1 s up to a minute (429 with `Retry-After`), and a right
-//! token from it is refused too until then. A session already open is not
-//! a guess and is unaffected. Not `governor`: a rate limiter counts every
-//! request it is asked about, while this must count only the wrong ones
-//! and still say, before a token is checked, whether it may be tried.
+//! **Wrong tokens are slowed per client; the right one never is.** A
+//! client is an IPv4 address or an IPv6 /64 (`clients::Client`: one host
+//! may use every address of its /64). Its first five wrong tokens (bearer
+//! or sign-in) are answered at once; each further one is answered only
+//! after a wait that doubles from 1 s up to a minute, and a client's slowed
+//! answers leave one at a time, so however many it sends at once it learns
+//! about one guess per wait (what it holds meanwhile is bounded by its
+//! share of connections, `serving::http`). A right token is checked first
+//! and let through at once, whatever else came from its address: behind a
+//! proxy or a NAT, where every user shares one address, one user's wrong
+//! tokens cannot lock out Prometheus, the TUI or anyone else. A session
+//! already open is not a guess and is unaffected. Not `governor`: a rate
+//! limiter counts every request it is asked about, while this must count
+//! only the wrong ones and never stand in the right one's way.
+//!
+//! The comparison is `subtle`'s constant-time equality, not ours.
 
+use crate::serving::clients::Client;
 use crate::serving::error::ApiError;
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -88,40 +96,46 @@ impl ApiToken {
 
     /// Reads the token from `path` (surrounding whitespace ignored).
     pub fn from_file(path: &Path) -> Result<Self, TokenError> {
-        let text = std::fs::read_to_string(path).map_err(|source| TokenError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let bytes =
+            crate::files::read_named(path, 64 * 1024).map_err(|source| TokenError::Read {
+                path: path.display().to_string(),
+                source,
+            })?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| TokenError::Invalid(path.display().to_string()))?;
         Self::new(text.trim()).ok_or_else(|| TokenError::Invalid(path.display().to_string()))
     }
 
-    /// Whether `presented` is this token.
-    pub(crate) fn is(&self, presented: &str) -> bool {
-        same_bytes(&self.token, presented.trim().as_bytes())
+    /// Checks `presented` (surrounding whitespace ignored) from the client
+    /// of `extensions`, counting it when wrong.
+    pub(crate) fn check(&self, presented: &[u8], extensions: &http::Extensions) -> Checked {
+        if same_bytes(&self.token, presented.trim_ascii()) {
+            return Checked::Right;
+        }
+        crate::metrics::HistoryMetrics::global().wrong_tokens.inc();
+        Checked::Wrong(self.guesses.wrong(Client::of_request(extensions)))
     }
 
     /// Whether an `Authorization` header value presents this token.
-    pub(crate) fn permits(&self, authorization: Option<&[u8]>) -> bool {
-        let presented = authorization
-            .and_then(|v| {
-                let scheme = v.get(..7)?;
-                scheme
-                    .eq_ignore_ascii_case(b"bearer ")
-                    .then(|| v[7..].trim_ascii())
-            })
-            .unwrap_or_default();
-        same_bytes(&self.token, presented)
+    #[cfg(test)]
+    fn permits(&self, authorization: Option<&[u8]>) -> bool {
+        same_bytes(&self.token, bearer(authorization.unwrap_or_default()))
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header value (empty
+/// for any other scheme).
+fn bearer(value: &[u8]) -> &[u8] {
+    match value.get(..7) {
+        Some(scheme) if scheme.eq_ignore_ascii_case(b"bearer ") => value[7..].trim_ascii(),
+        _ => b"",
     }
 }
 
 /// `expected == presented`, in time that depends on the lengths only.
 fn same_bytes(expected: &[u8], presented: &[u8]) -> bool {
-    let mut diff = u8::from(expected.len() != presented.len());
-    for (i, &e) in expected.iter().enumerate() {
-        let p = presented.get(i).copied().unwrap_or(!e);
-        diff |= std::hint::black_box(e ^ p);
-    }
-    diff == 0
+    use subtle::ConstantTimeEq;
+    bool::from(expected.ct_eq(presented))
 }
 
 /// What a path is, to the token.
@@ -203,7 +217,7 @@ impl Sessions {
     }
 }
 
-/// Wrong tokens before a client must wait.
+/// Wrong tokens a client may present before its answers are slowed.
 pub(crate) const FREE_GUESSES: u32 = 5;
 /// The longest wait.
 const MAX_WAIT: Duration = Duration::from_secs(60);
@@ -212,48 +226,70 @@ const FORGET_AFTER: Duration = Duration::from_secs(600);
 /// Clients counted at most (the oldest are forgotten first).
 const MAX_CLIENTS: usize = 10_000;
 
-/// Wrong tokens per client address: how many, and until when it waits.
+/// Wrong tokens per client: how many, when the last was, and the gate
+/// its slowed answers leave through one at a time.
 #[derive(Default)]
-struct Guesses(parking_lot::Mutex<HashMap<IpAddr, (u32, Instant)>>);
+struct Guesses(parking_lot::Mutex<HashMap<Client, Guessing>>);
+
+struct Guessing {
+    wrong: u32,
+    last: Instant,
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+/// How long a wrong token's answer waits, and the gate it waits behind.
+type Slowed = Option<(Duration, Arc<tokio::sync::Semaphore>)>;
 
 impl Guesses {
-    /// How long `client` must still wait before presenting a token.
-    fn wait(&self, client: IpAddr) -> Option<Duration> {
-        let (_, until) = *self.0.lock().get(&client)?;
-        until.checked_duration_since(Instant::now())
-    }
-
-    /// Counts a wrong token from `client`.
-    fn wrong(&self, client: IpAddr) {
+    /// Counts a wrong token from `client`: how its answer is slowed
+    /// (`None` for one of its free guesses).
+    fn wrong(&self, client: Client) -> Slowed {
         let now = Instant::now();
         let mut clients = self.0.lock();
         if clients.len() >= MAX_CLIENTS {
-            clients.retain(|_, (_, until)| *until + FORGET_AFTER > now);
+            clients.retain(|_, g| g.last + FORGET_AFTER > now);
         }
         if clients.len() >= MAX_CLIENTS
-            && let Some(oldest) = clients.iter().min_by_key(|(_, (_, u))| *u).map(|(k, _)| *k)
+            && let Some(oldest) = clients.iter().min_by_key(|(_, g)| g.last).map(|(k, _)| *k)
         {
             clients.remove(&oldest);
         }
-        let (count, until) = clients.entry(client).or_insert((0, now));
-        if *until + FORGET_AFTER <= now {
-            *count = 0;
+        let g = clients.entry(client).or_insert_with(|| Guessing {
+            wrong: 0,
+            last: now,
+            gate: Arc::new(tokio::sync::Semaphore::new(1)),
+        });
+        if g.last + FORGET_AFTER <= now {
+            g.wrong = 0;
         }
-        *count += 1;
-        let over = count.saturating_sub(FREE_GUESSES);
-        *until = if over == 0 {
-            now
-        } else {
-            now + Duration::from_secs(1u64 << (over - 1).min(6)).min(MAX_WAIT)
-        };
+        g.wrong = g.wrong.saturating_add(1);
+        g.last = now;
+        let over = g.wrong.saturating_sub(FREE_GUESSES);
+        (over > 0).then(|| {
+            let wait = Duration::from_secs(1u64 << (over - 1).min(6)).min(MAX_WAIT);
+            (wait, g.gate.clone())
+        })
     }
 }
 
-/// The address a request came from (put there by `serving::http`).
-fn client(extensions: &http::Extensions) -> IpAddr {
-    extensions
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip())
+/// What a presented token is.
+pub(crate) enum Checked {
+    /// The token.
+    Right,
+    /// Not the token: answer it once [`Checked::slowed`] resolves.
+    Wrong(Slowed),
+}
+
+impl Checked {
+    /// Waits as long as the client's wrong tokens say, behind its earlier
+    /// slowed answers.
+    pub(crate) async fn slowed(self) {
+        if let Checked::Wrong(Some((wait, gate))) = self
+            && let Ok(_turn) = gate.acquire_owned().await
+        {
+            tokio::time::sleep(wait).await;
+        }
+    }
 }
 
 /// Whether a request came over HTTPS, as a TLS proxy in front says.
@@ -280,30 +316,22 @@ fn session_id(headers: &http::HeaderMap) -> Option<String> {
         .map(|c| c.value().to_string())
 }
 
-/// Why a sign-in was refused.
-pub(crate) enum SignIn {
-    /// Not the token.
-    Wrong,
-    /// Too many wrong tokens from this client: wait this many seconds.
-    Wait(u64),
-}
-
 impl ApiToken {
     /// Checks a token typed into the sign-in page by the client of
-    /// `extensions`: the `Set-Cookie` value of a new session, or why not.
-    pub(crate) fn sign_in(
+    /// `extensions`: the `Set-Cookie` value of a new session, or `None`
+    /// (answer once the check's wait is over).
+    pub(crate) async fn sign_in(
         &self,
         typed: &str,
         headers: &http::HeaderMap,
         extensions: &http::Extensions,
-    ) -> Result<String, SignIn> {
-        let client = client(extensions);
-        if let Some(wait) = self.guesses.wait(client) {
-            return Err(SignIn::Wait(wait.as_secs().max(1)));
-        }
-        if !self.is(typed) {
-            self.guesses.wrong(client);
-            return Err(SignIn::Wrong);
+    ) -> Option<String> {
+        match self.check(typed.as_bytes(), extensions) {
+            Checked::Right => {}
+            wrong => {
+                wrong.slowed().await;
+                return None;
+            }
         }
         let secure = over_https(headers);
         let cookie = cookie::Cookie::build((
@@ -317,7 +345,7 @@ impl ApiToken {
         .max_age(cookie::time::Duration::seconds(
             SESSION_LIFETIME.as_secs() as i64
         ));
-        Ok(cookie.to_string())
+        Some(cookie.to_string())
     }
 
     /// Ends the session a request's cookie names: the `Set-Cookie` values
@@ -352,18 +380,18 @@ async fn check(State(token): State<ApiToken>, request: Request, next: Next) -> R
     let presented = request
         .headers()
         .get(http::header::AUTHORIZATION)
-        .map(|v| v.as_bytes());
+        .map(|v| bearer(v.as_bytes()));
     if let Some(presented) = presented {
-        let client = client(request.extensions());
-        if let Some(wait) = token.guesses.wait(client) {
-            return ApiError::TooManyGuesses(wait.as_secs().max(1)).into_response();
+        match token.check(presented, request.extensions()) {
+            Checked::Right => return next.run(request).await,
+            wrong => {
+                wrong.slowed().await;
+                return ApiError::Unauthorized(
+                    "the bearer token is not the one this server accepts",
+                )
+                .into_response();
+            }
         }
-        if token.permits(Some(presented)) {
-            return next.run(request).await;
-        }
-        token.guesses.wrong(client);
-        return ApiError::Unauthorized("the bearer token is not the one this server accepts")
-            .into_response();
     }
     if area == Area::Page
         && (request.method() == http::Method::GET || request.method() == http::Method::HEAD)
@@ -455,8 +483,8 @@ mod tests {
         assert!(!same_bytes(b"\xff", b""));
     }
 
-    #[test]
-    fn a_sign_in_opens_a_session_whose_cookie_holds_no_token() {
+    #[tokio::test]
+    async fn a_sign_in_opens_a_session_whose_cookie_holds_no_token() {
         let token = ApiToken::new("s3cret-Token_1").unwrap();
         let plain = http::HeaderMap::new();
         let mut https = http::HeaderMap::new();
@@ -465,7 +493,7 @@ mod tests {
         for (headers, name, secure) in [(&plain, COOKIE, false), (&https, HOST_COOKIE, true)] {
             let set = token
                 .sign_in("s3cret-Token_1", headers, &none)
-                .ok()
+                .await
                 .unwrap();
             let parsed = cookie::Cookie::parse(set.clone()).unwrap();
             assert_eq!(parsed.name(), name);
@@ -499,46 +527,91 @@ mod tests {
         text.bytes().map(|b| format!("{b:02x}")).collect()
     }
 
-    #[test]
-    fn wrong_tokens_make_their_client_wait_longer_each_time() {
-        let token = ApiToken::new("right").unwrap();
+    fn from(ip: &str) -> http::Extensions {
         let mut from = http::Extensions::new();
-        from.insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((
-            [10, 0, 0, 7],
-            1,
-        ))));
+        let addr = std::net::SocketAddr::new(ip.parse().unwrap(), 1);
+        from.insert(axum::extract::ConnectInfo(addr));
+        from
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wrong_tokens_are_answered_ever_later_and_the_right_one_at_once() {
+        let token = ApiToken::new("right").unwrap();
         let plain = http::HeaderMap::new();
+        let mallory = from("10.0.0.7");
+        let timed = |typed: &'static str, who: http::Extensions| {
+            let token = token.clone();
+            let plain = plain.clone();
+            async move {
+                let at = tokio::time::Instant::now();
+                let opened = token.sign_in(typed, &plain, &who).await.is_some();
+                (opened, at.elapsed())
+            }
+        };
         for _ in 0..FREE_GUESSES {
-            assert!(matches!(
-                token.sign_in("wrong", &plain, &from),
-                Err(SignIn::Wrong)
-            ));
+            assert_eq!(
+                timed("wrong", mallory.clone()).await,
+                (false, Duration::ZERO)
+            );
         }
-        // The next wrong one makes it wait a second; then the right token
-        // is refused too until the wait is over.
-        assert!(matches!(
-            token.sign_in("wrong", &plain, &from),
-            Err(SignIn::Wrong)
-        ));
-        assert!(matches!(
-            token.sign_in("right", &plain, &from),
-            Err(SignIn::Wait(1))
-        ));
-        // Another client is not slowed.
-        assert!(
-            token
-                .sign_in("right", &plain, &http::Extensions::new())
-                .is_ok()
+        // Past the free ones, each wrong answer waits twice as long.
+        assert_eq!(
+            timed("wrong", mallory.clone()).await,
+            (false, Duration::from_secs(1))
         );
-        let ip = IpAddr::from([10, 0, 0, 7]);
+        assert_eq!(
+            timed("wrong", mallory.clone()).await,
+            (false, Duration::from_secs(2))
+        );
+        // The right token from the same address is let in at once.
+        assert_eq!(
+            timed("right", mallory.clone()).await,
+            (true, Duration::ZERO)
+        );
         for _ in 0..10 {
-            token.guesses.wrong(ip);
+            token.guesses.wrong(Client::of_request(&mallory));
         }
-        let wait = token.guesses.wait(ip).unwrap();
-        assert!(
-            wait > Duration::from_secs(50) && wait <= MAX_WAIT,
-            "{wait:?}"
+        assert_eq!(timed("wrong", mallory.clone()).await, (false, MAX_WAIT));
+        // Another client is not slowed.
+        assert_eq!(
+            timed("wrong", from("10.0.0.8")).await,
+            (false, Duration::ZERO)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_clients_slowed_answers_leave_one_at_a_time_and_a_64_is_one_client() {
+        let token = ApiToken::new("right").unwrap();
+        let plain = http::HeaderMap::new();
+        // Forty addresses of one /64 are one client: five free guesses in all.
+        for i in 0..FREE_GUESSES {
+            let who = from(&format!("2001:db8:0:1::{i:x}"));
+            assert!(token.sign_in("wrong", &plain, &who).await.is_none());
+        }
+        let at = tokio::time::Instant::now();
+        let guesses = (0..4).map(|i| {
+            let token = token.clone();
+            let plain = plain.clone();
+            async move {
+                let who = from(&format!("2001:db8:0:1::{:x}", 100 + i));
+                token.sign_in("wrong", &plain, &who).await;
+                at.elapsed()
+            }
+        });
+        let mut took = futures::future::join_all(guesses).await;
+        took.sort();
+        // Sent at once, answered one after another: 1 s, then 2, 4 and 8
+        // more.
+        assert_eq!(
+            took,
+            [1, 3, 7, 15].map(Duration::from_secs),
+            "slowed answers leave one at a time"
+        );
+        // An address of another /64 is another client.
+        let other = from("2001:db8:0:2::1");
+        let at = tokio::time::Instant::now();
+        assert!(token.sign_in("wrong", &plain, &other).await.is_none());
+        assert_eq!(at.elapsed(), Duration::ZERO);
     }
 
     #[test]

@@ -35,10 +35,6 @@ pub enum ApiError {
     /// name it).
     #[error("{0}")]
     Forbidden(String),
-    /// Too many wrong tokens from this client: it may try again after the
-    /// given whole seconds.
-    #[error("too many wrong tokens from this address; try again in {0} s")]
-    TooManyGuesses(u64),
 }
 
 /// The JSON body of every error: the scheduler's own shape.
@@ -63,7 +59,6 @@ impl ApiError {
             ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::UnsupportedType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
-            ApiError::TooManyGuesses(_) => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 }
@@ -72,7 +67,6 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let retry_after = match &self {
-            ApiError::TooManyGuesses(s) => Some(s.to_string()),
             ApiError::Busy(_) => Some("1".to_string()),
             _ => None,
         };
@@ -85,7 +79,6 @@ impl IntoResponse for ApiError {
             | ApiError::UnsupportedType(e)
             | ApiError::Forbidden(e) => Some(e),
             ApiError::Unauthorized(e) => Some(e.to_string()),
-            e @ ApiError::TooManyGuesses(_) => Some(e.to_string()),
         };
         let body = ErrorBody {
             http_code: status.as_u16(),

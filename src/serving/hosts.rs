@@ -13,8 +13,13 @@
 //!
 //! The scheduler's gRPC (executors and clients, which name the scheduler
 //! however their network reaches it) and the health probes are not
-//! pages a browser reads: they are answered whatever their host. Without
-//! `--event-log-dir` none of this runs: the port is upstream's.
+//! pages a browser reads: they are answered whatever their host. gRPC is
+//! told by what a browser cannot choose, never by a header it can: the
+//! request is HTTP/2 over plain TCP (prior knowledge, which no browser
+//! speaks; a page reaches this port over HTTP/1.1) and its path is one of
+//! the scheduler's gRPC services. A `Content-Type: application/grpc` on
+//! an HTTP/1.1 request opens nothing. Without `--event-log-dir` none of
+//! this runs: the port is upstream's.
 
 use crate::serving::error::ApiError;
 use axum::Router;
@@ -91,16 +96,17 @@ impl AllowedHosts {
     }
 }
 
+/// The path prefixes of the gRPC services a scheduler's port serves
+/// (Ballista's scheduler, Arrow Flight's proxy, gRPC's own services).
+const GRPC_SERVICES: [&str; 3] = ["/ballista.protobuf.", "/arrow.flight.protocol.", "/grpc."];
+
 /// Whether a request is the scheduler's gRPC or a health probe.
 fn exempt(request: &Request) -> bool {
     let path = request.uri().path();
     path == "/healthz"
         || path == "/readyz"
-        || request
-            .headers()
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|t| t.starts_with("application/grpc"))
+        || (request.version() == http::Version::HTTP_2
+            && GRPC_SERVICES.iter().any(|p| path.starts_with(p)))
 }
 
 async fn check(State(hosts): State<Arc<AllowedHosts>>, request: Request, next: Next) -> Response {

@@ -21,19 +21,22 @@
 //! [`REGROUP_EVERY`]) and answers what the last grouping found. A scrape
 //! costs the same at a million jobs as at ten (`benches/scale.rs`).
 //!
-//! The series are a [`prometheus::core::Collector`] in Prometheus' default
-//! registry, the one `/api/metrics` gathers in both modes (upstream's
-//! handler in a live scheduler, ours in a history-only server).
+//! Each server has its own [`JobGauges`], over its own store: they are not
+//! registered in Prometheus' default registry (two servers in one process,
+//! an embedder's, would share one set, pointed at whichever attached
+//! last). `/api/metrics` answers the default registry's series (the
+//! scheduler's and the process's counters) and the server's own gauges
+//! (`router::metrics`), in both modes.
 
 use crate::analysis::queries::{QueryRow, recurring};
 use crate::format::JobState;
 use crate::store::LogStore;
 use crate::store::query::JobFacts;
 use parking_lot::{Mutex, RwLock};
-use prometheus::core::{Collector, Desc};
+use prometheus::core::Collector;
 use prometheus::proto::MetricFamily;
 use prometheus::{GaugeVec, IntGaugeVec, Opts};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The least time between two groupings of the queries.
@@ -53,26 +56,16 @@ pub const MAX_SCHEDULER_LABELS: usize = 100;
 /// id can be it (ids have no parentheses).
 pub const OTHER_SCHEDULERS: &str = "(other)";
 
-/// Attaches the job-level series to `store`, exporting the `top` recurring
-/// queries with the most runs (0: none). The series are registered once
-/// per process; a later call points them at its store.
-pub fn attach(store: Arc<LogStore>, top: usize) {
-    static GAUGES: OnceLock<Arc<JobGauges>> = OnceLock::new();
-    let gauges = GAUGES.get_or_init(|| {
-        let gauges = Arc::new(JobGauges::new());
-        if let Err(e) =
-            prometheus::default_registry().register(Box::new(Registered(gauges.clone())))
-        {
-            log::warn!("job-level metrics are not exported: {e}");
-        }
-        gauges
-    });
+/// The job-level series of one server over `store`, exporting the `top`
+/// recurring queries with the most runs (0: none).
+pub fn gauges(store: Arc<LogStore>, top: usize) -> Arc<JobGauges> {
+    let gauges = Arc::new(JobGauges::new());
     *gauges.target.write() = Some((store, top));
-    gauges.queries.forget();
+    gauges
 }
 
 /// The series and what they read.
-pub(crate) struct JobGauges {
+pub struct JobGauges {
     target: RwLock<Option<(Arc<LogStore>, usize)>>,
     /// Held by a scrape from the reset of `jobs` to its collection, so a
     /// concurrent scrape never sees them half written.
@@ -194,13 +187,6 @@ impl JobGauges {
 }
 
 impl QueryGauges {
-    /// Drops what the last grouping found (another store is attached).
-    fn forget(&self) {
-        let _writing = self.writing.lock();
-        self.clear();
-        self.state.lock().version = None;
-    }
-
     fn clear(&self) {
         self.last_duration.reset();
         self.ratio.reset();
@@ -269,30 +255,23 @@ pub(crate) fn top_by_runs(mut rows: Vec<QueryRow>, top: usize) -> Vec<QueryRow> 
     rows
 }
 
-/// The collector Prometheus' registry holds.
-struct Registered(Arc<JobGauges>);
-
-impl Collector for Registered {
-    fn desc(&self) -> Vec<&Desc> {
-        let q = &self.0.queries;
-        let mut out = self.0.jobs.desc();
-        out.extend(q.last_duration.desc());
-        out.extend(q.ratio.desc());
-        out.extend(q.regressed.desc());
-        out.extend(q.runs.desc());
-        out
-    }
-
-    fn collect(&self) -> Vec<MetricFamily> {
-        let _scrape = self.0.scrape.lock();
-        self.0.refresh();
-        let q = &self.0.queries;
+impl JobGauges {
+    /// The series as they are now (the state counts read, a grouping
+    /// started when the history changed).
+    pub fn families(&self) -> Vec<MetricFamily> {
+        let _scrape = self.scrape.lock();
+        self.refresh();
+        let q = &self.queries;
         let _writing = q.writing.lock();
-        let mut out = self.0.jobs.collect();
+        let mut out = self.jobs.collect();
         out.extend(q.last_duration.collect());
         out.extend(q.ratio.collect());
         out.extend(q.regressed.collect());
         out.extend(q.runs.collect());
+        // A family with no series yet (before the first grouping) is left
+        // out, as a registry's gather leaves it out: the text encoder
+        // refuses one.
+        out.retain(|f| !f.get_metric().is_empty());
         out
     }
 }

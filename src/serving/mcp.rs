@@ -23,6 +23,14 @@
 //! empty allow-list). A request body is at most [`MAX_BODY`]. The server is
 //! stateless (no session per client), so a client cannot make it hold
 //! anything between requests.
+//!
+//! **Bounded answers.** A tool's answer is read from its route at most
+//! [`MAX_ANSWER`] bytes at a time and at most [`MAX_CALLS`] tools run at
+//! once per server (more wait their turn, up to [`CALL_WAIT`]); an answer
+//! past the cap is the tool's error, saying how to narrow the question,
+//! and the route's work stops there (a SQL worker is killed when its
+//! answer is dropped). Twelve requests for a 42 MB answer hold at most
+//! `MAX_CALLS` times `MAX_ANSWER` (and rmcp's JSON of it), never 500 MB.
 
 use crate::recording::live::job_path;
 use crate::store::query::LIST_PARAMS;
@@ -43,6 +51,16 @@ use tower::ServiceExt;
 /// The largest request body `/mcp` reads (a tool call is a few hundred
 /// bytes; a SQL query rarely more than a few kilobytes).
 pub const MAX_BODY: usize = 1 << 20;
+
+/// The largest answer a tool returns: enough for a thousand jobs or a
+/// job's stages, small enough for an assistant's context.
+pub const MAX_ANSWER: usize = 4 << 20;
+
+/// Tools one server runs at once.
+pub const MAX_CALLS: usize = 4;
+
+/// How long a tool call waits for its turn before it is refused as busy.
+pub const CALL_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Jobs `list_jobs` returns when the assistant names no limit: enough to
 /// answer "what ran last night", few enough for an assistant's context.
@@ -73,8 +91,9 @@ pub(crate) fn routes(api: Router) -> Router {
         .disable_allowed_hosts()
         .enforce_origin_validation()
         .with_max_request_body_bytes(MAX_BODY);
+    let calls = Arc::new(tokio::sync::Semaphore::new(MAX_CALLS));
     let service: StreamableHttpService<History, LocalSessionManager> = StreamableHttpService::new(
-        move || Ok(History::new(api.clone())),
+        move || Ok(History::new(api.clone(), calls.clone())),
         Arc::default(),
         config,
     );
@@ -85,6 +104,8 @@ pub(crate) fn routes(api: Router) -> Router {
 #[derive(Clone)]
 pub(crate) struct History {
     api: Router,
+    /// The server's turns: at most [`MAX_CALLS`] tools at once.
+    calls: Arc<tokio::sync::Semaphore>,
     tool_router: ToolRouter<Self>,
 }
 
@@ -192,9 +213,10 @@ pub(crate) struct Sql {
 
 #[tool_router]
 impl History {
-    fn new(api: Router) -> Self {
+    fn new(api: Router, calls: Arc<tokio::sync::Semaphore>) -> Self {
         Self {
             api,
+            calls,
             tool_router: Self::tool_router(),
         }
     }
@@ -276,6 +298,13 @@ impl History {
     /// the tool's text; a status of 400 or more as the tool's error, with the
     /// route's message.
     async fn call(&self, method: Method, path: &str, body: Option<String>) -> Answer {
+        let Ok(Ok(_turn)) =
+            tokio::time::timeout(CALL_WAIT, self.calls.clone().acquire_owned()).await
+        else {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(
+                "the history is answering other tools; try again in a moment",
+            )]));
+        };
         let mut request = Request::builder().method(method).uri(path);
         if body.is_some() {
             request = request.header(header::CONTENT_TYPE, "application/json");
@@ -291,12 +320,21 @@ impl History {
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         let status = response.status();
         let headers = response.headers().clone();
-        let bytes = response
-            .into_body()
+        let bytes = match http_body_util::Limited::new(response.into_body(), MAX_ANSWER)
             .collect()
             .await
-            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?
-            .to_bytes();
+        {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                    "the answer is larger than the {} MiB a tool returns: narrow the \
+                     question (fewer jobs with limit, fewer columns, a filter or a \
+                     LIMIT in SQL)",
+                    MAX_ANSWER >> 20
+                ))]));
+            }
+            Err(e) => return Err(ErrorData::internal_error(e.to_string(), None)),
+        };
         let text = String::from_utf8_lossy(&bytes).into_owned();
         let mut content = vec![ContentBlock::text(text)];
         if let Some(more) = paging_note(&headers) {

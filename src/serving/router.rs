@@ -10,6 +10,7 @@
 
 use crate::recording::live::HttpAnswer;
 use crate::serving::error::ApiError;
+use crate::serving::job_metrics::JobGauges;
 use crate::serving::source::{JSON, JobSource, Resource, read_log};
 use crate::serving::timeline::{self, TimelineParams, TimelineRequest};
 use crate::store::LogStore;
@@ -373,7 +374,6 @@ pub(crate) fn history_routes(started: u128, ready: Arc<dyn Fn() -> bool + Send +
         .route("/api/state", get(state))
         .route("/api/version", get(version))
         .route("/api/executors", get(|| async { Json(Vec::<()>::new()) }))
-        .route("/api/metrics", get(metrics))
         .route("/healthz", get(|| async { (StatusCode::OK, "ok") }))
         .route(
             "/readyz",
@@ -416,11 +416,15 @@ async fn version() -> impl IntoResponse {
         (status = 200, description = "Prometheus text exposition: the scheduler's series and the job history's", content(("text/plain; version=0.0.4"))),
     )
 )]
-pub(crate) async fn metrics() -> Response {
+pub(crate) async fn metrics(State(gauges): State<Option<Arc<JobGauges>>>) -> Response {
     use prometheus::Encoder;
     let encoder = prometheus::TextEncoder::new();
+    let mut families = prometheus::gather();
+    if let Some(gauges) = gauges {
+        families.extend(gauges.families());
+    }
     let mut buf = Vec::new();
-    match encoder.encode(&prometheus::gather(), &mut buf) {
+    match encoder.encode(&families, &mut buf) {
         Ok(()) => (
             [(header::CONTENT_TYPE, encoder.format_type().to_string())],
             buf,
@@ -428,6 +432,15 @@ pub(crate) async fn metrics() -> Response {
             .into_response(),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
+}
+
+/// `GET /api/metrics` over a server's own job-level series (both modes
+/// with a log directory; in a live scheduler it stands in front of
+/// upstream's route, which answers the same default registry).
+pub(crate) fn metrics_route(gauges: Option<Arc<JobGauges>>) -> Router {
+    Router::new()
+        .route("/api/metrics", get(metrics))
+        .with_state(gauges)
 }
 
 #[cfg(test)]

@@ -60,8 +60,8 @@ impl LogRef {
     /// or as it was indexed or listed; `None` when a file cannot be read.
     pub(crate) fn current_len(&self) -> Option<u64> {
         match self {
-            LogRef::File(path) => std::fs::metadata(path).ok().map(|m| m.len()),
-            LogRef::Indexed { path, .. } => std::fs::metadata(path).ok().map(|m| m.len()),
+            LogRef::File(path) => std::fs::symlink_metadata(path).ok().map(|m| m.len()),
+            LogRef::Indexed { path, .. } => std::fs::symlink_metadata(path).ok().map(|m| m.len()),
             LogRef::Object { len, .. } => Some(*len),
         }
     }

@@ -96,7 +96,7 @@ pub enum StoreError {
     NoTerminalRecord,
     /// The log's terminal record names another job than its file name.
     #[error(
-        "the event log's terminal record is of job {claimed}, not of the job its file is \
+        "the event log's terminal record is of job {claimed:?}, not of the job its file is \
          named for; it is not served as either"
     )]
     NotItsName {
@@ -132,6 +132,8 @@ pub struct LogStore {
     last_saved: parking_lot::Mutex<Option<std::time::Instant>>,
     /// The last error saving the index, so a lasting one is logged once.
     save_error: parking_lot::Mutex<Option<String>>,
+    /// Logs left out for a twin, already said (`scan::twins_left_out`).
+    twins_warned: parking_lot::Mutex<std::collections::HashSet<String>>,
 }
 
 /// The least time between two saves of the persistent index (a save of a
@@ -168,6 +170,7 @@ impl LogStore {
             dirty: AtomicBool::new(false),
             last_saved: parking_lot::Mutex::new(None),
             save_error: parking_lot::Mutex::new(None),
+            twins_warned: parking_lot::Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -918,6 +921,7 @@ mod tests {
                 dropped_records: 0,
                 responses: Default::default(),
             }),
+            secrets: Vec::new(),
         });
         drop(handle);
         thread.join().unwrap();

@@ -266,6 +266,16 @@ impl RemoteDir {
             .collect())
     }
 
+    /// The object `name`'s stamp (one `HEAD`). Called from blocking
+    /// threads only.
+    pub(crate) fn stamp(&self, name: &str) -> Result<Stamp, object_store::Error> {
+        let meta = self.block(self.inner.store.head(&self.location(name)))?;
+        Ok(Stamp {
+            len: meta.size,
+            modified: Some(SystemTime::from(meta.last_modified)),
+        })
+    }
+
     /// A reader of the object `name`, of length `len` (as listed).
     pub(crate) fn open(&self, name: &str, len: u64) -> RemoteFile {
         RemoteFile {

@@ -24,6 +24,30 @@ impl Iterator for Entries {
     }
 }
 
+/// One id, one log: the names of a listing to leave out because a twin
+/// of theirs is the job's log. A directory can hold `<id>.eventlog` and
+/// `<id>.eventlog.zst` (or the two running kinds) only if someone put one
+/// there: our writer takes a name no file has. The plain log wins, as the
+/// one upstream's reader can read too; the rule depends on the names
+/// alone, so every rescan picks the same log whatever the listing order.
+pub(super) fn twins_left_out<'a>(names: impl Iterator<Item = &'a str>) -> HashSet<String> {
+    let mut plain: HashSet<(&str, bool)> = HashSet::new();
+    let mut zstd: Vec<(&str, bool, &str)> = Vec::new();
+    for name in names {
+        if let Some(n) = LogName::parse(name) {
+            if n.zstd {
+                zstd.push((n.stem, n.running, name));
+            } else {
+                plain.insert((n.stem, n.running));
+            }
+        }
+    }
+    zstd.into_iter()
+        .filter(|(stem, running, _)| plain.contains(&(*stem, *running)))
+        .map(|(_, _, name)| name.to_string())
+        .collect()
+}
+
 /// What one rescan did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ScanReport {
@@ -131,13 +155,21 @@ impl LogStore {
         match &self.remote {
             Some(dir) => dir
                 .list()
-                .map(|listed| Entries::Remote(listed.into_iter()))
+                .map(|mut listed| {
+                    let out = twins_left_out(listed.iter().map(|l| l.name.as_str()));
+                    self.warn_twins(&out);
+                    listed.retain(|l| !out.contains(&l.name));
+                    Entries::Remote(listed.into_iter())
+                })
                 .map_err(crate::store::remote::io_error),
             None => {
-                let names: Vec<String> = std::fs::read_dir(&self.dir)?
+                let mut names: Vec<String> = std::fs::read_dir(&self.dir)?
                     .filter_map(|e| e.ok()?.file_name().into_string().ok())
                     .filter(|name| LogName::parse(name).is_some())
                     .collect();
+                let out = twins_left_out(names.iter().map(String::as_str));
+                self.warn_twins(&out);
+                names.retain(|n| !out.contains(n));
                 // A log is a regular file of the directory: a link is not
                 // followed (it could point anywhere; reads refuse it too).
                 let stamp = |name: &String| {
@@ -152,6 +184,19 @@ impl LogStore {
                 };
                 let stamped: Vec<(String, Stamp)> = stamped.into_iter().flatten().collect();
                 Ok(Entries::Local(stamped.into_iter()))
+            }
+        }
+    }
+
+    /// Says once per name which logs were left out for a twin.
+    fn warn_twins(&self, out: &HashSet<String>) {
+        let mut warned = self.twins_warned.lock();
+        for name in out {
+            if warned.len() < 10_000 && warned.insert(name.clone()) {
+                log::warn!(
+                    "history: {name:?} is left out: the plain log of the same job beside it is \
+                     the job's log (one id, one log)"
+                );
             }
         }
     }
@@ -254,6 +299,7 @@ impl LogStore {
     /// Brings the index up to date with the directory. A directory that
     /// does not exist is an empty one.
     pub fn rescan(&self) -> ScanReport {
+        self.metrics.rescans.inc();
         let entries = match self.entries() {
             Ok(entries) => entries,
             Err(e) => return self.listing_failed(e),
@@ -440,13 +486,37 @@ impl LogStore {
         if self.remote.is_some() || LogName::parse(name).is_none_or(|n| n.running) {
             return;
         }
-        let stamp = match std::fs::metadata(path) {
+        let stamp = match std::fs::symlink_metadata(path) {
             Ok(meta) => Stamp::of(&meta),
             Err(e) => {
-                log::warn!("history: cannot index the completed log {name}: {e}");
+                log::warn!("history: cannot index the completed log {name:?}: {e}");
                 return;
             }
         };
+        self.take_in_found(name, stamp);
+    }
+
+    /// Takes an object this process just uploaded into the catalog at
+    /// once, as [`LogStore::take_in_log`] does for a file: a recording
+    /// scheduler over an object store lists its finished jobs without a
+    /// rescan (there may be none: `--update-interval-seconds 0`). Blocks
+    /// on the store's requests: call from a blocking thread.
+    pub(crate) fn take_in_object(&self, name: &str) {
+        let Some(remote) = &self.remote else {
+            return;
+        };
+        if LogName::parse(name).is_none_or(|n| n.running) {
+            return;
+        }
+        match remote.stamp(name) {
+            Ok(stamp) => self.take_in_found(name, stamp),
+            Err(e) => log::warn!("history: cannot index the uploaded log {name:?}: {e}"),
+        }
+    }
+
+    /// Reads the completed log `name` (as `stamp` says it is) into the
+    /// catalog.
+    fn take_in_found(&self, name: &str, stamp: Stamp) {
         match self.read_log(name, stamp, None) {
             Ok(Found::Completed(summary)) => {
                 let finished = self.finished_facts(&summary);
@@ -458,7 +528,7 @@ impl LogStore {
                 self.count_finished(new, finished);
             }
             Ok(Found::Unfinished(_)) => {}
-            Err(e) => log::warn!("history: cannot index the completed log {name}: {e}"),
+            Err(e) => log::warn!("history: cannot index the completed log {name:?}: {e}"),
         }
     }
 
@@ -504,7 +574,7 @@ impl LogStore {
     /// another log).
     fn still_there(&self, job: &JobSummary) -> bool {
         self.remote.is_none()
-            && std::fs::metadata(self.dir.join(&*job.file_name()))
+            && std::fs::symlink_metadata(self.dir.join(&*job.file_name()))
                 .is_ok_and(|meta| meta.is_file() && Stamp::of(&meta) == job.stamp())
     }
 
@@ -562,7 +632,7 @@ impl LogStore {
                     fresh.push(Found::Unfinished(unfinished));
                 }
                 Err(e) => {
-                    log::warn!("history: skipping event log {name}: {e}");
+                    log::warn!("history: skipping event log {name:?}: {e}");
                     self.metrics.unreadable_logs.inc();
                     report.bad += 1;
                     pass.seen_bad.insert(name.clone());
@@ -669,5 +739,28 @@ impl LogStore {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::twins_left_out;
+
+    #[test]
+    fn of_twin_logs_the_plain_one_stays_whatever_the_listing_order() {
+        let names = [
+            "a.eventlog",
+            "a.eventlog.zst",
+            "b.eventlog.zst",
+            "c.eventlog.running",
+            "c.eventlog.zst.running",
+            "d.eventlog",
+            "d.eventlog.zst.running",
+        ];
+        let want: std::collections::HashSet<String> = ["a.eventlog.zst", "c.eventlog.zst.running"]
+            .map(String::from)
+            .into();
+        assert_eq!(twins_left_out(names.iter().copied()), want);
+        assert_eq!(twins_left_out(names.iter().rev().copied()), want);
     }
 }

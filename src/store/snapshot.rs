@@ -236,9 +236,22 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<JobSummary>, IndexError> {
     Ok(out)
 }
 
-/// Reads the index at `path`.
+/// The largest index read: about 200 bytes a job, twenty million jobs.
+const MAX_BYTES: u64 = 4 << 30;
+
+/// Reads the index at `path`: opened as a planted file is (no link, no
+/// FIFO, at most 4 GiB), and a file that does not start with the
+/// magic is refused before the rest of it is read.
 pub fn load(path: &Path) -> Result<Vec<JobSummary>, IndexError> {
-    decode(&std::fs::read(path)?)
+    use std::io::Read;
+    let (mut file, meta) = crate::files::open_capped(path, MAX_BYTES)?;
+    let mut bytes = vec![0u8; MAGIC.len()];
+    if file.read_exact(&mut bytes).is_err() || bytes[..] != MAGIC[..] {
+        return Err(IndexError::Foreign);
+    }
+    bytes.reserve(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(MAX_BYTES).read_to_end(&mut bytes)?;
+    decode(&bytes)
 }
 
 #[cfg(test)]

@@ -99,7 +99,7 @@ pub fn queue(
     let (tx, rx) = tokio::sync::mpsc::channel(MAX_QUEUED_JOBS);
     let tasks = Arc::new(AtomicUsize::new(0));
     let (stop, stopped) = tokio::sync::oneshot::channel();
-    let (ready, built) = std::sync::mpsc::channel();
+    let (ready, built) = std::sync::mpsc::sync_channel(1);
     let sending = Sending {
         rx,
         tasks: tasks.clone(),
@@ -232,12 +232,15 @@ impl Sending {
 
 /// Sends the trace of every completed job `store` lists to `endpoint`;
 /// says how many jobs and spans were sent. A log that cannot be read is
-/// skipped and named; a failed request stops the pass.
+/// skipped and named; a job the receiver refuses is named and the others
+/// are still sent (then the answer is an error naming it, so the exit
+/// status says the export is not whole).
 pub(crate) async fn export_store(store: Arc<LogStore>, endpoint: &str) -> Result<String, String> {
     let exporter = exporter(endpoint)?;
     let ids: Vec<String> =
         store.with_completed(|jobs| jobs.map(|j| j.job_id().to_string()).collect());
     let (mut jobs, mut sent, mut skipped) = (0usize, 0usize, Vec::new());
+    let mut refused: Vec<(String, String)> = Vec::new();
     for id in ids {
         let (Some(summary), Some(log)) = (store.summary(&id), store.log_of(&id)) else {
             continue;
@@ -262,10 +265,13 @@ pub(crate) async fn export_store(store: Arc<LogStore>, endpoint: &str) -> Result
             scheduler_id: records.start.scheduler_id.as_deref(),
         };
         let trace = crate::traces::spans(&traced, &records);
-        sent += send(&exporter, trace)
-            .await
-            .map_err(|e| format!("after {jobs} jobs: {e}"))?;
-        jobs += 1;
+        match send(&exporter, trace).await {
+            Ok(n) => {
+                sent += n;
+                jobs += 1;
+            }
+            Err(e) => refused.push((id, e)),
+        }
     }
     let _ = exporter.shutdown();
     let mut said = format!("sent the traces of {jobs} jobs ({sent} spans) to {endpoint}");
@@ -276,5 +282,18 @@ pub(crate) async fn export_store(store: Arc<LogStore>, endpoint: &str) -> Result
             skipped.join(", ")
         );
     }
-    Ok(said)
+    if refused.is_empty() {
+        return Ok(said);
+    }
+    let named: Vec<String> = refused
+        .iter()
+        .take(10)
+        .map(|(id, e)| format!("{id:?} ({e})"))
+        .collect();
+    Err(format!(
+        "{said}; {} jobs were not sent: {}{}",
+        refused.len(),
+        named.join(", "),
+        if refused.len() > 10 { ", ..." } else { "" }
+    ))
 }

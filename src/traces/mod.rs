@@ -17,6 +17,10 @@
 //! as they end without ever making the writer wait, and how a directory is
 //! exported in one pass.
 //!
+//! **Bounded spans:** every text a log supplies (the job's name, ids,
+//! failure messages) is cut to [`MAX_TEXT`] bytes, so no job can make a
+//! request the receiver refuses for its size (a 5 MB job name).
+//!
 //! **Rule:** this layer imports `format`, `metrics`, `recording` (the
 //! writer's hand-over trait) and `store`; only the process (`server`)
 //! imports it.
@@ -33,6 +37,22 @@ use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The longest text put in a span (an attribute's value, an error status):
+/// longer ones are cut at a character boundary and end with `…`.
+pub(crate) const MAX_TEXT: usize = 4096;
+
+/// `text`, at most [`MAX_TEXT`] bytes.
+fn capped(text: &str) -> String {
+    if text.len() <= MAX_TEXT {
+        return text.to_string();
+    }
+    let mut end = MAX_TEXT - '…'.len_utf8();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
 
 /// The job-level facts a trace needs.
 #[derive(Debug, Clone, Copy)]
@@ -193,7 +213,7 @@ pub(crate) fn spans(job: &TracedJob<'_>, records: &JobRecords) -> Vec<SpanData> 
             start: s.start,
             end: s.end,
             attributes: vec![
-                KeyValue::new("ballista.job.id", job.job_id.to_string()),
+                KeyValue::new("ballista.job.id", capped(job.job_id)),
                 KeyValue::new("ballista.stage.id", i64::from(stage_id)),
                 KeyValue::new("ballista.stage.task_attempts", s.attempts),
                 KeyValue::new("ballista.stage.failed_attempts", s.failed),
@@ -236,7 +256,7 @@ fn task_draft(a: &Task, executor: &str, id: SpanId, parent: SpanId, start: u64, 
         KeyValue::new("ballista.stage.id", i64::from(a.stage_id)),
         KeyValue::new("ballista.stage.attempt", i64::from(a.stage_attempt)),
         KeyValue::new("ballista.task.id", i64::from(a.task_id)),
-        KeyValue::new("ballista.executor.id", executor.to_string()),
+        KeyValue::new("ballista.executor.id", capped(executor)),
         KeyValue::new("ballista.task.input_rows", a.input_rows as i64),
         KeyValue::new("ballista.task.output_rows", a.output_rows as i64),
         KeyValue::new("ballista.task.compute_ns", a.compute_nanos as i64),
@@ -245,9 +265,9 @@ fn task_draft(a: &Task, executor: &str, id: SpanId, parent: SpanId, start: u64, 
         Some((reason, error)) => {
             attributes.push(KeyValue::new(
                 "ballista.task.failure_reason",
-                reason.to_string(),
+                capped(reason),
             ));
-            Status::error(format!("{reason}: {error}"))
+            Status::error(capped(&format!("{reason}: {error}")))
         }
         None => Status::Ok,
     };
@@ -277,8 +297,8 @@ fn job_draft(job: &TracedJob<'_>, id: SpanId, stages: &BTreeMap<u32, StageSpan>)
     };
     let end = if job.end_time > 0 { job.end_time } else { last };
     let mut attributes = vec![
-        KeyValue::new("ballista.job.id", job.job_id.to_string()),
-        KeyValue::new("ballista.job.name", job.job_name.to_string()),
+        KeyValue::new("ballista.job.id", capped(job.job_id)),
+        KeyValue::new("ballista.job.name", capped(job.job_name)),
         KeyValue::new("ballista.job.status", job.status.to_string()),
         KeyValue::new("ballista.job.dropped_records", job.dropped_records as i64),
     ];
@@ -289,7 +309,7 @@ fn job_draft(job: &TracedJob<'_>, id: SpanId, stages: &BTreeMap<u32, StageSpan>)
         ));
     }
     if let Some(id) = job.scheduler_id {
-        attributes.push(KeyValue::new("ballista.scheduler_id", id.to_string()));
+        attributes.push(KeyValue::new("ballista.scheduler_id", capped(id)));
     }
     if job.queued_at > 0 && start >= job.queued_at {
         attributes.push(KeyValue::new(
@@ -299,7 +319,7 @@ fn job_draft(job: &TracedJob<'_>, id: SpanId, stages: &BTreeMap<u32, StageSpan>)
     }
     let status = match job.status {
         "Completed" => Status::Ok,
-        "Failed" => Status::error(job.failure.unwrap_or("failed").to_string()),
+        "Failed" => Status::error(capped(job.failure.unwrap_or("failed"))),
         _ => Status::Unset,
     };
     Draft {

@@ -234,9 +234,10 @@ fn on_bucket(
         "--object-store-allow-http",
         "--object-store-timeout",
         "2s",
-        "--update-interval-seconds",
-        "1",
     ]);
+    if !mode.contains(&"--update-interval-seconds") {
+        args.extend_from_slice(&["--update-interval-seconds", "1"]);
+    }
     Proc::spawn_full(port, &[], &args, ENV, Some(log))
 }
 
@@ -932,4 +933,64 @@ async fn upstream_written_objects_answer_as_upstream_does() {
             }
         }
     }
+}
+
+/// A recording scheduler over an object store whose list is pinned to its
+/// first scan (`--update-interval-seconds 0`) still serves each job it
+/// finishes from its log once the scheduler forgets it: the uploader tells
+/// the store of each object it puts. (Before, no rescan ever listed them:
+/// held a minute by the clean-up, then gone from its own history.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(
+    no_moto,
+    ignore = "moto is not installed (python3 -m pip install 'moto[server]')"
+)]
+async fn a_pinned_object_store_history_keeps_the_jobs_its_scheduler_finishes() {
+    let Some(moto) = Moto::start().await else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let data = write_csv(tmp.path(), "t.csv", 500);
+    let mut sched = scheduler_with(
+        free_port(),
+        &[
+            "--update-interval-seconds",
+            "0",
+            "--finished-job-state-clean-up-interval-seconds",
+            "1",
+        ],
+        "pinned",
+        &moto.url(""),
+        &tmp.path().join("spool"),
+        &tmp.path().join("sched.log"),
+    );
+    sched.wait_healthy().await;
+    start_executor(sched.port).await;
+    let job = run_named(
+        &sched,
+        &data,
+        "pinned",
+        "SELECT k, count(*) FROM t GROUP BY k",
+    )
+    .await;
+    // Forgotten by the scheduler within a second of its end (its log put by
+    // then), the job is served from its object.
+    let from_log = ballista_job_history::bench_support::serving::source::FROM_LOG_HEADER;
+    eventually("the job is served from its log", || async {
+        let r = http_client()
+            .get(sched.url(&format!("/api/job/{job}")))
+            .send()
+            .await
+            .unwrap();
+        r.status() == 200 && r.headers().contains_key(from_log)
+    })
+    .await;
+    assert!(job_ids(&sched).await.contains(&job));
+    assert!(
+        moto.keys("pinned")
+            .await
+            .contains(&format!("pinned/{job}.eventlog")),
+        "the log is in the bucket"
+    );
+    sched.terminate();
 }

@@ -55,6 +55,7 @@ fn rewrite(lines: &[String], dir: &Path, compression: Compression) {
                     fallback_start: fallback.clone(),
                     stages: std::mem::take(&mut stages),
                     end,
+                    secrets: Vec::new(),
                 });
             }
             _ => {}

@@ -194,6 +194,31 @@ impl Proc {
         self.wait_exit();
     }
 
+    /// Sends SIGTERM with procps' `kill` and returns at once.
+    pub fn signal_term(&self) {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        assert!(
+            sent.is_ok_and(|s| s.success()),
+            "cannot send SIGTERM with `kill` (install procps)"
+        );
+    }
+
+    /// Waits (up to [`DEADLINE`]) until the process exits on its own: its
+    /// exit status.
+    pub async fn exits(&mut self, what: &str) -> std::process::ExitStatus {
+        let child = &mut self.child;
+        let start = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(start.elapsed() < DEADLINE, "timed out waiting until {what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// SIGKILL, and reap.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

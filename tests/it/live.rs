@@ -13,7 +13,9 @@ async fn from_log(url: &str) -> Option<bool> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn finished_jobs_stay_visible_after_cleanup_and_restart() {
-    let cleanup = ["--finished-job-state-clean-up-interval-seconds", "2"];
+    // Long enough for the live answers to be read before the clean-up on a
+    // loaded machine (the suite runs beside it).
+    let cleanup = ["--finished-job-state-clean-up-interval-seconds", "5"];
     let Cluster {
         tmp: _tmp,
         logs,

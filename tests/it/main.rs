@@ -1,12 +1,15 @@
 //! Integration tests: one binary, one module per area. They drive the real
 //! `ballista-scheduler` binary, a real executor and the `ballista` client.
 
+#![allow(clippy::disallowed_methods)] // scratch files and test channels
+
 mod alerts;
 mod browse;
 mod browser;
 mod bucket;
 mod crash;
 mod disk;
+mod doors;
 mod dropin;
 mod durability;
 mod events;
@@ -14,6 +17,7 @@ mod explain;
 mod faults;
 mod flags;
 mod graph;
+mod guards;
 mod harness;
 mod history;
 mod hostile;
@@ -24,11 +28,15 @@ mod mcp;
 mod moto;
 mod neighbours;
 mod openapi;
+mod planted;
+mod races;
 mod record;
 mod routes;
 mod security;
 mod several;
+mod shares;
 mod sql;
+mod stopping;
 mod tidy;
 mod tpch;
 mod traces;

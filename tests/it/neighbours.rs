@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Replaces `path` at once (a rename over it) with what `make` creates.
-fn swap(path: &Path, make: impl FnOnce(&Path)) {
+pub(crate) fn swap(path: &Path, make: impl FnOnce(&Path)) {
     let aside = path.with_extension("swap");
     make(&aside);
     std::fs::rename(&aside, path).unwrap();
@@ -22,7 +22,7 @@ async fn healthy_at_once(server: &Proc) {
 /// [`healthy_at_once`]) from a task of its own: the checks run beside the
 /// attack, never waiting for this task's own work on the attack's answers
 /// (parsing four large compare answers once held a check up for 105 ms).
-async fn healthy_during<T>(
+pub(crate) async fn healthy_during<T>(
     server: &Proc,
     rounds: usize,
     attack: impl std::future::Future<Output = T>,
@@ -716,7 +716,7 @@ fn client_from(from: [u8; 4]) -> reqwest::Client {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_sign_in_cookie_is_a_session_and_wrong_tokens_are_slowed() {
+async fn the_sign_in_cookie_is_a_session_and_wrong_tokens_never_lock_out_the_right_one() {
     let _quiet = HEAVY.read().await;
     let tmp = tempfile::tempdir().unwrap();
     crate::history::copy_fixtures(tmp.path());
@@ -791,16 +791,15 @@ async fn the_sign_in_cookie_is_a_session_and_wrong_tokens_are_slowed() {
         "{set}"
     );
 
-    // Wrong tokens from one client: after five, it waits, and even the
-    // right token is refused until then; another client is not slowed.
+    // Wrong tokens from one client are refused (past five, slowly); the
+    // right token from the same address is let in at once, and another
+    // client is not slowed.
     let mallory = client_from([127, 0, 0, 3]);
     for _ in 0..6 {
         assert_eq!(sign_in(mallory.clone(), "guess", false).await.status(), 401);
     }
     let r = sign_in(mallory.clone(), token, false).await;
-    assert_eq!(r.status(), 429);
-    assert!(r.headers().contains_key("retry-after"));
-    assert!(r.text().await.unwrap().contains("Too many wrong tokens"));
+    assert_eq!(r.status(), 303);
     assert_eq!(sign_in(alice.clone(), token, false).await.status(), 303);
     // The same for bearer tokens on the API.
     let eve = client_from([127, 0, 0, 4]);
@@ -815,7 +814,7 @@ async fn the_sign_in_cookie_is_a_session_and_wrong_tokens_are_slowed() {
     for _ in 0..6 {
         assert_eq!(api(eve.clone(), "guess").await, 401);
     }
-    assert_eq!(api(eve.clone(), token).await, 429);
+    assert_eq!(api(eve.clone(), token).await, 200);
     assert_eq!(api(alice.clone(), token).await, 200);
     healthy_at_once(&server).await;
     server.terminate();

@@ -26,9 +26,10 @@ struct Received {
     resource: Vec<KeyValue>,
 }
 
-/// Keeps every span it is sent.
+/// Keeps every span it is sent (but those of a job it refuses, when it is
+/// told one).
 #[derive(Debug, Default, Clone)]
-struct Receiver(Arc<Mutex<Vec<Received>>>);
+struct Receiver(Arc<Mutex<Vec<Received>>>, Option<&'static str>);
 
 #[tonic::async_trait]
 impl TraceService for Receiver {
@@ -36,8 +37,23 @@ impl TraceService for Receiver {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let request = request.into_inner();
+        if let Some(refused) = self.1 {
+            let names_it = request.resource_spans.iter().any(|rs| {
+                rs.scope_spans.iter().any(|ss| {
+                    ss.spans
+                        .iter()
+                        .any(|s| text(&s.attributes, "ballista.job.id").as_deref() == Some(refused))
+                })
+            });
+            if names_it {
+                return Err(tonic::Status::invalid_argument(
+                    "this receiver refuses that job",
+                ));
+            }
+        }
         let mut kept = self.0.lock().unwrap();
-        for rs in request.into_inner().resource_spans {
+        for rs in request.resource_spans {
             let resource = rs.resource.map(|r| r.attributes).unwrap_or_default();
             for ss in rs.scope_spans {
                 for span in ss.spans {
@@ -56,9 +72,15 @@ impl TraceService for Receiver {
 
 /// A receiver on a loopback port, and its URL.
 async fn receiver() -> (Receiver, String) {
+    receiver_refusing(None).await
+}
+
+/// A receiver (with tonic's default 4 MiB message limit) that refuses the
+/// requests carrying spans of job `refused`, and its URL.
+async fn receiver_refusing(refused: Option<&'static str>) -> (Receiver, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let receiver = Receiver::default();
+    let receiver = Receiver(Arc::default(), refused);
     let service = TraceServiceServer::new(receiver.clone());
     tokio::spawn(
         tonic::transport::Server::builder()
@@ -317,4 +339,92 @@ async fn a_receiver_that_is_down_never_stops_a_job() {
             ) == 2
     })
     .await;
+}
+
+/// Gives the upstream log `id` in `dir` a job name of `len` letters.
+fn long_named(dir: &std::path::Path, id: &str, len: usize) {
+    let path = dir.join(format!("{id}.eventlog"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let name = "n".repeat(len);
+    let lines: Vec<String> = text
+        .lines()
+        .map(|line| {
+            let mut v: Value = serde_json::from_str(line).unwrap();
+            match v["ev"].as_str().unwrap() {
+                "JobStart" => v["data"]["job_name"] = Value::from(name.clone()),
+                "JobEnd" => v["data"]["index"]["job_name"] = Value::from(name.clone()),
+                _ => return line.to_string(),
+            }
+            v.to_string()
+        })
+        .collect();
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+}
+
+/// `--history-only --export-otlp` of `dir` to `url`.
+fn export(dir: &std::path::Path, url: &str) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_ballista-scheduler"))
+        .args(["--history-only", "--export-otlp", "--otlp-endpoint", url])
+        .arg("--event-log-dir")
+        .arg(dir)
+        .output()
+        .unwrap()
+}
+
+/// The ids of the jobs whose job span `receiver` holds.
+fn jobs_received(receiver: &Receiver) -> BTreeSet<String> {
+    receiver
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.span.name == "ballista.job")
+        .filter_map(|r| text(&r.span.attributes, "ballista.job.id"))
+        .collect()
+}
+
+/// One job with a 5 MB name, once a request the receiver refused for its
+/// size and the end of the whole export, is sent with its name cut; and a
+/// job a receiver refuses for its own reasons costs only that job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_export_sends_every_job_a_receiver_takes_and_names_the_others() {
+    let tmp = tempfile::tempdir().unwrap();
+    crate::history::copy_fixtures(tmp.path());
+    let all: BTreeSet<String> = crate::sql::task_lines(tmp.path()).into_keys().collect();
+    long_named(tmp.path(), "038HEXYEEG000", 5_000_000);
+    let (receiver, url) = receiver().await;
+    let out = export(tmp.path(), &url);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(jobs_received(&receiver), all);
+    let cut = receiver
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|r| {
+            text(&r.span.attributes, "ballista.job.id").as_deref() == Some("038HEXYEEG000")
+                && r.span.name == "ballista.job"
+        })
+        .and_then(|r| text(&r.span.attributes, "ballista.job.name"))
+        .unwrap();
+    assert!(
+        cut.len() <= 4096 && cut.ends_with('…'),
+        "{} bytes",
+        cut.len()
+    );
+
+    // A receiver that refuses one job: every other is sent, and the exit
+    // status and the message say which was not.
+    let (receiver, url) = receiver_refusing(Some("038HEY2RDJ000")).await;
+    let out = export(tmp.path(), &url);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("038HEY2RDJ000"), "{said}");
+    let mut rest = all.clone();
+    rest.remove("038HEY2RDJ000");
+    assert_eq!(jobs_received(&receiver), rest);
 }

@@ -36,7 +36,7 @@ pub(crate) mod page;
 pub(crate) mod sql;
 pub(crate) mod stage;
 
-use crate::serving::auth::{ApiToken, SignIn};
+use crate::serving::auth::ApiToken;
 use crate::serving::source::JobSource;
 use crate::store::LogStore;
 use axum::Router;
@@ -61,25 +61,12 @@ pub(crate) struct Ui {
     pub(crate) token: Option<ApiToken>,
     /// The SQL engine, when the server answers SQL.
     pub(crate) sql: Option<Arc<crate::serving::sql::SqlEngine>>,
+    /// The server's live-page event streams.
+    pub(crate) hub: Arc<events::EventHub>,
 }
 
-/// The pages over `source`.
-pub(crate) fn routes(
-    source: Arc<dyn JobSource>,
-    store: Option<Arc<LogStore>>,
-    live: bool,
-    scheduler_id: String,
-    token: Option<ApiToken>,
-    sql: Option<Arc<crate::serving::sql::SqlEngine>>,
-) -> Router {
-    let ui = Ui {
-        source,
-        store,
-        live,
-        scheduler_id,
-        token,
-        sql,
-    };
+/// The pages, over what `ui` holds.
+pub(crate) fn routes(ui: Ui) -> Router {
     Router::new()
         .route("/", get(jobs::page))
         .route("/ui", get(|| async { Redirect::permanent("/") }))
@@ -256,32 +243,20 @@ async fn login(
     let Some(token) = &ui.token else {
         return Redirect::to(local(&form.next)).into_response();
     };
-    match token.sign_in(&form.token, &headers, &extensions) {
-        Ok(cookie) => {
+    match token.sign_in(&form.token, &headers, &extensions).await {
+        Some(cookie) => {
             let mut response = Redirect::to(local(&form.next)).into_response();
             if let Ok(cookie) = HeaderValue::from_str(&cookie) {
                 response.headers_mut().insert(header::SET_COOKIE, cookie);
             }
             response
         }
-        Err(SignIn::Wrong) => {
+        None => {
             let wrong = "That token is not the one this server accepts.";
             html_response(
                 StatusCode::UNAUTHORIZED,
                 login_form(&ui, &form.next, Some(wrong)),
             )
-        }
-        Err(SignIn::Wait(seconds)) => {
-            let wait =
-                format!("Too many wrong tokens from this address: try again in {seconds} s.");
-            let mut response = html_response(
-                StatusCode::TOO_MANY_REQUESTS,
-                login_form(&ui, &form.next, Some(&wait)),
-            );
-            if let Ok(wait) = HeaderValue::from_str(&seconds.to_string()) {
-                response.headers_mut().insert(header::RETRY_AFTER, wait);
-            }
-            response
         }
     }
 }
