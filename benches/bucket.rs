@@ -20,10 +20,10 @@ mod moto;
 use moto::MotoServer;
 
 use ballista_api_types::dto::PlanFormat;
-use ballista_job_history::bench_support::metrics::HistoryMetrics;
-use ballista_job_history::bench_support::serving::source::{DiskSource, JobSource, Resource};
-use ballista_job_history::bench_support::store::LogStore;
-use ballista_job_history::bench_support::store::remote::RemoteDir;
+use bjh_metrics::HistoryMetrics;
+use bjh_serving::source::{DiskSource, JobSource, Resource};
+use bjh_store::LogStore;
+use bjh_store::remote::RemoteDir;
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures::StreamExt;
 use object_store::ObjectStoreExt;

@@ -4,14 +4,12 @@
 #![allow(dead_code)]
 
 use ballista_api_types::dto::TaskStatus;
-use ballista_job_history::bench_support::format::record::{
+use bjh_format::record::{
     JobEnd, JobEndStatus, JobIndex, JobStart, StageEnd, StageStart, TaskEnd, TaskMetrics,
     raw_or_null,
 };
-use ballista_job_history::bench_support::metrics::HistoryMetrics;
-use ballista_job_history::bench_support::recording::writer::{
-    self, Compression, WriterConfig, WriterMsg,
-};
+use bjh_metrics::HistoryMetrics;
+use bjh_recording::writer::{self, Compression, WriterConfig, WriterMsg};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -220,43 +218,41 @@ pub fn write_corpus_with(
 /// `n` index entries of a history (no logs): a job every 500 ms, one in
 /// twenty failed and one in twenty cancelled, 977 distinct names.
 #[allow(dead_code)]
-pub fn summaries(n: usize) -> Vec<ballista_job_history::bench_support::store::JobSummary> {
+pub fn summaries(n: usize) -> Vec<bjh_store::JobSummary> {
     let mut rng = Rng::new(11);
     (0..n)
         .map(|i| {
             let start = 1_700_000_000_000 + i as u64 * 500 + rng.below(400);
             let state = match rng.below(20) {
-                0 => ballista_job_history::bench_support::format::JobState::Failed,
-                1 => ballista_job_history::bench_support::format::JobState::Cancelled,
-                _ => ballista_job_history::bench_support::format::JobState::Completed,
+                0 => bjh_format::JobState::Failed,
+                1 => bjh_format::JobState::Cancelled,
+                _ => bjh_format::JobState::Completed,
             };
             let id = format!("0{i:012X}");
             let name = format!("nightly report {}", i % 977);
             let file_name = format!("{id}.eventlog");
-            ballista_job_history::bench_support::store::JobSummary::restore(
-                ballista_job_history::bench_support::store::SummaryParts {
-                    facts: ballista_job_history::bench_support::store::query::FactsRef {
-                        job_id: &id,
-                        job_name: &name,
-                        state,
-                        queued_time: start.saturating_sub(rng.below(1_000)),
-                        start_time: start,
-                        end_time: start + 200 + rng.below(60_000),
-                        query_hash: 1 + u64::from(i % 977 == 0),
-                    },
-                    job_status: "Completed. Produced 4 partitions containing 1000 rows. \
-                             Elapsed time: 812 ms.",
-                    status: state.status_word(),
-                    stages: [3, 3],
-                    percent_complete: 100,
-                    dropped_records: 0,
-                    file_name: &file_name,
-                    len: 40_000,
-                    modified: Some(std::time::SystemTime::now()),
-                    ranges: None,
-                    scheduler_id: Some(["scheduler-a", "scheduler-b"][i % 2]),
+            bjh_store::JobSummary::restore(bjh_store::SummaryParts {
+                facts: bjh_store::query::FactsRef {
+                    job_id: &id,
+                    job_name: &name,
+                    state,
+                    queued_time: start.saturating_sub(rng.below(1_000)),
+                    start_time: start,
+                    end_time: start + 200 + rng.below(60_000),
+                    query_hash: 1 + u64::from(i % 977 == 0),
                 },
-            )
+                job_status: "Completed. Produced 4 partitions containing 1000 rows. \
+                             Elapsed time: 812 ms.",
+                status: state.status_word(),
+                stages: [3, 3],
+                percent_complete: 100,
+                dropped_records: 0,
+                file_name: &file_name,
+                len: 40_000,
+                modified: Some(std::time::SystemTime::now()),
+                ranges: None,
+                scheduler_id: Some(["scheduler-a", "scheduler-b"][i % 2]),
+            })
         })
         .collect()
 }
@@ -284,18 +280,12 @@ pub fn ms(d: std::time::Duration) -> String {
 /// A store listing `n` generated jobs (no logs), loaded from a persistent
 /// index written into `dir`.
 #[allow(dead_code)]
-pub fn indexed_store(dir: &Path, n: usize) -> ballista_job_history::bench_support::store::LogStore {
+pub fn indexed_store(dir: &Path, n: usize) -> bjh_store::LogStore {
     let index = dir.join("index");
-    std::fs::write(
-        &index,
-        ballista_job_history::bench_support::store::snapshot::encode(summaries(n).iter()),
-    )
-    .unwrap();
-    let store = ballista_job_history::bench_support::store::LogStore::new(
-        dir.join("empty"),
-        Arc::new(HistoryMetrics::unregistered()),
-    )
-    .with_index_file(Some(index));
+    std::fs::write(&index, bjh_store::snapshot::encode(summaries(n).iter())).unwrap();
+    let store =
+        bjh_store::LogStore::new(dir.join("empty"), Arc::new(HistoryMetrics::unregistered()))
+            .with_index_file(Some(index));
     assert_eq!(store.load_persisted(), n);
     store
 }

@@ -9,10 +9,10 @@
 
 mod corpus;
 
-use ballista_job_history::bench_support::analysis::diagnosis::{Thresholds, diagnose};
-use ballista_job_history::bench_support::format::JobState;
-use ballista_job_history::bench_support::store::records::{JobHeader, JobRecords};
 use ballista_scheduler::history::HistoryStore;
+use bjh_analysis::diagnosis::{Thresholds, diagnose};
+use bjh_format::JobState;
+use bjh_store::records::{JobHeader, JobRecords};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 fn diagnosis(c: &mut Criterion) {

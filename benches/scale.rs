@@ -11,9 +11,9 @@
 
 mod corpus;
 
-use ballista_job_history::bench_support::metrics::HistoryMetrics;
-use ballista_job_history::bench_support::store::query::{Facts, FactsRef, JobFacts, ListQuery};
-use ballista_job_history::bench_support::store::{JobSummary, LogStore, SummaryParts};
+use bjh_metrics::HistoryMetrics;
+use bjh_store::query::{Facts, FactsRef, JobFacts, ListQuery};
+use bjh_store::{JobSummary, LogStore, SummaryParts};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -64,9 +64,8 @@ fn process_restart(n: usize) {
         .collect();
     drop(jobs);
     std::fs::write(
-        dir.path()
-            .join(ballista_job_history::bench_support::store::snapshot::DEFAULT_FILE_NAME),
-        ballista_job_history::bench_support::store::snapshot::encode(index.iter()),
+        dir.path().join(bjh_store::snapshot::DEFAULT_FILE_NAME),
+        bjh_store::snapshot::encode(index.iter()),
     )
     .unwrap();
     drop(index);
@@ -116,10 +115,9 @@ fn process_restart(n: usize) {
 /// done; beside it, that grouping (what a scrape would cost if it grouped
 /// the queries itself, as `/api/queries` does).
 fn metrics_scrape(store: Arc<LogStore>, n: usize) {
-    use ballista_job_history::bench_support::analysis::queries::recurring;
+    use bjh_analysis::queries::recurring;
     use prometheus::Encoder as _;
-    let gauges =
-        ballista_job_history::bench_support::serving::job_metrics::gauges(store.clone(), 20);
+    let gauges = bjh_serving::job_metrics::gauges(store.clone(), 20);
     let scrape = || {
         let mut families = prometheus::gather();
         families.extend(gauges.families());
@@ -216,11 +214,7 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     let index = dir.path().join("index");
     let jobs = corpus::summaries(n);
-    std::fs::write(
-        &index,
-        ballista_job_history::bench_support::store::snapshot::encode(jobs.iter()),
-    )
-    .unwrap();
+    std::fs::write(&index, bjh_store::snapshot::encode(jobs.iter())).unwrap();
     drop(jobs);
     let index_bytes = std::fs::metadata(&index).unwrap().len();
 
@@ -256,7 +250,7 @@ fn main() {
             std::hint::black_box(std::fs::read(&index).unwrap());
         }),
         ("of which: reading and decoding it", &|| {
-            let jobs = ballista_job_history::bench_support::store::snapshot::load(&index).unwrap();
+            let jobs = bjh_store::snapshot::load(&index).unwrap();
             assert_eq!(jobs.len(), n);
         }),
     ];

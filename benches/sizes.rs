@@ -6,7 +6,7 @@
 
 mod corpus;
 
-use ballista_job_history::bench_support::recording::writer::{Compression, DEFAULT_ZSTD_LEVEL};
+use bjh_recording::writer::{Compression, DEFAULT_ZSTD_LEVEL};
 use std::path::Path;
 
 fn dir_bytes(dir: &Path) -> (u64, usize) {

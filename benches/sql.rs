@@ -20,11 +20,11 @@
 
 mod corpus;
 
-use ballista_job_history::bench_support::columnar::tables::{TASKS, job_rows};
-use ballista_job_history::bench_support::columnar::{Generation, write_file};
-use ballista_job_history::bench_support::serving::sql::SqlLimits;
-use ballista_job_history::bench_support::serving::sql::worker::answer_in_process;
-use ballista_job_history::bench_support::store::records::{JobRecords, Task};
+use bjh_columnar::tables::{TASKS, job_rows};
+use bjh_columnar::{Generation, write_file};
+use bjh_sql::SqlLimits;
+use bjh_sql::worker::answer_in_process;
+use bjh_store::records::{JobRecords, Task};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -395,10 +395,10 @@ fn main() {
     let index_dir = tempfile::tempdir().unwrap();
     let store = corpus::indexed_store(index_dir.path(), n);
     let store = std::sync::Arc::new(store);
-    let engine = ballista_job_history::bench_support::serving::sql::SqlEngine::new(
-        std::sync::Arc::new(
-            ballista_job_history::bench_support::serving::source::DiskSource::new(store.clone()),
-        ),
+    let engine = bjh_sql::SqlEngine::new(
+        std::sync::Arc::new(bjh_serving::source::OthersOf(std::sync::Arc::new(
+            bjh_serving::source::DiskSource::new(store.clone()),
+        ))),
         store,
         index_dir.path().join("columnar"),
         limits,
@@ -406,7 +406,7 @@ fn main() {
         None,
     );
     let failed = (n / 20) as i64;
-    let count = |engine: &ballista_job_history::bench_support::serving::sql::SqlEngine| {
+    let count = |engine: &bjh_sql::SqlEngine| {
         let answer = runtime
             .block_on(
                 engine.query_rows("SELECT count(*) AS n FROM jobs WHERE status = 'Failed'", 10),
@@ -457,19 +457,14 @@ fn main() {
 
     // One row end to end: in a worker, and in this process as before.
     let empty = tempfile::tempdir().unwrap();
-    let empty_store =
-        std::sync::Arc::new(ballista_job_history::bench_support::store::LogStore::new(
-            empty.path(),
-            std::sync::Arc::new(
-                ballista_job_history::bench_support::metrics::HistoryMetrics::unregistered(),
-            ),
-        ));
-    let small = ballista_job_history::bench_support::serving::sql::SqlEngine::new(
-        std::sync::Arc::new(
-            ballista_job_history::bench_support::serving::source::DiskSource::new(
-                empty_store.clone(),
-            ),
-        ),
+    let empty_store = std::sync::Arc::new(bjh_store::LogStore::new(
+        empty.path(),
+        std::sync::Arc::new(bjh_metrics::HistoryMetrics::unregistered()),
+    ));
+    let small = bjh_sql::SqlEngine::new(
+        std::sync::Arc::new(bjh_serving::source::OthersOf(std::sync::Arc::new(
+            bjh_serving::source::DiskSource::new(empty_store.clone()),
+        ))),
         empty_store,
         empty.path().join("columnar"),
         SqlLimits::default(),

@@ -9,11 +9,11 @@
 mod corpus;
 
 use ballista_api_types::dto::PlanFormat;
-use ballista_job_history::bench_support::metrics::HistoryMetrics;
-use ballista_job_history::bench_support::recording::writer::{Compression, DEFAULT_ZSTD_LEVEL};
-use ballista_job_history::bench_support::serving::source::{DiskSource, JobSource, Resource};
-use ballista_job_history::bench_support::store::LogStore;
 use ballista_scheduler::history::HistoryStore;
+use bjh_metrics::HistoryMetrics;
+use bjh_recording::writer::{Compression, DEFAULT_ZSTD_LEVEL};
+use bjh_serving::source::{DiskSource, JobSource, Resource};
+use bjh_store::LogStore;
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::sync::Arc;
 
@@ -34,10 +34,8 @@ async fn body_of(router: &axum::Router, path: &str) -> bytes::Bytes {
 fn routers(dir: &std::path::Path) -> (axum::Router, axum::Router) {
     let store = Arc::new(LogStore::new(dir, Arc::new(HistoryMetrics::unregistered())));
     store.rescan();
-    let ours = ballista_job_history::bench_support::serving::router::job_routes(
-        Arc::new(DiskSource::new(store.clone())),
-        Some(store),
-    );
+    let ours =
+        bjh_serving::router::job_routes(Arc::new(DiskSource::new(store.clone())), Some(store));
     let upstream =
         ballista_scheduler::history::history_router(Arc::new(HistoryStore::load(dir).unwrap()));
     (ours, upstream)

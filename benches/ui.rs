@@ -15,9 +15,9 @@
 mod browser;
 mod corpus;
 
-use ballista_job_history::bench_support::metrics::HistoryMetrics;
-use ballista_job_history::bench_support::server::history_router;
-use ballista_job_history::bench_support::store::LogStore;
+use ballista_job_history::history_router;
+use bjh_metrics::HistoryMetrics;
+use bjh_store::LogStore;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tower::ServiceExt;

@@ -20,14 +20,13 @@
 mod corpus;
 
 use ballista_core::serde::protobuf::{self as pb, SuccessfulTask, task_status};
-use ballista_job_history::bench_support::columnar;
-use ballista_job_history::bench_support::columnar::fresh::Fresh;
-use ballista_job_history::bench_support::format::record::WrittenJob;
-use ballista_job_history::bench_support::format::record::{JobStart, TaskEnd, TaskMetrics};
-use ballista_job_history::bench_support::metrics::HistoryMetrics;
-use ballista_job_history::bench_support::recording::listener::TaskTap;
-use ballista_job_history::bench_support::recording::writer::{self, WriterConfig, WriterMsg};
-use ballista_job_history::bench_support::store::records::JobRecords;
+use bjh_columnar::fresh::Fresh;
+use bjh_format::record::WrittenJob;
+use bjh_format::record::{JobStart, TaskEnd, TaskMetrics};
+use bjh_metrics::HistoryMetrics;
+use bjh_recording::listener::TaskTap;
+use bjh_recording::writer::{self, WriterConfig, WriterMsg};
+use bjh_store::records::JobRecords;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::sync::Arc;
 
@@ -152,17 +151,14 @@ fn handed(dir: &std::path::Path, tasks: usize) -> WrittenJob {
 }
 
 /// Writes one job's rows as the three Parquet files of a segment.
-fn write_rows(
-    dir: &std::path::Path,
-    rows: &ballista_job_history::bench_support::columnar::tables::JobRows,
-) {
-    use ballista_job_history::bench_support::columnar::tables::{OPERATORS, STAGES, TASKS};
+fn write_rows(dir: &std::path::Path, rows: &bjh_columnar::tables::JobRows) {
+    use bjh_columnar::tables::{OPERATORS, STAGES, TASKS};
     for (name, schema, batch) in [
         ("stages", &STAGES, &rows.stages),
         ("tasks", &TASKS, &rows.tasks),
         ("operators", &OPERATORS, &rows.operators),
     ] {
-        columnar::write_file(&dir.join(format!("{name}.parquet")), schema, batch).unwrap();
+        bjh_columnar::write_file(&dir.join(format!("{name}.parquet")), schema, batch).unwrap();
     }
 }
 
@@ -199,7 +195,7 @@ fn columnar_cost(c: &mut Criterion) {
             b.iter_batched(
                 || handed(dir.path(), TASKS),
                 |job| {
-                    let (_, rows) = columnar::rows_of_written(job);
+                    let (_, rows) = bjh_columnar::rows_of_written(job);
                     assert_eq!(rows.tasks.num_rows(), TASKS);
                     write_rows(dir.path(), &rows);
                 },
@@ -214,12 +210,8 @@ fn columnar_cost(c: &mut Criterion) {
             let log = dir.path().join("job.eventlog");
             b.iter(|| {
                 let records = JobRecords::read(log.as_path()).unwrap();
-                let rows = ballista_job_history::bench_support::columnar::tables::job_rows(
-                    "job",
-                    &records,
-                    &Default::default(),
-                    &[],
-                );
+                let rows =
+                    bjh_columnar::tables::job_rows("job", &records, &Default::default(), &[]);
                 assert_eq!(rows.tasks.num_rows(), TASKS);
                 write_rows(dir.path(), &rows);
             })
@@ -259,7 +251,7 @@ impl opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::Tra
 }
 
 fn otlp_cost(c: &mut Criterion) {
-    use ballista_job_history::bench_support::traces;
+    use bjh_traces;
     const TASKS: usize = 50_000;
     let rt = tokio::runtime::Runtime::new().unwrap();
     let sink = Sink::default();
@@ -313,9 +305,11 @@ fn otlp_cost(c: &mut Criterion) {
                     .map(|_| {
                         let mut sending = None;
                         let taker = traced.then(|| {
-                            let (queue, sender) =
-                                traces::queue(&endpoint, Arc::new(HistoryMetrics::unregistered()))
-                                    .unwrap();
+                            let (queue, sender) = bjh_traces::exporter::queue(
+                                &endpoint,
+                                Arc::new(HistoryMetrics::unregistered()),
+                            )
+                            .unwrap();
                             if sent {
                                 // Ends once the writer lets go of the queue
                                 // and the job is sent.

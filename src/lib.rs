@@ -1,43 +1,24 @@
 #![doc = include_str!("../README.md")]
-#![warn(missing_docs)]
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
+#![warn(missing_docs)]
 
-// Layers, bottom up; a module imports only from its own layer or below
-// (ARCHITECTURE.md; checked by `tests/it/tidy.rs`).
-mod analysis;
-mod columnar;
-mod files;
-mod format;
-mod fuzzing;
-mod metrics;
-mod recording;
+// The process on top of the layers (the workspace's crates, ARCHITECTURE.md).
+mod plugin;
 mod server;
-mod serving;
-mod store;
-mod traces;
 
-#[doc(hidden)]
-pub mod bench_support;
-
-// The entry points an embedder uses: the server's run functions and their
-// options, the task tap and writer for a scheduler of its own, and the
-// store for reading logs. Nothing else is public.
-pub use format::JobState;
-pub use metrics::HistoryMetrics;
-pub use recording::listener::TaskTap;
-pub use recording::redact::{DEFAULT_PATTERN, Redactor};
-pub use recording::scheduler_id;
-pub use recording::writer::{
-    Compression, DEFAULT_ZSTD_LEVEL, WriterConfig, WriterHandle, WriterMsg, spawn as spawn_writer,
-};
+// The plugin (a scheduler of one's own records and serves its jobs), the
+// process's run functions and their options, and what the binary's flags
+// are read into.
+pub use bjh_recording::redact::{DEFAULT_PATTERN, Redactor};
+pub use bjh_recording::writer::{Compression, DEFAULT_ZSTD_LEVEL};
+pub use bjh_serving::auth::ApiToken;
+pub use bjh_serving::http::HttpLimits;
+pub use bjh_sql::SqlLimits;
+pub use bjh_sql::worker::run_if_worker;
+pub use bjh_store::remote::{EventLogDir, RemoteDir, RemoteOptions};
+pub use bjh_store::retention::{DEFAULT_ORPHAN_GRACE, RetentionPolicy};
+pub use plugin::{JobHistory, Running};
 pub use server::{
-    COLUMNAR_DIR, HistoryOptions, ServerError, default_spool, export_otlp, export_parquet,
-    history_router, run_history, run_scheduler,
+    HistoryOptions, ServerError, default_spool, export_otlp, export_parquet, history_router,
+    run_history, run_scheduler,
 };
-pub use serving::auth::ApiToken;
-pub use serving::http::HttpLimits;
-pub use serving::sql::worker::run_if_worker;
-pub use serving::sql::{SqlEngine, SqlLimits};
-pub use store::remote::{EventLogDir, RemoteDir, RemoteOptions};
-pub use store::retention::{DEFAULT_ORPHAN_GRACE, RetentionPolicy, parse_bytes, parse_duration};
-pub use store::{JobSummary, LogStore, StoreError};

@@ -2,5 +2,5 @@
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    ballista_job_history::bench_support::fuzzing::index_log(data);
+    bjh_serving::fuzzing::index_log(data);
 });

@@ -5,9 +5,10 @@ use ballista_core::config::LogRotationPolicy;
 use ballista_job_history::{
     ApiToken, Compression, DEFAULT_ORPHAN_GRACE, DEFAULT_PATTERN, DEFAULT_ZSTD_LEVEL, EventLogDir,
     HistoryOptions, Redactor, RemoteOptions, RetentionPolicy, SqlLimits, export_otlp,
-    export_parquet, parse_bytes, parse_duration, run_history, run_scheduler,
+    export_parquet, run_history, run_scheduler,
 };
 use ballista_scheduler::config::{Config, SchedulerConfig};
+use bjh_store::retention::{parse_bytes, parse_duration};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches};
 use std::process::ExitCode;
@@ -390,7 +391,7 @@ fn refuse_idle_flags(cli: &Cli, matches: &ArgMatches, remote: bool) -> Result<()
             .our_scheduler_id
             .as_ref()
             .or(cli.upstream.scheduler_id.as_ref())
-        && let Some(why) = ballista_job_history::scheduler_id::invalid(id)
+        && let Some(why) = bjh_recording::scheduler_id::invalid(id)
     {
         return Err(format!("--scheduler-id: {why}"));
     }
@@ -544,6 +545,69 @@ async fn stop_signal() {
     let _ = ctrl_c.await;
 }
 
+/// The recording and history options the flags give for `dir`.
+fn history_options(
+    cli: &Cli,
+    matches: &ArgMatches,
+    dir: EventLogDir,
+    spool: Option<std::path::PathBuf>,
+    redactor: Redactor,
+    retention: Option<RetentionPolicy>,
+    api_token: Option<ApiToken>,
+) -> HistoryOptions {
+    let mut options = match dir {
+        EventLogDir::Local(path) => HistoryOptions::new(path),
+        EventLogDir::Remote(remote) => {
+            HistoryOptions::remote(remote, spool.expect("a spool for a remote dir"))
+        }
+    };
+    options.update_interval = Duration::from_secs(cli.update_interval_seconds);
+    options.queue_capacity = cli.event_log_queue_capacity;
+    options.max_open_files = cli.event_log_max_open_files;
+    options.redactor = redactor;
+    options.abandoned_after = Duration::from_secs(cli.abandoned_after_seconds);
+    options.compression = match cli.event_log_compression {
+        CompressionArg::None => Compression::None,
+        CompressionArg::Zstd => Compression::Zstd(DEFAULT_ZSTD_LEVEL),
+    };
+    options.retention = retention;
+    options.api_token = api_token;
+    options.sql = SqlLimits {
+        timeout: Duration::from_secs(cli.sql_timeout_seconds.max(1)),
+        memory: usize::try_from(cli.sql_memory_limit).unwrap_or(usize::MAX),
+        max_rows: cli.sql_max_rows.max(1),
+        max_answer_bytes: usize::try_from(cli.sql_max_answer_bytes).unwrap_or(usize::MAX),
+        workers: cli.sql_workers.max(1),
+        queue: cli.sql_queue,
+    };
+    let shutdown = Duration::from_secs(cli.shutdown_timeout_seconds.max(1));
+    options.http = ballista_job_history::HttpLimits {
+        header_timeout: Duration::from_secs(cli.http_header_timeout_seconds.max(1)),
+        max_connections: cli.http_max_connections.max(1),
+        max_connections_per_client: cli.http_max_connections_per_client.max(1),
+        idle_timeout: Duration::from_secs(cli.http_idle_timeout_seconds.max(1)),
+        drain_timeout: shutdown - shutdown / 3,
+    };
+    options.jobs_end_timeout = shutdown / 3;
+    // CORS grants the origins an operator named, and no others.
+    options.cors_allowed_origins =
+        given(matches, "cors_allowed_origins").then(|| cli.upstream.cors_allowed_origins.clone());
+    options.allowed_hosts = cli.allowed_hosts.clone();
+    options.metrics_top_queries = cli.metrics_top_queries;
+    options.otlp_endpoint = cli.otlp_endpoint.clone();
+    options.scheduler_id = cli
+        .our_scheduler_id
+        .clone()
+        .or_else(|| cli.upstream.scheduler_id.clone());
+    options.allowed_hosts.push(cli.upstream.bind_host.clone());
+    if cli.no_history_index {
+        options.index_file = None;
+    } else if let Some(path) = &cli.history_index {
+        options.index_file = Some(path.clone());
+    }
+    options
+}
+
 async fn run(cli: Cli, matches: &ArgMatches) -> Result<(), Box<dyn std::error::Error>> {
     init_logging(&cli.upstream, cli.upstream.event_log_dir.is_some());
     let redactor = Redactor::new(&cli.event_log_redact_pattern)
@@ -574,59 +638,8 @@ async fn run(cli: Cli, matches: &ArgMatches) -> Result<(), Box<dyn std::error::E
         }
         (_, named) => named.clone(),
     };
-    let history = dir.map(|dir| {
-        let mut options = match dir {
-            EventLogDir::Local(path) => HistoryOptions::new(path),
-            EventLogDir::Remote(remote) => {
-                HistoryOptions::remote(remote, spool.clone().expect("a spool for a remote dir"))
-            }
-        };
-        options.update_interval = Duration::from_secs(cli.update_interval_seconds);
-        options.queue_capacity = cli.event_log_queue_capacity;
-        options.max_open_files = cli.event_log_max_open_files;
-        options.redactor = redactor;
-        options.abandoned_after = Duration::from_secs(cli.abandoned_after_seconds);
-        options.compression = match cli.event_log_compression {
-            CompressionArg::None => Compression::None,
-            CompressionArg::Zstd => Compression::Zstd(DEFAULT_ZSTD_LEVEL),
-        };
-        options.retention = retention.clone();
-        options.api_token = api_token;
-        options.sql = SqlLimits {
-            timeout: Duration::from_secs(cli.sql_timeout_seconds.max(1)),
-            memory: usize::try_from(cli.sql_memory_limit).unwrap_or(usize::MAX),
-            max_rows: cli.sql_max_rows.max(1),
-            max_answer_bytes: usize::try_from(cli.sql_max_answer_bytes).unwrap_or(usize::MAX),
-            workers: cli.sql_workers.max(1),
-            queue: cli.sql_queue,
-        };
-        let shutdown = Duration::from_secs(cli.shutdown_timeout_seconds.max(1));
-        options.http = ballista_job_history::HttpLimits {
-            header_timeout: Duration::from_secs(cli.http_header_timeout_seconds.max(1)),
-            max_connections: cli.http_max_connections.max(1),
-            max_connections_per_client: cli.http_max_connections_per_client.max(1),
-            idle_timeout: Duration::from_secs(cli.http_idle_timeout_seconds.max(1)),
-            drain_timeout: shutdown - shutdown / 3,
-        };
-        options.jobs_end_timeout = shutdown / 3;
-        // CORS grants the origins an operator named, and no others.
-        options.cors_allowed_origins = given(matches, "cors_allowed_origins")
-            .then(|| cli.upstream.cors_allowed_origins.clone());
-        options.allowed_hosts = cli.allowed_hosts.clone();
-        options.metrics_top_queries = cli.metrics_top_queries;
-        options.otlp_endpoint = cli.otlp_endpoint.clone();
-        options.scheduler_id = cli
-            .our_scheduler_id
-            .clone()
-            .or_else(|| cli.upstream.scheduler_id.clone());
-        options.allowed_hosts.push(cli.upstream.bind_host.clone());
-        if cli.no_history_index {
-            options.index_file = None;
-        } else if let Some(path) = &cli.history_index {
-            options.index_file = Some(path.clone());
-        }
-        options
-    });
+    let history =
+        dir.map(|dir| history_options(&cli, matches, dir, spool, redactor, retention, api_token));
     // A one-shot export serves nothing: it listens on no port, so it runs
     // beside a scheduler or history server on the same machine.
     if cli.history_only

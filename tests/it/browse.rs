@@ -497,16 +497,15 @@ fn a_timeline_picture_of_10000_tasks_has_every_bar() {
     }
     let path = tmp.path().join("big.eventlog.running");
     std::fs::write(&path, text).unwrap();
-    let header = ballista_job_history::bench_support::serving::timeline::JobHeader {
+    let header = bjh_pictures::timeline::JobHeader {
         job_id: "big".into(),
-        state: ballista_job_history::bench_support::format::JobState::Running,
+        state: bjh_format::JobState::Running,
         start_time: 1_000,
         end_time: 0,
         dropped_records: None,
         query_hash: 0,
     };
-    let svg =
-        ballista_job_history::bench_support::serving::timeline::render_svg(&path, &header).unwrap();
+    let svg = bjh_pictures::timeline::render_svg(&path, &header).unwrap();
     assert_eq!(count_task_bars(svg.as_bytes()), 10_000);
     // Readable: a bounded picture, every executor labelled.
     assert!(svg.len() < 4 * 1024 * 1024, "{} bytes", svg.len());

@@ -975,7 +975,7 @@ async fn a_pinned_object_store_history_keeps_the_jobs_its_scheduler_finishes() {
     .await;
     // Forgotten by the scheduler within a second of its end (its log put by
     // then), the job is served from its object.
-    let from_log = ballista_job_history::bench_support::serving::source::FROM_LOG_HEADER;
+    let from_log = bjh_serving::source::FROM_LOG_HEADER;
     eventually("the job is served from its log", || async {
         let r = http_client()
             .get(sched.url(&format!("/api/job/{job}")))

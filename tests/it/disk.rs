@@ -3,13 +3,9 @@
 
 use crate::harness::*;
 use crate::history::capture_routes;
-use ballista_job_history::bench_support::format::record::{
-    Envelope, JobEnd, JobStart, StageEnd, StageStart, TaskEnd, kind,
-};
-use ballista_job_history::bench_support::metrics::HistoryMetrics;
-use ballista_job_history::bench_support::recording::writer::{
-    self, Compression, WriterConfig, WriterMsg,
-};
+use bjh_format::record::{Envelope, JobEnd, JobStart, StageEnd, StageStart, TaskEnd, kind};
+use bjh_metrics::HistoryMetrics;
+use bjh_recording::writer::{self, Compression, WriterConfig, WriterMsg};
 use std::io::BufRead;
 use std::path::Path;
 use std::sync::Arc;
@@ -66,7 +62,7 @@ fn rewrite(lines: &[String], dir: &Path, compression: Compression) {
 }
 
 fn decoded_lines(path: &Path) -> Vec<String> {
-    ballista_job_history::bench_support::store::open_decoded(path)
+    bjh_store::open_decoded(path)
         .unwrap()
         .lines()
         .map(Result::unwrap)
@@ -171,8 +167,7 @@ async fn a_compressed_log_is_served_byte_identical_to_its_plain_twin() {
 async fn a_history_server_applies_retention_and_counts_it() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let now =
-        ballista_job_history::bench_support::format::epoch_millis(std::time::SystemTime::now());
+    let now = bjh_format::epoch_millis(std::time::SystemTime::now());
     for i in 0..8u64 {
         let id = format!("old{i}");
         let line = serde_json::json!({"ev": "JobEnd", "version": 1, "data": {
@@ -268,7 +263,7 @@ async fn a_restart_keeps_every_job_whatever_happened_to_the_persistent_index() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     crate::history::copy_fixtures(dir);
-    let index = dir.join(ballista_job_history::bench_support::store::snapshot::DEFAULT_FILE_NAME);
+    let index = dir.join(bjh_store::snapshot::DEFAULT_FILE_NAME);
     let list = |server: &Proc| {
         let url = server.url("/api/jobs");
         async move {

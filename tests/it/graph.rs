@@ -5,9 +5,9 @@
 //! (`rect[data-node]`) and its edges' paths (`path.edge`, `d` sampled
 //! along each line and curve).
 
-use ballista_job_history::bench_support::metrics::HistoryMetrics;
-use ballista_job_history::bench_support::server::history_router;
-use ballista_job_history::bench_support::store::LogStore;
+use ballista_job_history::history_router;
+use bjh_metrics::HistoryMetrics;
+use bjh_store::LogStore;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 

@@ -105,6 +105,11 @@ impl Proc {
         Proc { child, port }
     }
 
+    /// A process already started that serves on `port`.
+    pub fn adopt(child: Child, port: u16) -> Proc {
+        Proc { child, port }
+    }
+
     /// A recording scheduler on `dir`, pull-staged (as the in-process
     /// executor polls for work).
     pub fn scheduler(dir: &Path, extra: &[&str]) -> Proc {

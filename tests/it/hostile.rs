@@ -90,9 +90,9 @@ async fn hostile_files_affect_only_themselves() {
 
     // The growing log: appended to between rescans, never torn.
     let task = String::from_utf8(
-        ballista_job_history::bench_support::format::record::encode_line(
-            ballista_job_history::bench_support::format::record::kind::TASK_END,
-            &ballista_job_history::bench_support::format::record::TaskEnd {
+        bjh_format::record::encode_line(
+            bjh_format::record::kind::TASK_END,
+            &bjh_format::record::TaskEnd {
                 stage_id: 1,
                 task_id: 0,
                 executor_id: "e".into(),

@@ -63,14 +63,14 @@ async fn an_embedded_scheduler_records_and_drains_on_shutdown() {
         .expect("a clean shutdown");
     // The logs (the snapshot of the list is saved beside them on shutdown,
     // now that the store takes in each log as it completes).
-    let snapshot = ballista_job_history::bench_support::store::snapshot::DEFAULT_FILE_NAME;
+    let snapshot = bjh_store::snapshot::DEFAULT_FILE_NAME;
     let completed: Vec<_> = std::fs::read_dir(&logs)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .filter(|name| {
             name != snapshot
-                && name != ballista_job_history::bench_support::server::COLUMNAR_DIR
-                && name != ballista_job_history::scheduler_id::FILE_NAME
+                && name != bjh_columnar::shared::FOLDER
+                && name != bjh_recording::scheduler_id::FILE_NAME
         })
         .collect();
     assert_eq!(completed.len(), 1, "{completed:?}");
@@ -79,13 +79,10 @@ async fn an_embedded_scheduler_records_and_drains_on_shutdown() {
     let lines: Vec<String> = text.lines().map(str::to_string).collect();
     assert_whole(&lines);
     // The scheduler keeps its id beside the logs, and the log names it.
-    let id = std::fs::read_to_string(logs.join(ballista_job_history::scheduler_id::FILE_NAME))
+    let id = std::fs::read_to_string(logs.join(bjh_recording::scheduler_id::FILE_NAME))
         .expect("the scheduler id is kept in the directory");
     let id = id.trim();
-    assert!(
-        ballista_job_history::scheduler_id::invalid(id).is_none(),
-        "{id:?}"
-    );
+    assert!(bjh_recording::scheduler_id::invalid(id).is_none(), "{id:?}");
     let footer: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
     assert_eq!(footer["data"]["scheduler_id"], id, "{footer}");
 }

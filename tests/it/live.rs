@@ -4,7 +4,7 @@ use crate::harness::*;
 use ballista_api_types::dto::JobResponse;
 use datafusion::prelude::SessionContext;
 
-const FROM_LOG: &str = ballista_job_history::bench_support::serving::source::FROM_LOG_HEADER;
+const FROM_LOG: &str = bjh_serving::source::FROM_LOG_HEADER;
 
 async fn from_log(url: &str) -> Option<bool> {
     let r = http_client().get(url).send().await.ok()?;

@@ -12,6 +12,7 @@ mod disk;
 mod doors;
 mod dropin;
 mod durability;
+mod embedded;
 mod events;
 mod explain;
 mod faults;

@@ -1,5 +1,5 @@
 //! The OpenAPI description (`GET /api/openapi.json`) against the real
-//! binary. Every path the code registers (read from `src/`, the web pages
+//! binary. Every path the code registers (read from `src/` and `crates/`, the web pages
 //! aside) is described; every described operation, called on a recording
 //! scheduler with a real executor and on a history-only server over the
 //! logs it wrote, answers as described. The judge is openapi-core (PyPI),
@@ -22,8 +22,8 @@ fn has_openapi_core() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// The paths `src/` registers with `.route("...")`, outside the web pages
-/// (`src/serving/ui/`) and catch-alls (`{*rest}`): read from the source
+/// The paths the code (`src/`, `crates/`) registers with `.route("...")`,
+/// outside the web pages (`crates/serving/src/ui/`) and catch-alls (`{*rest}`): read from the source
 /// text, not from the router.
 fn registered_paths() -> BTreeSet<String> {
     fn walk(dir: &Path, out: &mut BTreeSet<String>) {
@@ -49,7 +49,10 @@ fn registered_paths() -> BTreeSet<String> {
         }
     }
     let mut out = BTreeSet::new();
-    walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut out);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    walk(&root.join("src"), &mut out);
+    walk(&root.join("crates"), &mut out);
+    assert!(out.len() > 15, "{out:?}");
     out
 }
 

@@ -4,13 +4,13 @@
 
 use axum::body::Body;
 use ballista_api_types::dto::TaskStatus;
-use ballista_job_history::bench_support::format::record::{
+use ballista_job_history::history_router;
+use bjh_format::record::{
     JobEnd, JobEndStatus, JobIndex, JobStart, TaskEnd, TaskMetrics, raw_or_null,
 };
-use ballista_job_history::bench_support::metrics::HistoryMetrics;
-use ballista_job_history::bench_support::recording::writer::{self, WriterConfig, WriterMsg};
-use ballista_job_history::bench_support::server::history_router;
-use ballista_job_history::bench_support::store::LogStore;
+use bjh_metrics::HistoryMetrics;
+use bjh_recording::writer::{self, WriterConfig, WriterMsg};
+use bjh_store::LogStore;
 use http::Request;
 use std::sync::Arc;
 use tower::ServiceExt;

@@ -204,10 +204,7 @@ async fn every_job_is_recorded_with_its_live_responses() {
         let error = failure["data"]["status"]["Failed"]["error"]
             .as_str()
             .unwrap();
-        assert!(
-            error.contains(ballista_job_history::bench_support::recording::redact::REDACTED),
-            "{error}"
-        );
+        assert!(error.contains(bjh_recording::redact::REDACTED), "{error}");
     }
     // No secret reached the disk, in any file.
     for entry in std::fs::read_dir(&logs).unwrap() {
@@ -229,6 +226,6 @@ async fn every_job_is_recorded_with_its_live_responses() {
     // ...but the keys are there, redacted.
     let config = raw_field(&secret_lines, "config");
     assert!(config.contains("s3.secret_access_key"), "{config}");
-    assert!(config.contains(ballista_job_history::bench_support::recording::redact::REDACTED));
+    assert!(config.contains(bjh_recording::redact::REDACTED));
     assert!(!logs.join(format!("{ok_id}.eventlog.running")).exists());
 }

@@ -10,9 +10,9 @@
 
 use crate::browse::{Crafted, facts_sample, ids, write_completed, write_running};
 use axum::body::Body;
-use ballista_job_history::bench_support::metrics::HistoryMetrics;
-use ballista_job_history::bench_support::server::history_router;
-use ballista_job_history::bench_support::store::LogStore;
+use ballista_job_history::history_router;
+use bjh_metrics::HistoryMetrics;
+use bjh_store::LogStore;
 use http::{HeaderMap, Request};
 use serde_json::Value;
 use std::sync::Arc;

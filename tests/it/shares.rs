@@ -112,10 +112,10 @@ async fn bearer_from(router: &axum::Router, ip: &str, token: &str) -> u16 {
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn forty_addresses_of_one_ipv6_64_guess_as_one_client() {
-    use ballista_job_history::bench_support::metrics::HistoryMetrics;
-    use ballista_job_history::bench_support::server::history_router;
-    use ballista_job_history::bench_support::serving::auth::ApiToken;
-    use ballista_job_history::bench_support::store::LogStore;
+    use ballista_job_history::history_router;
+    use bjh_metrics::HistoryMetrics;
+    use bjh_serving::auth::ApiToken;
+    use bjh_store::LogStore;
     let tmp = tempfile::tempdir().unwrap();
     copy_fixtures(tmp.path());
     let store = std::sync::Arc::new(LogStore::new(

@@ -1,0 +1,18 @@
+//! Analysis: what a job's records mean. Its diagnosis (`diagnosis`), the
+//! recurring queries of a history (`queries`), the comparison of two runs
+//! (`compare`) and the metrics of a stage's plan (`plan_metrics`).
+//!
+//! Pure computation over what the store reads (`store::records` hands it a
+//! job's records): nothing here opens a file, serves HTTP or writes
+//! anything, so every finding can be tested on generated records.
+//!
+//! **Rule:** this crate imports `format` and `store`; `columnar` (the
+//! operators table) and `serving` import it.
+
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
+
+pub mod compare;
+pub mod diagnosis;
+pub mod plan_metrics;
+pub mod queries;
+pub mod stats;

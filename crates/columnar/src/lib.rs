@@ -1,0 +1,806 @@
+//! The columnar history: `stages`, `tasks` and `operators` as Parquet
+//! files, derived from the logs and rebuildable from them.
+//!
+//! Layout, under the columnar folder (beside the persistent index, so a
+//! read-only log directory stays untouched):
+//!
+//! ```text
+//! manifest.json                 segments, and each one's jobs and totals
+//! stages/seg-00000001.parquet   one file per segment and table
+//! tasks/seg-00000001.parquet
+//! operators/seg-00000001.parquet
+//! ```
+//!
+//! A refresh appends one segment for the completed jobs no segment holds
+//! (rows sorted by job id, then stage, in row groups of 64 Ki rows, so a
+//! predicate on the job id or on time skips row groups); rewrites the
+//! segments that hold jobs the store no longer lists (retention); merges
+//! small segments into one; and drops a segment whose file is missing or
+//! unreadable, so its jobs are read from their logs again (its files are
+//! deleted). A log that cannot be read is tried again later (after 1 s,
+//! then twice as long each time up to an hour), never left out for good:
+//! a file unreadable for a moment costs its jobs a moment. The manifest is
+//! replaced atomically (written aside, then renamed). Files a refresh
+//! replaces are deleted once no query holds the generation that listed
+//! them.
+//!
+//! This is a derived store, the layer between `analysis` and `serving`:
+//! fed by the [`LogStore`] (the completed jobs it lists, their logs and
+//! stored responses) and by the writer's records (`fresh`), never by
+//! serving's sources or HTTP answers. It imports `format`, `metrics`,
+//! `recording` (only the writer's hand-over trait), `store` and
+//! `analysis`, nothing above. The SQL worker reads its files.
+//!
+//! **Invariant:** the logs are the truth: deleting the folder loses
+//! nothing, and the next query rebuilds it.
+
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
+
+use bjh_analysis::plan_metrics::plan_metrics;
+use bjh_format::record::WrittenJob;
+use bjh_format::stages::StagesAnswer;
+use bjh_metrics::HistoryMetrics;
+use bjh_store::records::JobRecords;
+use bjh_store::{LogStore, StoreError};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::compute::concat_batches;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use datafusion::parquet::basic::{Compression, ZstdLevel};
+use datafusion::parquet::file::properties::WriterProperties;
+use fresh::Fresh;
+use futures::StreamExt;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use shared::{Hashing, Shared};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+use tables::{JobRows, JobTotals, OPERATORS, STAGES, TASKS, job_rows};
+
+pub mod fresh;
+mod segment;
+pub mod shared;
+pub mod tables;
+
+pub use segment::write_file;
+use segment::{intact, merge_segments, readable, seg_path, write_manifest, write_segment};
+
+/// Why the columnar history could not be brought up to date. Messages
+/// name tables and segments, never a path.
+#[derive(Debug, thiserror::Error)]
+pub enum ColumnarError {
+    /// A file of the folder could not be read or written.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// Encoding or decoding a Parquet file.
+    #[error("Parquet: {0}")]
+    Parquet(#[from] datafusion::parquet::errors::ParquetError),
+    /// Assembling the rows.
+    #[error("Arrow: {0}")]
+    Arrow(#[from] datafusion::arrow::error::ArrowError),
+    /// A manifest (local or published) that does not parse.
+    #[error("the manifest: {0}")]
+    Manifest(#[from] serde_json::Error),
+    /// A job's log could not be read.
+    #[error("the event log of job {job}: {source}")]
+    Log {
+        /// The job.
+        job: String,
+        /// Why.
+        source: StoreError,
+    },
+    /// The store lists the job but has no completed log of it.
+    #[error("job {0} has no completed event log")]
+    NoLog(String),
+    /// The object store the history is published to.
+    #[error("the object store: {0}")]
+    Remote(#[from] object_store::Error),
+    /// A published file whose bytes are not the ones its name promises.
+    #[error("{0}")]
+    Refused(String),
+    /// A blocking read or write was cut short (the runtime shut down).
+    #[error("a background task stopped: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+impl From<std::io::Error> for ColumnarError {
+    /// An error of the safe write itself (its temporary file, the rename).
+    fn from(source: std::io::Error) -> Self {
+        ColumnarError::Io {
+            what: "writing a columnar file".into(),
+            source,
+        }
+    }
+}
+
+/// An I/O error while doing `what`.
+pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ColumnarError {
+    let what = what.into();
+    move |source| ColumnarError::Io { what, source }
+}
+
+/// The three tables kept as files, by folder name.
+pub const TABLES: [(&str, &std::sync::LazyLock<SchemaRef>); 3] = [
+    ("stages", &STAGES),
+    ("tasks", &TASKS),
+    ("operators", &OPERATORS),
+];
+
+/// Rows per row group.
+const ROW_GROUP: usize = 64 * 1024;
+
+/// The largest manifest read (about 100 bytes a job: ten million jobs).
+const MAX_MANIFEST_BYTES: u64 = 1 << 30;
+
+/// The largest segment file read whole (to publish it) when the manifest
+/// does not say its size.
+const MAX_SEGMENT_BYTES: u64 = 4 << 30;
+/// Jobs read from their logs at once.
+const READERS: usize = 4;
+/// Segments of fewer task rows are merged, in groups of at most this many
+/// rows, when there are more than a few.
+const SMALL: u64 = 256 * 1024;
+/// New jobs read into one segment at most.
+const CHUNK: usize = 500;
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub(crate) struct Segment {
+    pub(crate) seq: u64,
+    pub(crate) rows: u64,
+    /// Its files' sizes, by table.
+    #[serde(default)]
+    pub(crate) sizes: Vec<u64>,
+    /// Its files' BLAKE3 hashes, by table (their names in an object store).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) sums: Vec<String>,
+    /// Each job it holds, with the totals `jobs` shows.
+    pub(crate) jobs: BTreeMap<String, Totals>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub(crate) struct Totals {
+    tasks: i64,
+    failed: i64,
+    rows: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    scheduler: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub(crate) struct Manifest {
+    version: u32,
+    next_seq: u64,
+    pub(crate) segments: Vec<Segment>,
+}
+
+impl Manifest {
+    /// The next segment's number, taken.
+    fn take_seq(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq - 1
+    }
+}
+
+/// What a query reads: the files of one generation, kept on disk while
+/// the query holds this.
+#[derive(Debug)]
+pub struct Generation {
+    /// Per table (in the order of the tables), its segment files.
+    pub files: [Vec<PathBuf>; 3],
+    /// Per job, its totals (`tasks`, `failed_tasks`, `output_rows`,
+    /// `scheduler_id` of `jobs`).
+    pub totals: std::collections::HashMap<String, JobTotals>,
+}
+
+/// The columnar history in one folder.
+pub struct Columnar {
+    dir: PathBuf,
+    /// The private folder `dir` is, when there was no folder to keep the
+    /// history in (deleted with the history).
+    _private: Option<tempfile::TempDir>,
+    fresh: Arc<Fresh>,
+    metrics: Arc<HistoryMetrics>,
+    state: tokio::sync::Mutex<State>,
+    retired: Mutex<Vec<(Weak<Generation>, PathBuf)>>,
+}
+
+struct State {
+    manifest: Manifest,
+    current: Arc<Generation>,
+    /// Jobs whose log could not be read into rows: how many times, and
+    /// when to try again (reported once).
+    unreadable: HashMap<String, (u32, std::time::Instant)>,
+    /// The store's version the files were last brought up to.
+    seen: Option<u64>,
+    /// A merge failed in the last refresh: the next one is not skipped.
+    merge_failed: bool,
+    /// Whether the files as they are were published (object stores).
+    published: bool,
+    /// The published files known whole: fetched and checked, or uploaded
+    /// by this process.
+    remote_files: HashSet<String>,
+}
+
+impl Columnar {
+    /// The history in `dir` (created when missing; a damaged manifest is
+    /// logged and started afresh); `None`, or a folder that cannot be
+    /// created (a read-only log directory), keeps it in a private folder
+    /// of this process's own instead: a fresh random name under the
+    /// system's temporary directory, `0700`, never a predictable path
+    /// another local user could have made first.
+    pub fn open(dir: Option<PathBuf>, metrics: Arc<HistoryMetrics>) -> Self {
+        Self::open_with(dir, Arc::new(Fresh::new()), metrics)
+    }
+
+    /// [`Columnar::open`], taking jobs the writer hands to `fresh`.
+    pub fn open_with(
+        dir: Option<PathBuf>,
+        fresh: Arc<Fresh>,
+        metrics: Arc<HistoryMetrics>,
+    ) -> Self {
+        // Absolute: the SQL workers run in `/`, and a relative folder
+        // (`--event-log-dir ./event-logs`) would name nothing there.
+        let dir = dir.map(|d| std::path::absolute(&d).unwrap_or(d));
+        let wanted = match dir {
+            Some(dir) => match std::fs::create_dir_all(&dir) {
+                Ok(()) => Ok(dir),
+                Err(e) => Err(Some((dir, e))),
+            },
+            None => Err(None),
+        };
+        let (dir, private) = match wanted {
+            Ok(dir) => (dir, None),
+            Err(failed) => {
+                let private = tempfile::Builder::new()
+                    .prefix(".ballista-job-history.columnar-")
+                    .tempdir();
+                match private {
+                    Ok(private) => {
+                        if let Some((dir, e)) = failed {
+                            log::warn!(
+                                "history: cannot create the columnar history in {} ({e}); \
+                                 keeping it in {} for this process",
+                                dir.display(),
+                                private.path().display()
+                            );
+                        }
+                        (private.path().to_path_buf(), Some(private))
+                    }
+                    Err(e) => {
+                        log::error!("history: no folder for the columnar history: {e}");
+                        (std::env::temp_dir().join(shared::FOLDER), None)
+                    }
+                }
+            }
+        };
+        let manifest = match bjh_files::read_capped(&dir.join("manifest.json"), MAX_MANIFEST_BYTES)
+        {
+            Ok(bytes) => {
+                // In use since an earlier run: keep the writer's records.
+                fresh.start();
+                bytes
+            }
+            Err(_) => Vec::new(),
+        };
+        let manifest = match (!manifest.is_empty()).then_some(manifest) {
+            Some(bytes) => serde_json::from_slice::<Manifest>(&bytes).unwrap_or_else(|e| {
+                log::warn!(
+                    "history: the columnar manifest in {} is damaged ({e}); rebuilding it from \
+                     the logs",
+                    dir.display()
+                );
+                Manifest::default()
+            }),
+            None => Manifest::default(),
+        };
+        let current = Arc::new(generation(&dir, &manifest));
+        Self {
+            dir,
+            _private: private,
+            fresh,
+            metrics,
+            state: tokio::sync::Mutex::new(State {
+                manifest,
+                current,
+                unreadable: HashMap::new(),
+                merge_failed: false,
+                seen: None,
+                published: false,
+                remote_files: HashSet::new(),
+            }),
+            retired: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Brings the files up to the completed jobs `store` lists, and gives
+    /// the generation to query. With `publish` (and an object store),
+    /// publishes them too; without it, leaves that to a later refresh.
+    pub async fn refresh(
+        &self,
+        store: &Arc<LogStore>,
+        publish: bool,
+    ) -> Result<Arc<Generation>, ColumnarError> {
+        self.fresh.start();
+        let mut state = self.state.lock().await;
+        let state = &mut *state;
+        // Before the first index pass the store lists too little: what the
+        // files hold stays as it is.
+        if !store.is_ready() {
+            return Ok(state.current.clone());
+        }
+        let shared = Shared::of(store, self.metrics.clone());
+        let version = Some(store.version());
+        if self.up_to_date(state, version, shared.is_some(), publish) {
+            return Ok(state.current.clone());
+        }
+        let completed: HashSet<String> = store.with_completed(|jobs| {
+            jobs.map(|j| bjh_store::query::JobFacts::job_id(j).to_string())
+                .collect()
+        });
+        let mut changed = false;
+        if let Some(shared) = &shared {
+            changed |= self.start_from_published(state, shared).await;
+        }
+        state.merge_failed = false;
+        changed |= self.forget_damaged(state);
+        changed |= self.rewrite_and_merge(state, &completed).await?;
+        changed |= self.add_written(state, &completed).await?;
+        changed |= self.add_from_logs(state, store, &completed).await?;
+        state.seen = version.filter(|_| !state.merge_failed);
+        if changed {
+            state.published = false;
+        }
+        if let Some(shared) = &shared
+            && publish
+        {
+            changed |= self.publish(state, shared).await;
+        }
+        if changed {
+            state.manifest.version = 1;
+            write_manifest(&self.dir, &state.manifest)?;
+            state.current = Arc::new(generation(&self.dir, &state.manifest));
+        }
+        self.collect_retired();
+        Ok(state.current.clone())
+    }
+
+    /// Nothing changed in the store, every file is where it was and (object
+    /// stores) published: the files are up to date.
+    fn up_to_date(&self, state: &State, version: Option<u64>, shared: bool, publish: bool) -> bool {
+        version.is_some()
+            && version == state.seen
+            && !state.retry_due()
+            && (!shared || state.published || !publish)
+            && state.manifest.segments.iter().all(|s| intact(&self.dir, s))
+    }
+
+    /// An object store: a new spool starts from what another server
+    /// published, not from every log.
+    async fn start_from_published(&self, state: &mut State, shared: &Shared) -> bool {
+        if state.seen.is_some() || !state.manifest.segments.is_empty() {
+            return false;
+        }
+        let mut next = state.manifest.next_seq;
+        let fetched = shared
+            .fetch(&self.dir, &mut next, &mut state.remote_files)
+            .await;
+        state.manifest.next_seq = next;
+        let changed = !fetched.is_empty();
+        state.manifest.segments.extend(fetched);
+        changed
+    }
+
+    /// Damaged or missing files: forget their segments (their files go
+    /// once no query holds them, so a file unreadable for a moment is not
+    /// left behind for ever).
+    fn forget_damaged(&self, state: &mut State) -> bool {
+        let before = state.manifest.segments.len();
+        let mut damaged = Vec::new();
+        state.manifest.segments.retain(|s| {
+            let ok = TABLES.iter().all(|(table, _)| {
+                let path = seg_path(&self.dir, table, s.seq);
+                let ok = readable(&path);
+                if !ok {
+                    log::warn!(
+                        "history: columnar file {:?} is missing or damaged; its jobs are read \
+                         from their logs again",
+                        path.display()
+                    );
+                }
+                ok
+            });
+            if !ok {
+                damaged.push(s.seq);
+            }
+            ok
+        });
+        for seq in damaged {
+            for (table, _) in TABLES {
+                self.retire(&state.current, seg_path(&self.dir, table, seq));
+            }
+        }
+        state.manifest.segments.len() != before
+    }
+
+    /// Rewrites each segment holding jobs gone from the store, alone, and
+    /// merges each group of small ones.
+    async fn rewrite_and_merge(
+        &self,
+        state: &mut State,
+        completed: &HashSet<String>,
+    ) -> Result<bool, ColumnarError> {
+        let segments = &state.manifest.segments;
+        let rewrite = (0..segments.len())
+            .filter(|&i| segments[i].jobs.keys().any(|id| !completed.contains(id)));
+        let merge = small_groups(segments);
+        let merged: HashSet<usize> = merge.iter().flatten().copied().collect();
+        let groups: Vec<Vec<usize>> = rewrite
+            .filter(|i| !merged.contains(i))
+            .map(|i| vec![i])
+            .chain(merge)
+            .collect();
+        let mut slots: Vec<Option<Segment>> = state.manifest.segments.drain(..).map(Some).collect();
+        let taken: Vec<Vec<Segment>> = groups
+            .iter()
+            .map(|g| g.iter().filter_map(|&i| slots[i].take()).collect())
+            .collect();
+        state.manifest.segments = slots.into_iter().flatten().collect();
+        let changed = !taken.is_empty();
+        for old in taken {
+            let seq = state.manifest.take_seq();
+            let (keep, dir, olds) = (completed.clone(), self.dir.clone(), old.clone());
+            let merged =
+                tokio::task::spawn_blocking(move || merge_segments(&dir, &olds, &keep, seq))
+                    .await?;
+            match merged {
+                Ok(merged) => {
+                    state.manifest.segments.extend(merged);
+                    for s in &old {
+                        for (table, _) in TABLES {
+                            self.retire(&state.current, seg_path(&self.dir, table, s.seq));
+                        }
+                    }
+                }
+                Err(e) => {
+                    // Kept as they were: the next refresh tries again, or
+                    // drops the ones that are damaged (their jobs are read
+                    // from the logs), never losing their jobs meanwhile.
+                    log::warn!("history: columnar segments not merged ({e}); tried again later");
+                    state.manifest.segments.extend(old);
+                    state.merge_failed = true;
+                }
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Jobs the writer handed over: their rows from its records.
+    async fn add_written(
+        &self,
+        state: &mut State,
+        completed: &HashSet<String>,
+    ) -> Result<bool, ColumnarError> {
+        let written = {
+            let held = held_jobs(&state.manifest);
+            self.fresh
+                .take(|id| completed.contains(id) && !held.contains(id))
+        };
+        if written.is_empty() {
+            return Ok(false);
+        }
+        let n = written.len() as u64;
+        let seq = state.manifest.take_seq();
+        let dir = self.dir.clone();
+        let seg = tokio::task::spawn_blocking(move || {
+            // The one copy, unless another taker (the trace exporter)
+            // still holds it.
+            let rows = written
+                .into_iter()
+                .map(|job| rows_of_written(Arc::unwrap_or_clone(job)))
+                .collect();
+            write_segment(&dir, seq, rows)
+        })
+        .await??;
+        self.metrics.columnar_jobs_from_writer.inc_by(n);
+        state.manifest.segments.push(seg);
+        Ok(true)
+    }
+
+    /// New jobs: read their logs, write a segment per chunk of them, so
+    /// memory stays bounded however many jobs are new.
+    async fn add_from_logs(
+        &self,
+        state: &mut State,
+        store: &Arc<LogStore>,
+        completed: &HashSet<String>,
+    ) -> Result<bool, ColumnarError> {
+        let held = held_jobs(&state.manifest);
+        let mut new: Vec<String> = completed
+            .iter()
+            .filter(|id| !held.contains(id.as_str()) && !state.retry_later(id))
+            .cloned()
+            .collect();
+        new.sort();
+        let mut changed = false;
+        for chunk in new.chunks(CHUNK) {
+            let rows = self.read_rows(state, store, chunk).await;
+            if rows.is_empty() {
+                continue;
+            }
+            let seq = state.manifest.take_seq();
+            let dir = self.dir.clone();
+            let seg = tokio::task::spawn_blocking(move || write_segment(&dir, seq, rows)).await??;
+            state.manifest.segments.push(seg);
+            changed = true;
+        }
+        Ok(changed)
+    }
+
+    /// The rows of `ids` from their logs; a log that does not read is left
+    /// out (and not tried again).
+    async fn read_rows(
+        &self,
+        state: &mut State,
+        store: &Arc<LogStore>,
+        ids: &[String],
+    ) -> Vec<(String, JobRows)> {
+        let rows: Vec<(String, Result<JobRows, ColumnarError>)> =
+            futures::stream::iter(ids.iter().cloned())
+                .map(|id| async move {
+                    let rows = rows_of(store, &id).await;
+                    (id, rows)
+                })
+                .buffer_unordered(READERS)
+                .collect()
+                .await;
+        let mut read = Vec::with_capacity(rows.len());
+        for (id, rows) in rows {
+            match rows {
+                Ok(r) => {
+                    self.metrics.columnar_logs_read.inc();
+                    state.unreadable.remove(&id);
+                    read.push((id, r));
+                }
+                Err(e) => {
+                    let tries = state.unreadable.get(&id).map_or(0, |(n, _)| *n) + 1;
+                    let wait = UNREADABLE_RETRY
+                        .saturating_mul(1 << (tries - 1).min(7))
+                        .min(UNREADABLE_RETRY_MAX);
+                    if tries == 1 {
+                        log::warn!(
+                            "history: job {id:?} left out of the SQL tables for now ({e}); \
+                             its log is read again in {wait:?}"
+                        );
+                    }
+                    state
+                        .unreadable
+                        .insert(id, (tries, std::time::Instant::now() + wait));
+                }
+            }
+        }
+        read
+    }
+
+    /// Publishes the files beside the logs after every file is written; a
+    /// failure is retried by the next refresh. Whether the manifest
+    /// changed (the store's copies filled in).
+    async fn publish(&self, state: &mut State, shared: &Shared) -> bool {
+        if state.published {
+            return false;
+        }
+        let State {
+            manifest,
+            remote_files,
+            ..
+        } = state;
+        match shared.publish(&self.dir, manifest, remote_files).await {
+            Ok(filled) => {
+                state.published = true;
+                filled
+            }
+            Err(e) => {
+                state.published = false;
+                log::warn!(
+                    "history: the columnar history is not published beside the logs \
+                     ({e}); retried at the next refresh"
+                );
+                false
+            }
+        }
+    }
+
+    /// Deletes `path` once no query holds `generation`.
+    fn retire(&self, generation: &Arc<Generation>, path: PathBuf) {
+        self.retired.lock().push((Arc::downgrade(generation), path));
+    }
+
+    fn collect_retired(&self) {
+        self.retired.lock().retain(|(held, path)| {
+            if held.strong_count() > 1 {
+                return true;
+            }
+            let _ = std::fs::remove_file(path);
+            false
+        });
+    }
+}
+
+/// How long a log that could not be read waits before it is read again,
+/// the first time; each failure doubles it, up to [`UNREADABLE_RETRY_MAX`].
+const UNREADABLE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+const UNREADABLE_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(3600);
+
+impl State {
+    /// Whether `id`'s log failed lately and waits to be read again.
+    fn retry_later(&self, id: &str) -> bool {
+        self.unreadable
+            .get(id)
+            .is_some_and(|(_, at)| *at > std::time::Instant::now())
+    }
+
+    /// Whether a log that failed is due to be read again.
+    fn retry_due(&self) -> bool {
+        let now = std::time::Instant::now();
+        self.unreadable.values().any(|(_, at)| *at <= now)
+    }
+}
+
+/// The jobs the segments of `m` hold.
+fn held_jobs(m: &Manifest) -> HashSet<&str> {
+    m.segments
+        .iter()
+        .flat_map(|s| s.jobs.keys().map(String::as_str))
+        .collect()
+}
+
+/// Groups of two or more small segments (by index) whose rows together stay
+/// within [`SMALL`], when more than four segments are small.
+fn small_groups(segments: &[Segment]) -> Vec<Vec<usize>> {
+    let small: Vec<usize> = (0..segments.len())
+        .filter(|&i| segments[i].rows < SMALL)
+        .collect();
+    if small.len() <= 4 {
+        return Vec::new();
+    }
+    let mut groups = Vec::new();
+    let mut group: Vec<usize> = Vec::new();
+    let mut rows = 0;
+    for i in small {
+        if rows + segments[i].rows > SMALL && !group.is_empty() {
+            groups.push(std::mem::take(&mut group));
+            rows = 0;
+        }
+        rows += segments[i].rows;
+        group.push(i);
+    }
+    groups.push(group);
+    groups.retain(|g| g.len() > 1);
+    groups
+}
+
+fn generation(dir: &Path, m: &Manifest) -> Generation {
+    let files = [0, 1, 2].map(|t| {
+        m.segments
+            .iter()
+            .map(|s| seg_path(dir, TABLES[t].0, s.seq))
+            .collect()
+    });
+    let totals = m
+        .segments
+        .iter()
+        .flat_map(|s| s.jobs.iter())
+        .map(|(id, t)| {
+            (
+                id.clone(),
+                JobTotals {
+                    tasks: t.tasks,
+                    failed_tasks: t.failed,
+                    output_rows: t.rows,
+                    scheduler_id: t.scheduler.clone(),
+                },
+            )
+        })
+        .collect();
+    Generation { files, totals }
+}
+
+/// The rows of one completed job, from its log and its stored
+/// `/stages?plan_format=metrics` answer (read on the blocking pool).
+pub async fn rows_of(store: &Arc<LogStore>, job_id: &str) -> Result<JobRows, ColumnarError> {
+    let store = store.clone();
+    let id = job_id.to_string();
+    tokio::task::spawn_blocking(move || {
+        let log = store
+            .log_of(&id)
+            .ok_or_else(|| ColumnarError::NoLog(id.clone()))?;
+        let failed = |source| ColumnarError::Log {
+            job: id.clone(),
+            source,
+        };
+        let records = JobRecords::read(&log).map_err(failed)?;
+        // Without its metrics plans a job still has its tasks' rows.
+        let metrics = store
+            .stored_stages(&id, Some("metrics"))
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        Ok(rows_from(&id, &records, metrics.as_bytes()))
+    })
+    .await?
+}
+
+/// The rows of a job whose records the writer kept.
+pub fn rows_of_written(job: WrittenJob) -> (String, JobRows) {
+    let id = job.start.job_id.clone();
+    let metrics = bjh_format::record::Variant::pick(
+        job.end.stages.get(),
+        &job.end.responses.stages,
+        Some("metrics"),
+    )
+    .unwrap_or_default();
+    let records = JobRecords::of_written(job.start, job.stages, job.tasks);
+    let rows = rows_from(&id, &records, metrics.as_bytes());
+    (id, rows)
+}
+
+/// The rows of a job from its records and its `/stages?plan_format=metrics`
+/// response (each stage's status, the operators' metrics).
+fn rows_from(job_id: &str, records: &JobRecords, metrics: &[u8]) -> JobRows {
+    // One pass over the answer (it lists every task) for both.
+    let stages = StagesAnswer::parse(metrics).stages;
+    let status: BTreeMap<u32, String> = stages
+        .iter()
+        .filter(|s| !s.stage_status.is_empty())
+        .map(|s| (s.stage_id, s.stage_status.clone()))
+        .collect();
+    let operators = plan_metrics(stages.iter().map(|s| (s.stage_id, s.plan())));
+    job_rows(job_id, records, &status, &operators)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segs(rows: &[u64]) -> Vec<Segment> {
+        rows.iter()
+            .enumerate()
+            .map(|(i, &rows)| Segment {
+                seq: i as u64,
+                rows,
+                sizes: Vec::new(),
+                sums: Vec::new(),
+                jobs: BTreeMap::new(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn small_segments_merge_in_bounded_groups_and_never_alone() {
+        assert_eq!(
+            small_groups(&segs(&[100_000; 6])),
+            [vec![0, 1], vec![2, 3], vec![4, 5]]
+        );
+        // Few small ones: left as they are.
+        assert!(small_groups(&segs(&[10, 10, 10, 10, 1_000_000])).is_empty());
+        // Small ones that cannot pair within the bound: no rewrite at all,
+        // so a refresh does not rewrite them again and again.
+        assert!(small_groups(&segs(&[200_000; 6])).is_empty());
+        // Large segments are never merged.
+        assert_eq!(
+            small_groups(&segs(&[5, 1_000_000, 5, 5, 5, 5])),
+            [vec![0, 2, 3, 4, 5]]
+        );
+    }
+}

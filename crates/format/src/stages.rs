@@ -1,0 +1,236 @@
+//! The stored `GET /api/job/{id}/stages` answer, read one way by every
+//! reader (the recorder's stage records, the columnar rows, the job and
+//! stage pages, the operator metrics and the run-to-run comparison), and the
+//! one rule for when a task attempt was launched and began.
+//!
+//! Upstream's `ballista_api_types::dto::QueryStagesResponse` describes the
+//! same answer but reads it strictly (every field required, `stage_id` a
+//! string); logs written by other versions, and the fixtures, leave fields
+//! out, so this type reads leniently: a missing field is its default, a stage
+//! id is a number or a numeric string, a `null` task is skipped.
+
+use serde::{Deserialize, Deserializer};
+
+/// The three times a task attempt carries, and the rules every reader uses
+/// to place it: one definition for the pages, the diagnoses and the
+/// comparison.
+pub trait TaskTimes {
+    /// (launched by the scheduler, started on the executor, ended), epoch
+    /// milliseconds, 0 when unknown.
+    fn times(&self) -> (u64, u64, u64);
+
+    /// When the attempt began: its executor start, else its launch, else its
+    /// end (an attempt with no start times is a point).
+    fn began(&self) -> u64 {
+        let (launch, start, end) = self.times();
+        [start, launch].into_iter().find(|&t| t > 0).unwrap_or(end)
+    }
+
+    /// When the scheduler handed it out: its launch, else its executor start;
+    /// 0 when neither is known. Queueing and stage spans measure from here.
+    fn launched(&self) -> u64 {
+        let (launch, start, _) = self.times();
+        if launch > 0 { launch } else { start }
+    }
+}
+
+/// The whole answer; an unreadable body reads as no stages
+/// ([`StagesAnswer::parse`]).
+#[derive(Debug, Default, Deserialize)]
+pub struct StagesAnswer {
+    /// Its stages, in the scheduler's order.
+    #[serde(default)]
+    pub stages: Vec<StageAnswer>,
+}
+
+/// One stage of the answer.
+#[derive(Debug, Default, Deserialize)]
+pub struct StageAnswer {
+    /// The stage id (upstream writes it as a string).
+    #[serde(deserialize_with = "stage_id")]
+    pub stage_id: u32,
+    /// `Running`, `Successful`, `Failed`...; empty when absent.
+    #[serde(default)]
+    pub stage_status: String,
+    /// Rows read.
+    #[serde(default)]
+    pub input_rows: u64,
+    /// Rows written.
+    #[serde(default)]
+    pub output_rows: u64,
+    /// Compute time as upstream words it.
+    #[serde(default)]
+    pub elapsed_compute: Option<String>,
+    /// The stage's plan (with metrics under `?plan_format=metrics`).
+    #[serde(default)]
+    pub stage_plan: Option<String>,
+    /// Its tasks; `null` entries are left out.
+    #[serde(default, deserialize_with = "present")]
+    pub tasks: Vec<TaskAnswer>,
+}
+
+/// One task of a stage.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct TaskAnswer {
+    /// The partitions it computed.
+    pub partition_id: Vec<u32>,
+    /// Launched by the scheduler.
+    pub launch_time: u64,
+    /// Started on the executor.
+    pub start_exec_time: u64,
+    /// Ended on the executor.
+    pub end_exec_time: u64,
+    /// Its status reached the scheduler.
+    pub finish_time: u64,
+}
+
+impl StagesAnswer {
+    /// The answer in `body`; no stages when it is not one.
+    pub fn parse(body: &[u8]) -> Self {
+        serde_json::from_slice(body).unwrap_or_default()
+    }
+}
+
+impl StageAnswer {
+    /// The first launch of its tasks (0 when none is known).
+    pub fn began(&self) -> u64 {
+        let launched = self.tasks.iter().map(TaskTimes::launched);
+        launched.filter(|&t| t > 0).min().unwrap_or(0)
+    }
+
+    /// The last end of its tasks (0 when it has none).
+    pub fn ended(&self) -> u64 {
+        self.tasks.iter().map(|t| t.times().2).max().unwrap_or(0)
+    }
+
+    /// Its plan, empty when absent.
+    pub fn plan(&self) -> &str {
+        self.stage_plan.as_deref().unwrap_or("")
+    }
+
+    /// The stages whose output this stage reads, as its plan states them:
+    /// every shuffle reader (`ShuffleReaderExec`, `RangeShuffleReaderExec`,
+    /// any `...ShuffleReaderExec`) writes `upstream_stage: N`. Each stage
+    /// once, in the plan's order. The scheduler's DOT leaves some of these
+    /// edges out (a range shuffle's), the plan does not.
+    pub fn reads_from(&self) -> Vec<u32> {
+        const KEY: &str = "upstream_stage: ";
+        let mut out = Vec::new();
+        for (at, _) in self.plan().match_indices(KEY) {
+            let digits = self.plan()[at + KEY.len()..]
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .unwrap_or("");
+            if let Ok(stage) = digits.parse()
+                && !out.contains(&stage)
+            {
+                out.push(stage);
+            }
+        }
+        out
+    }
+}
+
+impl TaskTimes for TaskAnswer {
+    fn times(&self) -> (u64, u64, u64) {
+        let end = self.finish_time.max(self.end_exec_time);
+        (self.launch_time, self.start_exec_time, end)
+    }
+}
+
+impl TaskTimes for crate::record::TaskEnd {
+    fn times(&self) -> (u64, u64, u64) {
+        (self.launch_time, self.start_exec_time, self.end_exec_time)
+    }
+}
+
+/// A stage id written as a number or a numeric string (upstream writes a
+/// string); anything else reads as 0.
+pub fn stage_id<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Id {
+        Number(u32),
+        Text(String),
+        Other(serde::de::IgnoredAny),
+    }
+    Ok(match Id::deserialize(d)? {
+        Id::Number(n) => n,
+        Id::Text(t) => t.parse().unwrap_or(0),
+        Id::Other(_) => 0,
+    })
+}
+
+/// A list whose `null` entries are left out.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<TaskAnswer>, D::Error> {
+    let all = Option::<Vec<Option<TaskAnswer>>>::deserialize(d)?;
+    Ok(all.unwrap_or_default().into_iter().flatten().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Upstream's own type is the oracle: what it reads, this reads alike.
+    #[test]
+    fn reads_what_upstreams_type_reads() {
+        let json = r#"{"stages":[{"stage_id":"3","stage_status":"Successful","input_rows":7,
+            "output_rows":2,"elapsed_compute":null,"stage_plan":"ProjectionExec",
+            "tasks":[null,{"id":0,"status":"Successful","partition_id":[0,1],"scheduled_time":1,
+            "launch_time":5,"start_exec_time":6,"end_exec_time":7,"exec_duration":1,
+            "finish_time":9,"input_rows":1,"output_rows":1}]}]}"#;
+        let theirs: ballista_api_types::dto::QueryStagesResponse =
+            serde_json::from_str(json).unwrap();
+        let ours = StagesAnswer::parse(json.as_bytes());
+        assert_eq!(ours.stages.len(), theirs.stages.len());
+        let (o, t) = (&ours.stages[0], &theirs.stages[0]);
+        assert_eq!(o.stage_id.to_string(), t.stage_id);
+        assert_eq!(o.stage_status, t.stage_status);
+        assert_eq!(o.input_rows, t.input_rows as u64);
+        assert_eq!(o.stage_plan, t.stage_plan);
+        let their_tasks: Vec<_> = t.tasks.iter().flatten().collect();
+        assert_eq!(o.tasks.len(), their_tasks.len());
+        assert_eq!(o.tasks[0].partition_id, their_tasks[0].partition_id);
+        assert_eq!(o.began(), their_tasks[0].launch_time);
+        assert_eq!(o.ended(), their_tasks[0].finish_time);
+    }
+
+    #[test]
+    fn a_stage_reads_from_the_stages_its_shuffle_readers_name() {
+        let stage = |plan: &str| StageAnswer {
+            stage_plan: Some(plan.into()),
+            ..StageAnswer::default()
+        };
+        let plan = "SortPreservingMergeExec\n  RangeShuffleReaderExec: upstream_stage: 3, partitions: 16\n\
+                    HashJoinExec\n    ShuffleReaderExec: upstream_stage: 1, partitioning: Hash\n\
+                    ShuffleReaderExec: upstream_stage: 12, metrics=[]\n  ShuffleReaderExec: upstream_stage: 1,";
+        assert_eq!(stage(plan).reads_from(), vec![3, 1, 12]);
+        assert!(stage("ParquetExec: file_groups={}").reads_from().is_empty());
+        assert!(stage("upstream_stage: x").reads_from().is_empty());
+        assert!(StageAnswer::default().reads_from().is_empty());
+    }
+
+    #[test]
+    fn missing_fields_and_odd_ids_read_leniently() {
+        let ours = StagesAnswer::parse(br#"{"stages":[{"stage_id":4},{"stage_id":{"x":1}}]}"#);
+        assert_eq!(ours.stages.len(), 2);
+        assert_eq!((ours.stages[0].stage_id, ours.stages[1].stage_id), (4, 0));
+        assert!(ours.stages[0].tasks.is_empty());
+        assert_eq!(ours.stages[0].began(), 0);
+        assert!(StagesAnswer::parse(b"{").stages.is_empty());
+    }
+
+    #[test]
+    fn a_task_begins_at_its_start_and_is_launched_at_its_launch() {
+        let t = |launch, start_exec_time, end| TaskAnswer {
+            launch_time: launch,
+            start_exec_time,
+            end_exec_time: end,
+            ..TaskAnswer::default()
+        };
+        assert_eq!((t(5, 6, 9).began(), t(5, 6, 9).launched()), (6, 5));
+        assert_eq!((t(0, 6, 9).began(), t(0, 6, 9).launched()), (6, 6));
+        assert_eq!((t(0, 0, 9).began(), t(0, 0, 9).launched()), (9, 0));
+    }
+}

@@ -1,0 +1,266 @@
+//! The routes that explain jobs: `GET /api/job/{id}/diagnosis`,
+//! `GET /api/queries` and `GET /api/compare?a=&b=`. They read through the
+//! same [`JobSource`] as every job route and compute with `analysis`.
+
+use crate::error::ApiError;
+use crate::source::{JobSource, Resource, read_log};
+use axum::extract::{Path, Query, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use ballista_api_types::dto::PlanFormat;
+use bjh_analysis::compare::{ComparedRun, compare};
+use bjh_analysis::diagnosis::{Diagnosis, Thresholds, diagnose, operator_memory};
+use bjh_analysis::queries::recurring;
+use bjh_store::LogStore;
+use bjh_store::query::JobFacts;
+use bjh_store::records::JobRecords;
+use http::StatusCode;
+use serde::Serialize;
+use std::sync::Arc;
+
+type Source = Arc<dyn JobSource>;
+type Pairs = Query<Vec<(String, String)>>;
+
+/// The most rows `GET /api/queries` answers at once.
+pub const MAX_QUERIES: usize = 10_000;
+
+/// The explaining routes over `source`; the recurring queries over
+/// `store`, the log directory behind it.
+pub(crate) fn routes(source: Source, store: Option<Arc<LogStore>>) -> Router {
+    Router::new()
+        .route("/api/job/{job_id}/diagnosis", get(get_diagnosis))
+        .route("/api/compare", get(get_compare))
+        .with_state(source)
+        .route("/api/queries", get(get_queries).with_state(store))
+}
+
+fn unknown(route: &str, key: &str, accepts: &str) -> ApiError {
+    ApiError::BadRequest(format!(
+        "unknown parameter `{key}`: {route} accepts {accepts}"
+    ))
+}
+
+/// The diagnosis of a job this source has a log of; `Ok(None)` when it
+/// has none.
+pub(crate) async fn diagnosis_of(
+    source: &dyn JobSource,
+    job_id: &str,
+) -> Result<Option<Diagnosis>, ApiError> {
+    let Some((header, log)) = source.log_of(job_id) else {
+        return Ok(None);
+    };
+    let records = read_log(job_id, move || JobRecords::read(&log)).await?;
+    // Memory and spill metrics, where the stored metrics plans carry them
+    // (a job still running has none stored; its findings say so).
+    let operators = match source
+        .get(job_id, Resource::Stages(PlanFormat::Metrics))
+        .await
+    {
+        Ok(Some(answer)) if answer.status == StatusCode::OK => operator_memory(&answer.body),
+        _ => Vec::new(),
+    };
+    Ok(Some(diagnose(
+        &header,
+        &records,
+        &operators,
+        &Thresholds::default(),
+    )))
+}
+
+/// `GET /api/job/{id}/diagnosis`.
+#[utoipa::path(
+    get,
+    path = "/api/job/{job_id}/diagnosis",
+    tag = "history",
+    params(("job_id" = String, Path, description = "The job's id")),
+    responses(
+        (status = 200, description = "What made the job slow or fail, most severe first, with the thresholds in force", body = Diagnosis),
+        (status = 400, description = "A parameter (this route takes none)", body = crate::error::ErrorBody),
+        (status = 404, description = "No event log of this job here", body = crate::error::ErrorBody),
+    )
+)]
+pub(crate) async fn get_diagnosis(
+    State(source): State<Source>,
+    Path(job_id): Path<String>,
+    Query(pairs): Pairs,
+) -> Result<Json<Diagnosis>, ApiError> {
+    if let Some((key, _)) = pairs.first() {
+        return Err(unknown("the diagnosis", key, "no parameters"));
+    }
+    match diagnosis_of(&*source, &job_id).await? {
+        Some(d) => Ok(Json(d)),
+        None => Err(ApiError::Missing(format!(
+            "no event log of job {job_id} here: a diagnosis reads the job's log"
+        ))),
+    }
+}
+
+/// `GET /api/queries`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct Queries {
+    /// Distinct queries (all pages).
+    total: usize,
+    /// This page, most recently run first.
+    queries: Vec<bjh_analysis::queries::QueryRow>,
+}
+
+/// `GET /api/queries`.
+#[utoipa::path(
+    get,
+    path = "/api/queries",
+    tag = "history",
+    params(
+        ("limit" = Option<usize>, Query, description = "At most this many queries: 1 to 10000 (default 100)"),
+        ("scheduler_id" = Option<String>, Query, description = "Only the runs of these schedulers (comma-separated ids): each query grouped over their runs alone"),
+    ),
+    responses(
+        (status = 200, description = "Recurring queries (finished runs grouped by query hash), most recently run first, each with its durations and trend", body = Queries),
+        (status = 400, description = "A parameter unknown or a bad value", body = crate::error::ErrorBody),
+    )
+)]
+pub(crate) async fn get_queries(
+    State(store): State<Option<Arc<LogStore>>>,
+    Query(pairs): Pairs,
+) -> Result<Json<Queries>, ApiError> {
+    let mut limit = 100;
+    let mut schedulers: Option<Vec<String>> = None;
+    for (key, value) in &pairs {
+        match key.as_str() {
+            "limit" => {
+                limit = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=MAX_QUERIES).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::BadRequest(format!(
+                            "invalid value {value:?} for parameter `limit`: expected an integer \
+                             from 1 to {MAX_QUERIES}"
+                        ))
+                    })?;
+            }
+            "scheduler_id" => schedulers.get_or_insert_with(Vec::new).extend(
+                value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string),
+            ),
+            other => return Err(unknown("/api/queries", other, "limit, scheduler_id")),
+        }
+    }
+    let mut rows = recurring_queries(store.as_ref(), schedulers).await?;
+    let total = rows.len();
+    rows.truncate(limit);
+    Ok(Json(Queries {
+        total,
+        queries: rows,
+    }))
+}
+
+/// The recurring queries of the log directory `store`, most recently run
+/// first; with `schedulers`, of their runs alone.
+pub(crate) async fn recurring_queries(
+    store: Option<&Arc<LogStore>>,
+    schedulers: Option<Vec<String>>,
+) -> Result<Vec<bjh_analysis::queries::QueryRow>, ApiError> {
+    let Some(store) = store.cloned() else {
+        return Err(ApiError::Missing("no log directory here".into()));
+    };
+    tokio::task::spawn_blocking(move || {
+        store.with_completed(|jobs| {
+            let ran = |j: &&dyn JobFacts| match &schedulers {
+                None => true,
+                Some(ids) => j
+                    .scheduler_id()
+                    .is_some_and(|id| ids.iter().any(|i| i == id)),
+            };
+            recurring(jobs.map(|j| j as &dyn JobFacts).filter(ran))
+        })
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("grouping the queries failed: {e}")))
+}
+
+/// What the comparison reads of one run.
+pub(crate) async fn run_view(
+    source: &dyn JobSource,
+    job_id: &str,
+    param: &str,
+) -> Result<ComparedRun, ApiError> {
+    let facts = source
+        .facts(job_id)
+        .await?
+        .ok_or_else(|| ApiError::Missing(format!("parameter `{param}`: no job {job_id:?} here")))?;
+    let body = |resource| async move {
+        match source.get(job_id, resource).await {
+            Ok(Some(answer)) if answer.status == StatusCode::OK => answer.body.to_vec(),
+            _ => Vec::new(),
+        }
+    };
+    let job = body(Resource::Job(PlanFormat::Default)).await;
+    #[derive(serde::Deserialize)]
+    struct Plans {
+        #[serde(default)]
+        physical_plan: Option<String>,
+    }
+    let physical_plan = serde_json::from_slice::<Plans>(&job)
+        .ok()
+        .and_then(|p| p.physical_plan)
+        .unwrap_or_default();
+    Ok(ComparedRun {
+        job_id: job_id.to_string(),
+        status: facts.state.status_word().to_string(),
+        duration_ms: facts.duration(),
+        query_hash: facts.query_hash,
+        stages: body(Resource::Stages(PlanFormat::Default)).await,
+        config: body(Resource::Config).await,
+        physical_plan,
+        diagnosis: diagnosis_of(source, job_id).await?,
+    })
+}
+
+/// `GET /api/compare?a=&b=`.
+#[utoipa::path(
+    get,
+    path = "/api/compare",
+    tag = "history",
+    params(
+        ("a" = String, Query, description = "The first run's job id"),
+        ("b" = String, Query, description = "The second run's job id: compared with a"),
+    ),
+    responses(
+        (status = 200, description = "Run b against run a: job-level deltas, stages matched by plan shape, config and plan differences, new and resolved findings", body = bjh_analysis::compare::Comparison),
+        (status = 400, description = "A parameter missing or unknown", body = crate::error::ErrorBody),
+        (status = 404, description = "No event log of a job here", body = crate::error::ErrorBody),
+    )
+)]
+pub(crate) async fn get_compare(
+    State(source): State<Source>,
+    Query(pairs): Pairs,
+) -> Result<Json<bjh_analysis::compare::Comparison>, ApiError> {
+    let (mut a, mut b) = (None, None);
+    for (key, value) in &pairs {
+        match key.as_str() {
+            "a" => a = Some(value.clone()),
+            "b" => b = Some(value.clone()),
+            other => return Err(unknown("/api/compare", other, "a and b (job ids)")),
+        }
+    }
+    let missing = |p: &str| {
+        ApiError::BadRequest(format!(
+            "missing parameter `{p}`: /api/compare?a=<job id>&b=<job id> compares run b \
+             with run a"
+        ))
+    };
+    let (a, b) = (
+        a.ok_or_else(|| missing("a"))?,
+        b.ok_or_else(|| missing("b"))?,
+    );
+    let a = run_view(&*source, &a, "a").await?;
+    let b = run_view(&*source, &b, "b").await?;
+    // A long plan's diff is work for a blocking thread, not the runtime.
+    let comparison = tokio::task::spawn_blocking(move || compare(&a, &b))
+        .await
+        .map_err(|e| ApiError::Internal(format!("the comparison failed: {e}")))?;
+    Ok(Json(comparison))
+}

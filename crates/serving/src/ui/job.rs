@@ -1,0 +1,878 @@
+//! A job's page (`/ui/job/{id}`), and what it shares with the stage page
+//! and the timeline's data: the stored responses it reads and the stage
+//! numbers worked out from the log's task records.
+//!
+//! The job page is a summary, then one of four tabs (`?tab=`): the
+//! overview (stage graph, stage table with task quantiles, timeline), the
+//! plans (`&format=text|tree|metrics`), the config (`&q=` filters it) and
+//! the diagnosis. The stage numbers come from the log's task records, read
+//! once per page; the plans, config and DOT are the stored responses.
+
+use crate::error::ApiError;
+use crate::source::{Resource, read_log};
+use crate::ui::page::{self, Nav, count, duration, duration_ns, job_href, query_string, segment};
+use crate::ui::{Ui, api_error, error, html_response};
+use axum::extract::{Path, Query, State};
+use axum::response::Response;
+use ballista_api_types::dto::PlanFormat;
+use bjh_analysis::diagnosis::{Diagnosis, Thresholds, diagnose, operator_memory};
+use bjh_analysis::plan_metrics::{OperatorProfile, operator_profiles};
+use bjh_analysis::stats::quantile;
+use bjh_format::stages::{StageAnswer, StagesAnswer};
+use bjh_pictures::graph::{Dot, Frame, Node, Stage, draw, draw_frames, operator_name};
+use bjh_store::query::{Facts, ListQuery};
+use bjh_store::records::{JobHeader, JobRecords, Task};
+use bytes::Bytes;
+use http::StatusCode;
+use maud::{Markup, html};
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+
+pub type Pairs = Query<Vec<(String, String)>>;
+
+/// What the job page shows of `GET /api/job/{id}`.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct JobView {
+    job_name: String,
+    job_status: String,
+    status: String,
+    num_stages: u64,
+    completed_stages: u64,
+    start_time: u64,
+    end_time: u64,
+    logical_plan: Option<String>,
+    physical_plan: Option<String>,
+}
+
+/// The body of a stored response, when the source has it.
+pub async fn body(ui: &Ui, job_id: &str, resource: Resource) -> Option<Bytes> {
+    match ui.source.get(job_id, resource).await {
+        Ok(Some(a)) if a.status == StatusCode::OK => Some(a.body),
+        _ => None,
+    }
+}
+
+pub async fn stored_stages(
+    ui: &Ui,
+    job_id: &str,
+    format: PlanFormat,
+) -> BTreeMap<u32, StageAnswer> {
+    let parsed = match body(ui, job_id, Resource::Stages(format)).await {
+        Some(b) => StagesAnswer::parse(&b),
+        None => StagesAnswer::default(),
+    };
+    parsed.stages.into_iter().map(|s| (s.stage_id, s)).collect()
+}
+
+/// The job's log records, when the source has its log.
+pub async fn records(ui: &Ui, job_id: &str) -> Result<Option<(JobHeader, JobRecords)>, ApiError> {
+    let Some((header, log)) = ui.source.log_of(job_id) else {
+        return Ok(None);
+    };
+    let records = read_log(job_id, move || JobRecords::read(&log)).await?;
+    Ok(Some((header, records)))
+}
+
+/// Five quantiles: min, p25, median, p75, max.
+pub fn five(mut values: Vec<u64>) -> [u64; 5] {
+    values.sort_unstable();
+    [0.0, 0.25, 0.5, 0.75, 1.0].map(|q| quantile(&values, q))
+}
+
+/// A stage's numbers, from its task attempts.
+#[derive(Default)]
+pub struct StageStats {
+    pub(super) stage_id: u32,
+    pub(super) status: String,
+    pub(super) failed: usize,
+    pub(super) succeeded: usize,
+    pub(super) start: u64,
+    pub(super) end: u64,
+    pub(super) input_rows: u64,
+    pub(super) output_rows: u64,
+    /// Compute: the operators' `elapsed_compute`, summed over the
+    /// stage's operators and its succeeded tasks, in ns.
+    pub(super) compute_nanos: u64,
+    pub(super) duration: [u64; 5],
+    pub(super) rows_in: [u64; 5],
+    pub(super) rows_out: [u64; 5],
+    /// Per task compute (ns): min, quartiles, max.
+    pub(super) compute: [u64; 5],
+}
+
+pub fn stage_stats(
+    records: Option<&JobRecords>,
+    stored: &BTreeMap<u32, StageAnswer>,
+    dot: &Dot,
+) -> Vec<StageStats> {
+    let mut by_stage: BTreeMap<u32, Vec<&Task>> = BTreeMap::new();
+    for id in stored.keys() {
+        by_stage.entry(*id).or_default();
+    }
+    // Each stage's status in the DOT, the first cluster of an id winning.
+    let mut dot_status: HashMap<u32, &str> = HashMap::new();
+    for s in &dot.stages {
+        if let Some(id) = s.stage_id {
+            by_stage.entry(id).or_default();
+            dot_status.entry(id).or_insert(&s.status);
+        }
+    }
+    if let Some(r) = records {
+        for id in r.stages.keys() {
+            by_stage.entry(*id).or_default();
+        }
+        for t in &r.tasks {
+            by_stage.entry(t.stage_id).or_default().push(t);
+        }
+    }
+    by_stage
+        .into_iter()
+        .map(|(stage_id, tasks)| {
+            let ok: Vec<&&Task> = tasks.iter().filter(|t| t.succeeded()).collect();
+            let marks = records.and_then(|r| r.stages.get(&stage_id));
+            let from_json = stored.get(&stage_id);
+            let status = marks
+                .and_then(|m| m.status.clone())
+                .or_else(|| from_json.map(|s| s.stage_status.clone()))
+                .filter(|s| !s.is_empty())
+                .or_else(|| dot_status.get(&stage_id).map(|s| s.to_string()))
+                .unwrap_or_else(|| "Unknown".into());
+            let start = tasks.iter().map(|t| t.begin()).filter(|&t| t > 0).min();
+            let end = tasks.iter().map(|t| t.end_exec_time).max();
+            let (input_rows, output_rows) = if ok.is_empty() {
+                from_json.map_or((0, 0), |s| (s.input_rows, s.output_rows))
+            } else {
+                (
+                    ok.iter().map(|t| t.input_rows).sum(),
+                    ok.iter().map(|t| t.output_rows).sum(),
+                )
+            };
+            StageStats {
+                stage_id,
+                status,
+                failed: tasks.len() - ok.len(),
+                succeeded: ok.len(),
+                start: marks
+                    .map(|m| m.start_time)
+                    .filter(|&t| t > 0)
+                    .or(start)
+                    .unwrap_or(0),
+                end: marks
+                    .map(|m| m.end_time)
+                    .filter(|&t| t > 0)
+                    .or(end)
+                    .unwrap_or(0),
+                input_rows,
+                output_rows,
+                compute_nanos: ok.iter().map(|t| t.compute_nanos).sum::<u64>(),
+                duration: five(ok.iter().map(|t| t.duration()).collect()),
+                rows_in: five(ok.iter().map(|t| t.input_rows).collect()),
+                rows_out: five(ok.iter().map(|t| t.output_rows).collect()),
+                compute: five(ok.iter().map(|t| t.compute_nanos).collect()),
+            }
+        })
+        .collect()
+}
+
+use super::page::status_class;
+
+/// The stage graph: a box per stage with its operators, linked by the
+/// DOT's edges and the reads the stage plans state.
+pub fn stage_graph(job_id: &str, dot: &Dot, stored: &BTreeMap<u32, StageAnswer>) -> Markup {
+    let nodes: Vec<Node> = dot
+        .stages
+        .iter()
+        .map(|s| {
+            let ops: Vec<String> = s
+                .operators
+                .iter()
+                .map(|&o| operator_name(&dot.operators[o].label).to_string())
+                .collect();
+            let title = match s.stage_id {
+                Some(id) => format!("Stage {id} · {}", s.status),
+                None => format!("Stage · {}", s.status),
+            };
+            Node {
+                hover: format!("{title}\n{}", ops.join("\n")),
+                title,
+                lines: ops,
+                class: status_class(&s.status),
+                href: s
+                    .stage_id
+                    .map(|id| format!("{}/stage/{id}", job_href(job_id))),
+            }
+        })
+        .collect();
+    draw(&nodes, &dot.stage_edges(&plan_reads(stored)), "Stage graph")
+}
+
+/// The operators of one stage, from its own DOT or the job's cluster: a
+/// query profile when the stage's metrics `plan` is recorded. Each box then
+/// carries its operator's figures (rows out, compute and its share of the
+/// stage's, spill, peak memory), and the operator with the most compute is
+/// marked (`hot`).
+pub fn operator_graph(dot: &Dot, stage_id: u32, plan: Option<&str>) -> Markup {
+    let members: Vec<usize> = match dot.stages.iter().find(|s| s.stage_id == Some(stage_id)) {
+        Some(s) => s.operators.clone(),
+        None => (0..dot.operators.len()).collect(),
+    };
+    let profiles = profiles_of(dot, &members, plan.unwrap_or(""));
+    let total = profiles.iter().map(compute_of).sum();
+    let mut nodes = operator_boxes(dot, &members, &profiles, total);
+    if let Some(hottest) = (0..members.len())
+        .filter(|&i| compute_of(&profiles[i]) > 0)
+        .max_by_key(|&i| compute_of(&profiles[i]))
+    {
+        nodes[hottest].class = "hot";
+    }
+    draw(
+        &nodes,
+        &inner_edges(dot, &members),
+        "Operators of the stage",
+    )
+}
+
+/// The most operators the query profile marks as hot.
+pub const HOT_OPERATORS: usize = 3;
+
+/// The Profile tab: the whole query in one picture, scans at the top and
+/// the result at the bottom, each stage a frame around its operators with
+/// their figures (shares of the job's compute), the stages joined as in the
+/// stage graph, and the operators with the most compute marked.
+pub async fn profile(ui: &Ui, job_id: &str) -> Markup {
+    let dot = body(ui, job_id, Resource::Dot).await;
+    let dot = Dot::parse(&String::from_utf8_lossy(dot.as_deref().unwrap_or(b"")));
+    let stored = stored_stages(ui, job_id, PlanFormat::Metrics).await;
+    let profiles: Vec<Vec<Option<OperatorProfile>>> = dot
+        .stages
+        .iter()
+        .map(|s| {
+            let plan = s
+                .stage_id
+                .and_then(|id| stored.get(&id))
+                .map_or("", StageAnswer::plan);
+            profiles_of(&dot, &s.operators, plan)
+        })
+        .collect();
+    let total: u64 = profiles.iter().flatten().map(compute_of).sum();
+    let mut frames: Vec<Frame> = dot
+        .stages
+        .iter()
+        .zip(&profiles)
+        .map(|(s, p)| stage_frame(job_id, &dot, s, p, total))
+        .collect();
+    let mut ranked: Vec<(u64, usize, usize)> = profiles
+        .iter()
+        .enumerate()
+        .flat_map(|(f, p)| {
+            p.iter()
+                .enumerate()
+                .map(move |(o, x)| (compute_of(x), f, o))
+        })
+        .filter(|&(c, _, _)| c > 0)
+        .collect();
+    ranked.sort_by_key(|&(c, _, _)| std::cmp::Reverse(c));
+    for &(_, f, o) in ranked.iter().take(HOT_OPERATORS) {
+        frames[f].inner[o].class = "hot";
+    }
+    let edges = dot.stage_edges(&plan_reads(&stored));
+    html! {
+        section aria-labelledby="profile-h" {
+            h2 id="profile-h" { "Query profile" }
+            p.muted {
+                "Each stage is a frame around its operators, data flowing down. An operator's \
+                 figures are the scheduler's metrics for it, combined over the stage's tasks: \
+                 rows out, compute (its elapsed_compute) and that compute's share of the job's. \
+                 The " (HOT_OPERATORS) " operators with the most compute are outlined."
+            }
+            div.graph-box { (draw_frames(&frames, &edges, "Query profile")) }
+        }
+    }
+}
+
+/// One stage of the profile: a frame, titled with the stage and its share
+/// of the job's compute, around its operators.
+pub fn stage_frame(
+    job_id: &str,
+    dot: &Dot,
+    stage: &Stage,
+    profiles: &[Option<OperatorProfile>],
+    total: u64,
+) -> Frame {
+    let compute: u64 = profiles.iter().map(compute_of).sum();
+    let title = match stage.stage_id {
+        Some(id) => format!("Stage {id} · {}", stage.status),
+        None => format!("Stage · {}", stage.status),
+    };
+    let lines = if compute > 0 && total > 0 {
+        vec![format!(
+            "compute {} ({:.0}% of the job)",
+            duration_ns(compute),
+            compute as f64 * 100.0 / total as f64
+        )]
+    } else {
+        Vec::new()
+    };
+    Frame {
+        node: Node {
+            hover: std::iter::once(title.clone())
+                .chain(lines.clone())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            title,
+            lines,
+            class: status_class(&stage.status),
+            href: stage
+                .stage_id
+                .map(|id| format!("{}/stage/{id}", job_href(job_id))),
+        },
+        inner: operator_boxes(dot, &stage.operators, profiles, total),
+        inner_edges: inner_edges(dot, &stage.operators),
+    }
+}
+
+/// The stage reads the stage plans state, as `(from, to)` stage ids.
+pub fn plan_reads(stored: &BTreeMap<u32, StageAnswer>) -> Vec<(u32, u32)> {
+    stored
+        .values()
+        .flat_map(|s| s.reads_from().into_iter().map(|from| (from, s.stage_id)))
+        .collect()
+}
+
+/// An operator's compute (ns), 0 when unknown.
+pub fn compute_of(profile: &Option<OperatorProfile>) -> u64 {
+    profile.as_ref().and_then(|p| p.compute_ns).unwrap_or(0)
+}
+
+/// The boxes of `members` (operators of one stage): the DOT's label, under
+/// its first line the operator's figures when known, shares taken of
+/// `total` compute (ns).
+pub fn operator_boxes(
+    dot: &Dot,
+    members: &[usize],
+    profiles: &[Option<OperatorProfile>],
+    total: u64,
+) -> Vec<Node> {
+    members
+        .iter()
+        .zip(profiles)
+        .map(|(&o, profile)| {
+            let label = &dot.operators[o].label;
+            let mut lines = label.lines();
+            let first = lines.next().unwrap_or_default().to_string();
+            let figures = profile
+                .as_ref()
+                .map(|p| figures(p, total))
+                .unwrap_or_default();
+            let hover = std::iter::once(label.as_str())
+                .chain(figures.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join("\n");
+            Node {
+                title: first,
+                lines: figures
+                    .into_iter()
+                    .chain(lines.map(str::to_string))
+                    .collect(),
+                class: "muted",
+                href: None,
+                hover,
+            }
+        })
+        .collect()
+}
+
+/// The DOT's edges between `members`, as indices into `members`.
+pub fn inner_edges(dot: &Dot, members: &[usize]) -> Vec<(usize, usize)> {
+    let at: HashMap<usize, usize> = members.iter().enumerate().map(|(i, &m)| (m, i)).collect();
+    dot.edges
+        .iter()
+        .filter_map(|(a, b)| Some((*at.get(a)?, *at.get(b)?)))
+        .collect()
+}
+
+/// The metrics plan's profile of each of `members` (DOT operators of one
+/// stage), or none at all when the two cannot be matched. The plan lists
+/// operators in pre-order; the DOT names each `stage_<s>_<path>`, its path
+/// from the root (`0_1`: the root's second child), so sorting by path gives
+/// the same order. When the ids are not paths, or the counts differ, no
+/// operator gets figures rather than another's.
+pub fn profiles_of(dot: &Dot, members: &[usize], plan: &str) -> Vec<Option<OperatorProfile>> {
+    let profiles = operator_profiles(plan);
+    let path = |o: usize| -> Option<Vec<u32>> {
+        let id = dot.operators[o].id.strip_prefix("stage_")?;
+        let (_, path) = id.split_once('_')?;
+        path.split('_').map(|n| n.parse().ok()).collect()
+    };
+    let paths: Option<Vec<Vec<u32>>> = members.iter().map(|&o| path(o)).collect();
+    let (Some(paths), true) = (paths, profiles.len() == members.len()) else {
+        return vec![None; members.len()];
+    };
+    let mut order: Vec<usize> = (0..members.len()).collect();
+    order.sort_by(|&a, &b| paths[a].cmp(&paths[b]));
+    let mut out = vec![None; members.len()];
+    for (position, &member) in order.iter().enumerate() {
+        out[member] = Some(profiles[position].clone());
+    }
+    out
+}
+
+/// An operator's figures as its box shows them: `2.00 K rows · 3 ms (42%)`,
+/// then spill and peak memory when it has them.
+pub fn figures(p: &OperatorProfile, stage_compute_ns: u64) -> Vec<String> {
+    let mut first = Vec::new();
+    if let Some(rows) = p.output_rows {
+        first.push(format!("{} rows", count(rows)));
+    }
+    if let Some(ns) = p.compute_ns {
+        let share = if stage_compute_ns > 0 {
+            format!(" ({:.0}%)", ns as f64 * 100.0 / stage_compute_ns as f64)
+        } else {
+            String::new()
+        };
+        first.push(format!("{}{share}", duration_ns(ns)));
+    }
+    let bytes = |b: u64| bytesize::ByteSize::b(b).display().iec().to_string();
+    let mut second = Vec::new();
+    if p.spill_count > 0 || p.spilled_bytes > 0 {
+        second.push(format!(
+            "spilled {} ({}x)",
+            bytes(p.spilled_bytes),
+            p.spill_count
+        ));
+    }
+    if let Some(peak) = p.peak_mem_used.filter(|&b| b > 0) {
+        second.push(format!("peak {}", bytes(peak)));
+    }
+    [first, second]
+        .into_iter()
+        .filter(|l| !l.is_empty())
+        .map(|l| l.join(" · "))
+        .collect()
+}
+
+/// The summary at the top of the job page.
+pub fn summary(
+    job_id: &str,
+    facts: &Facts,
+    view: &JobView,
+    records: Option<&JobRecords>,
+    dropped: Option<u64>,
+) -> Markup {
+    // Only the tabs that read the log's records know the attempts; the
+    // others say nothing rather than 0.
+    let attempts = records.map(|r| {
+        let failed = r.tasks.iter().filter(|t| !t.succeeded()).count();
+        (r.tasks.len(), failed)
+    });
+    let start = if view.start_time > 0 {
+        view.start_time
+    } else {
+        facts.start_time
+    };
+    let end = if view.end_time > 0 {
+        view.end_time
+    } else {
+        facts.end_time
+    };
+    html! {
+        h1 { "Job " span.id { (job_id) } }
+        @if !view.job_name.is_empty() { p.job-name { (view.job_name) } }
+        dl.facts {
+            div { dt { "Status" } dd { (page::status(facts.state.status_word())) } }
+            div { dt { "Queued" } dd { (page::time(facts.queued_time)) } }
+            div { dt { "Started" } dd { (page::time(start)) } }
+            div { dt { "Ended" } dd { (page::time(end)) } }
+            div { dt { "Duration" } dd {
+                @if start > 0 && end >= start { (duration(end - start)) } @else { span.muted { "—" } }
+            } }
+            div { dt { "Stages" } dd { (view.completed_stages) " / " (view.num_stages) " completed" } }
+            @if let Some((attempts, failed)) = attempts {
+                div { dt { "Task attempts" } dd {
+                    (count(attempts as u64))
+                    @if failed > 0 { ", " span.status.bad { (failed) " failed" } }
+                } }
+            }
+            @if facts.query_hash != 0 {
+                @let hash = bjh_format::query_hash::hash_text(facts.query_hash);
+                div { dt { "Query hash" } dd {
+                    a href={ "/" (query_string([("query_hash", hash.as_str())])) } title="Every run of this query" { code { (hash) } }
+                } }
+            }
+            @if let Some(d) = dropped.filter(|&d| d > 0) {
+                div { dt { "Dropped records" } dd { span.status.warn { (d) } " (the timeline and stage numbers may miss tasks)" } }
+            }
+        }
+        @if facts.state == bjh_format::JobState::Failed || view.status == "Failed" {
+            div.error-box role="alert" {
+                strong { "Why it failed" }
+                pre { (view.job_status) }
+            }
+        } @else if !view.job_status.is_empty() {
+            p.muted { (view.job_status) }
+        }
+    }
+}
+
+/// The tabs of the job page.
+pub const TABS: &[(&str, &str)] = &[
+    ("overview", "Overview"),
+    ("profile", "Profile"),
+    ("plans", "Plans"),
+    ("config", "Config"),
+    ("diagnosis", "Diagnosis"),
+];
+
+/// The newest run of the same query before this one, if any.
+pub async fn previous_run(ui: &Ui, facts: &Facts) -> Option<String> {
+    if facts.query_hash == 0 {
+        return None;
+    }
+    let query = ListQuery {
+        query_hash: Some(facts.query_hash),
+        after: Some(facts.job_id.to_string()),
+        limit: Some(1),
+        ..ListQuery::default()
+    };
+    let page = ui.source.list(&query, Some(facts)).await.ok()?;
+    page.rows.first().map(|r| r.facts.job_id().to_string())
+}
+
+/// The job page's view: its tab, the plans' format and the config filter,
+/// parsed once from the query string.
+pub struct JobTab {
+    tab: &'static str,
+    format: PlanFormat,
+    filter: String,
+}
+
+impl JobTab {
+    /// The view asked for; a bad value is the 400's message.
+    pub fn parse(pairs: &[(String, String)]) -> Result<Self, String> {
+        let mut view = JobTab {
+            tab: "overview",
+            format: PlanFormat::Default,
+            filter: String::new(),
+        };
+        for (k, v) in pairs {
+            match k.as_str() {
+                "tab" => {
+                    let Some(t) = TABS.iter().find(|t| t.0 == v) else {
+                        return Err(format!(
+                            "invalid value {v:?} for parameter `tab`: expected overview, profile, \
+                             plans, config or diagnosis"
+                        ));
+                    };
+                    view.tab = t.0;
+                }
+                "format" => {
+                    view.format = match v.as_str() {
+                        "text" | "" => PlanFormat::Default,
+                        "tree" => PlanFormat::Tree,
+                        "metrics" => PlanFormat::Metrics,
+                        _ => {
+                            return Err(format!(
+                                "invalid value {v:?} for parameter `format`: expected text, tree \
+                                 or metrics"
+                            ));
+                        }
+                    }
+                }
+                "q" => view.filter = v.to_lowercase(),
+                _ => {}
+            }
+        }
+        Ok(view)
+    }
+}
+
+/// `GET /ui/job/{id}`.
+pub async fn page(
+    State(ui): State<Ui>,
+    Path(job_id): Path<String>,
+    Query(pairs): Pairs,
+) -> Response {
+    let JobTab {
+        tab,
+        format,
+        filter,
+    } = match JobTab::parse(&pairs) {
+        Ok(view) => view,
+        Err(why) => return error(&ui, StatusCode::BAD_REQUEST, &why),
+    };
+    let facts = match ui.source.facts(&job_id).await {
+        Ok(Some(f)) => f,
+        Ok(None) => {
+            return error(
+                &ui,
+                StatusCode::NOT_FOUND,
+                &format!(
+                    "No job {job_id:?} here: it may never have run on this scheduler, or its log \
+                 may have been removed by retention."
+                ),
+            );
+        }
+        Err(e) => return api_error(&ui, e),
+    };
+    let view: JobView = match body(&ui, &job_id, Resource::Job(format)).await {
+        Some(b) => serde_json::from_slice(&b).unwrap_or_default(),
+        None => JobView::default(),
+    };
+    let needs_records = matches!(tab, "overview" | "diagnosis");
+    let loaded = if needs_records {
+        match records(&ui, &job_id).await {
+            Ok(r) => r,
+            Err(e) => return api_error(&ui, e),
+        }
+    } else {
+        None
+    };
+    let dropped = ui
+        .source
+        .log_of(&job_id)
+        .and_then(|(h, _)| h.dropped_records);
+    let prev = previous_run(&ui, &facts).await;
+    let content = match tab {
+        "overview" => overview(&ui, &job_id, loaded.as_ref().map(|l| &l.1)).await,
+        "profile" => profile(&ui, &job_id).await,
+        "plans" => plans(&ui, &job_id, &view, format).await,
+        "config" => config(&ui, &job_id, &filter).await,
+        _ => diagnosis_tab(&ui, &job_id, loaded.as_ref()).await,
+    };
+    // A running job's page follows it, on a scheduler or on a history
+    // server over the directory a scheduler records into.
+    let live = facts.state.is_unfinished() && facts.state != bjh_format::JobState::Abandoned;
+    let body = html! {
+        nav.crumbs aria-label="Breadcrumb" { a href="/" { "Jobs" } " › " (job_id) }
+        (summary(&job_id, &facts, &view, loaded.as_ref().map(|l| &l.1), dropped))
+        (tabs(&job_id, tab, prev.as_deref()))
+        @if live { p.notice.live role="status" { "The job is running: this page refreshes as it changes." } }
+        (content)
+    };
+    html_response(
+        StatusCode::OK,
+        page::frame(&ui, &format!("Job {job_id}"), Nav::Jobs, live, body),
+    )
+}
+
+/// The tabs, the log's download and the link to compare with the
+/// previous run of the same query.
+pub fn tabs(job_id: &str, tab: &str, prev: Option<&str>) -> Markup {
+    let base = job_href(job_id);
+    html! {
+        nav.tabs aria-label="Job sections" {
+            @for (key, label) in TABS {
+                a href={ (base) (query_string([("tab", *key)])) } aria-current=[(tab == *key).then_some("page")] { (label) }
+            }
+            span.spacer {}
+            a.action href={ (base) "/eventlog" } download { "Download event log" }
+            @if let Some(prev) = prev {
+                a.action href={ "/ui/compare" (query_string([("a", prev), ("b", job_id)])) } { "Compare with previous run" }
+            }
+        }
+    }
+}
+
+pub async fn overview(ui: &Ui, job_id: &str, records: Option<&JobRecords>) -> Markup {
+    let dot = body(ui, job_id, Resource::Dot).await;
+    let dot = Dot::parse(
+        dot.as_deref()
+            .map(String::from_utf8_lossy)
+            .as_deref()
+            .unwrap_or(""),
+    );
+    let stored = stored_stages(ui, job_id, PlanFormat::Default).await;
+    let stats = stage_stats(records, &stored, &dot);
+    let base = job_href(job_id);
+    html! {
+        section.stages aria-labelledby="stages-h" {
+            h2 id="stages-h" { "Stages" }
+            div.split {
+                div.graph-box { (stage_graph(job_id, &dot, &stored)) }
+                div.table-wrap {
+                    table.stages {
+                        thead {
+                            tr {
+                                th rowspan="2" { "Stage" } th rowspan="2" { "Status" }
+                                th.num rowspan="2" { "Tasks" } th.num rowspan="2" { "Rows in" }
+                                th.num rowspan="2" { "Rows out" } th.num rowspan="2" { "Compute" }
+                                th.num rowspan="2" { "Duration" }
+                                th.group colspan="5" { "Task duration" }
+                                th.group colspan="5" { "Rows out per task" }
+                            }
+                            tr {
+                                @for _ in 0..2 { th.num { "min" } th.num { "p25" } th.num { "median" } th.num { "p75" } th.num { "max" } }
+                            }
+                        }
+                        tbody {
+                            @for s in &stats {
+                                tr {
+                                    td { a href={ (base) "/stage/" (s.stage_id) } { "Stage " (s.stage_id) } }
+                                    td { (page::status(&s.status)) }
+                                    td.num {
+                                        (s.succeeded)
+                                        @if s.failed > 0 { " " span.status.bad title="failed attempts" { "+" (s.failed) " failed" } }
+                                    }
+                                    td.num { (count(s.input_rows)) }
+                                    td.num { (count(s.output_rows)) }
+                                    td.num { (duration_ns(s.compute_nanos)) }
+                                    td.num { @if s.start > 0 && s.end >= s.start { (duration(s.end - s.start)) } @else { "—" } }
+                                    @for d in s.duration { td.num.q { (duration(d)) } }
+                                    @for r in s.rows_out { td.num.q { (count(r)) } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            @if records.is_none() {
+                p.muted { "No event log of this job here: the stage numbers are the scheduler's." }
+            }
+        }
+        section.timeline-section aria-labelledby="timeline-h" {
+            h2 id="timeline-h" { "Task timeline" }
+            div.timeline id="timeline" data-src={ (base) "/timeline.json" } {
+                p.muted.loading { "Drawing the timeline…" }
+                noscript {
+                    p { "The interactive timeline needs scripts. "
+                        a href={ (base) "/timeline.svg" } { "The timeline as a picture" } "." }
+                }
+            }
+            script src={ "/ui/assets/timeline.js?v=" (env!("CARGO_PKG_VERSION")) } defer {}
+        }
+    }
+}
+
+pub fn plan_block(title: &str, text: Option<&str>) -> Markup {
+    html! {
+        details open {
+            summary { (title) }
+            @match text.filter(|t| !t.trim().is_empty()) {
+                Some(t) => pre.plan { (t) },
+                None => p.muted { "Not recorded." },
+            }
+        }
+    }
+}
+
+pub async fn plans(ui: &Ui, job_id: &str, view: &JobView, format: PlanFormat) -> Markup {
+    let stored = stored_stages(ui, job_id, format).await;
+    let base = job_href(job_id);
+    let current = match format {
+        PlanFormat::Default => "text",
+        PlanFormat::Tree => "tree",
+        PlanFormat::Metrics => "metrics",
+    };
+    html! {
+        nav.formats aria-label="Plan format" {
+            @for f in ["text", "tree", "metrics"] {
+                a href={ (base) (query_string([("tab", "plans"), ("format", f)])) } aria-current=[(f == current).then_some("page")] { (f) }
+            }
+        }
+        (plan_block("Logical plan", view.logical_plan.as_deref()))
+        (plan_block("Physical plan", view.physical_plan.as_deref()))
+        @for s in stored.values() {
+            (plan_block(&format!("Stage {} plan · {}", s.stage_id, s.stage_status), Some(s.plan())))
+        }
+    }
+}
+
+pub async fn config(ui: &Ui, job_id: &str, filter: &str) -> Markup {
+    let pairs: Vec<(String, String)> = match body(ui, job_id, Resource::Config).await {
+        Some(b) => match serde_json::from_slice::<BTreeMap<String, serde_json::Value>>(&b) {
+            Ok(map) => map
+                .into_iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        serde_json::Value::String(s) => s,
+                        other => other.to_string(),
+                    };
+                    (k, v)
+                })
+                .collect(),
+            Err(_) => Vec::new(),
+        },
+        None => Vec::new(),
+    };
+    let shown: Vec<&(String, String)> = pairs
+        .iter()
+        .filter(|(k, v)| {
+            filter.is_empty()
+                || k.to_lowercase().contains(filter)
+                || v.to_lowercase().contains(filter)
+        })
+        .collect();
+    html! {
+        form.filters method="get" role="search" {
+            input type="hidden" name="tab" value="config";
+            label { "Search " input id="config-filter" type="search" name="q" value=(filter) placeholder="key or value"; }
+            button type="submit" { "Filter" }
+        }
+        p.summary { (shown.len()) " of " (pairs.len()) " settings" }
+        div.table-wrap {
+            table.config id="config-table" {
+                thead { tr { th { "Key" } th { "Value" } } }
+                tbody {
+                    @for (k, v) in shown {
+                        tr {
+                            td { code { (k) } }
+                            td { @if v == bjh_recording::redact::REDACTED { span.muted { (v) } } @else { code { (v) } } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub async fn diagnosis_tab(
+    ui: &Ui,
+    job_id: &str,
+    loaded: Option<&(JobHeader, JobRecords)>,
+) -> Markup {
+    let Some((header, records)) = loaded else {
+        return html! { p.muted { "No event log of this job here: a diagnosis reads the job's log." } };
+    };
+    let operators = match body(ui, job_id, Resource::Stages(PlanFormat::Metrics)).await {
+        Some(b) => operator_memory(&b),
+        None => Vec::new(),
+    };
+    let d: Diagnosis = diagnose(header, records, &operators, &Thresholds::default());
+    let base = job_href(job_id);
+    html! {
+        @if d.partial {
+            p.notice { "This diagnosis may miss something: " (d.partial_reasons.join("; ")) }
+        }
+        p.summary {
+            (d.task_attempts) " task attempts (" (d.failed_attempts) " failed) over "
+            (d.stages) " stages and " (d.executors) " executors."
+        }
+        @if d.findings.is_empty() {
+            p.ok-box { "Nothing stands out: no skew, straggler, slow executor, failure, spill or queueing beyond the thresholds." }
+        }
+        @for f in &d.findings {
+            article.finding {
+                h3 {
+                    span class={ "severity " (format!("{:?}", f.severity).to_lowercase()) } { (format!("{:?}", f.severity)) }
+                    " " code { (f.kind) }
+                    @if let Some(s) = f.stage_id { " · " a href={ (base) "/stage/" (s) } { "stage " (s) } }
+                    @if let Some(e) = &f.executor { " · executor " code { (e) } }
+                }
+                p { (f.message) }
+                @if !f.evidence.is_empty() {
+                    dl.evidence {
+                        @for (k, v) in &f.evidence {
+                            div { dt { (k) } dd { (match v { serde_json::Value::String(s) => s.clone(), other => other.to_string() }) } }
+                        }
+                    }
+                }
+                @if !f.tasks.is_empty() {
+                    p.muted { "Tasks: " (f.tasks.iter().take(20).map(u32::to_string).collect::<Vec<_>>().join(", "))
+                        @if f.tasks.len() > 20 { " …" } }
+                }
+            }
+        }
+        p.muted { "Thresholds and kinds: see docs/diagnosis.md. As JSON: " code { "/api/job/" (segment(job_id)) "/diagnosis" } }
+    }
+}

@@ -1,0 +1,519 @@
+//! SQL over the history: `POST /api/sql` with DataFusion over four tables
+//! (`jobs`, `stages`, `tasks`, `operators`; `tables` has their schemas).
+//!
+//! `jobs` is built from the list the source gives (completed jobs from the
+//! in-memory index, running and abandoned ones too); the other three are
+//! the Parquet files of the columnar history (`columnar`), brought up to
+//! date before each query.
+//!
+//! A query runs in a worker process (`worker`, started and limited by
+//! `pool`), never in the server: whatever it does (an allocation that
+//! aborts, a function that never yields, an answer of a gigabyte), the
+//! server and a live scheduler beside it keep serving.
+//!
+//! **Rule:** this crate imports `format`, `files`, `metrics`, `store` and
+//! `columnar`; it knows nothing of HTTP (its errors are its own,
+//! [`SqlError`]; `serving` answers them), and the jobs the store has not
+//! completed come through [`OtherJobs`], which `serving` implements.
+//!
+//! **Invariants:** a query only reads: DDL, DML, `COPY`, `SET` and other
+//! statements are refused before planning, URL tables are off and no other
+//! catalog, file or object store is registered; it runs in a process of
+//! its own under the kernel's limits (address space, CPU time, no files
+//! written) and a memory pool with spilling disabled, and that process is
+//! killed at the time limit or when the client goes away.
+
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
+
+pub mod pool;
+pub mod worker;
+
+use crate::worker::{Format, Request};
+use bjh_columnar::tables::{self, JobLine, jobs_batch};
+use bjh_columnar::{self, Columnar, Generation, TABLES, fresh};
+use bjh_store::LogStore;
+use bjh_store::query::{JobFacts, ListQuery};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use futures::StreamExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why a query got no answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SqlError {
+    /// The query cannot be run as written (refused, failed, too large or
+    /// too slow); the message says why.
+    #[error("{0}")]
+    BadRequest(String),
+    /// Every worker is busy and the queue is full; try again soon.
+    #[error("{0}")]
+    Busy(String),
+    /// Something failed on our side; the message says what, without paths.
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// The jobs of the `jobs` table that are not the store's completed ones:
+/// unfinished logs, and a live scheduler's jobs not in the store yet.
+#[async_trait::async_trait]
+pub trait OtherJobs: Send + Sync {
+    /// The jobs `query` matches, in one page.
+    async fn others(&self, query: &ListQuery) -> Result<bjh_store::query::Page, SqlError>;
+}
+
+/// The limits every query runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SqlLimits {
+    /// Stopped after this long (its worker killed), counted from its
+    /// arrival: waiting in the queue counts.
+    pub timeout: Duration,
+    /// Memory the query's operators may hold (bytes).
+    pub memory: usize,
+    /// Rows answered at most; more are cut off (and the answer says so).
+    pub max_rows: usize,
+    /// Bytes of encoded answer at most; a larger answer is refused.
+    pub max_answer_bytes: usize,
+    /// Queries run at once, each in a worker process of its own.
+    pub workers: usize,
+    /// Queries waiting for a worker at most; more are answered 503.
+    pub queue: usize,
+}
+
+impl Default for SqlLimits {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(30),
+            memory: 512 * 1024 * 1024,
+            max_rows: 100_000,
+            max_answer_bytes: 64 * 1024 * 1024,
+            workers: 2,
+            queue: 8,
+        }
+    }
+}
+
+/// A query's answer, decoded (for the pages).
+#[derive(Debug)]
+pub struct RowsAnswer {
+    /// Its columns.
+    pub schema: SchemaRef,
+    /// Its rows.
+    pub batches: Vec<RecordBatch>,
+    /// Whether rows were cut off at the row limit.
+    pub truncated: bool,
+}
+
+/// An answer on its way from its worker: how many rows, whether they were
+/// cut, its length, and its bytes.
+pub struct Streaming {
+    /// Rows in the answer.
+    pub rows: usize,
+    /// Whether rows were cut off at the row limit.
+    pub truncated: bool,
+    /// The answer's length in bytes.
+    pub bytes: usize,
+    /// The bytes, as the worker sends them.
+    pub body: futures::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>,
+}
+
+/// The SQL engine of one server.
+pub struct SqlEngine {
+    source: Arc<dyn OtherJobs>,
+    /// The log directory behind `source`: its completed jobs are read in
+    /// place for the columnar history and the `jobs` table.
+    store: Arc<LogStore>,
+    columnar: Arc<Columnar>,
+    limits: SqlLimits,
+    workers: pool::Workers,
+    /// Whether a query has been asked: until then nothing is built, so a
+    /// server whose SQL is never used reads no log twice.
+    used: std::sync::atomic::AtomicBool,
+    /// The completed jobs' rows of the `jobs` table, kept between queries.
+    kept_jobs: Arc<parking_lot::Mutex<Option<KeptJobs>>>,
+}
+
+/// The completed jobs' rows of the last `jobs` table asked for: used while
+/// the store's completed jobs and the columnar generation are those they
+/// were built from, and dropped after [`KEPT_JOBS_IDLE`] without a query
+/// (245 MB at a million jobs in the SQL bench).
+struct KeptJobs {
+    version: u64,
+    generation: std::sync::Weak<Generation>,
+    batch: RecordBatch,
+    used: std::time::Instant,
+}
+
+/// How long the `jobs` rows are kept without a query asking for them.
+const KEPT_JOBS_IDLE: Duration = Duration::from_secs(300);
+
+impl SqlEngine {
+    /// An engine over `store` (the log directory) and `source` (the jobs
+    /// it has not completed),
+    /// keeping its columnar history in `dir` (or, `None`, in a private
+    /// folder of this process's own), running queries in `worker`
+    /// processes (an executable whose `main` calls
+    /// [`worker::run_if_worker`] first: this crate's binary). On a
+    /// recording scheduler, `fresh` holds the jobs the writer hands over
+    /// with their records, whose logs are then not read again.
+    pub fn new(
+        source: Arc<dyn OtherJobs>,
+        store: Arc<LogStore>,
+        dir: impl Into<Option<std::path::PathBuf>>,
+        limits: SqlLimits,
+        worker: std::path::PathBuf,
+        fresh: Option<Arc<fresh::Fresh>>,
+    ) -> Self {
+        let fresh = fresh.unwrap_or_default();
+        Self {
+            source,
+            store,
+            columnar: Arc::new(Columnar::open_with(
+                dir.into(),
+                fresh,
+                bjh_metrics::HistoryMetrics::global(),
+            )),
+            limits,
+            workers: pool::Workers::new(worker, limits, bjh_metrics::HistoryMetrics::global()),
+            used: std::sync::atomic::AtomicBool::new(false),
+            kept_jobs: Arc::new(parking_lot::Mutex::new(None)),
+        }
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> SqlLimits {
+        self.limits
+    }
+
+    /// The columnar history.
+    pub fn columnar(&self) -> &Arc<Columnar> {
+        &self.columnar
+    }
+
+    /// Brings the columnar history up to date; with `publish`, also
+    /// publishes it beside the logs in an object store (done by the
+    /// background refresh and the export, never on a query's path).
+    pub async fn refresh(&self, publish: bool) -> Result<Arc<Generation>, SqlError> {
+        self.columnar
+            .refresh(&self.store, publish)
+            .await
+            .map_err(|e| SqlError::Internal(format!("the columnar history cannot be built: {e}")))
+    }
+
+    /// Once SQL is in use (a query was asked, or the folder holds files
+    /// from an earlier run), brings the columnar history up to date every
+    /// `interval` until `stop` resolves, so jobs are in it soon after they
+    /// complete and a query seldom waits for their logs to be read.
+    pub async fn keep_fresh(
+        self: Arc<Self>,
+        interval: Duration,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::pin!(stop);
+        let mut ticker = tokio::time::interval(interval.max(Duration::from_secs(1)));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {
+                    self.forget_idle_jobs();
+                    let in_use = self.used.load(std::sync::atomic::Ordering::Relaxed)
+                        || self.columnar.dir().join("manifest.json").exists();
+                    if in_use && let Err(e) = self.refresh(true).await {
+                        log::warn!("history: {e}");
+                    }
+                }
+                () = &mut stop => return,
+            }
+        }
+    }
+
+    /// Drops the kept `jobs` rows once no query asked for them for
+    /// [`KEPT_JOBS_IDLE`].
+    fn forget_idle_jobs(&self) {
+        let mut kept = self.kept_jobs.lock();
+        if kept
+            .as_ref()
+            .is_some_and(|k| k.used.elapsed() > KEPT_JOBS_IDLE)
+        {
+            *kept = None;
+        }
+    }
+
+    /// The `jobs` table now: the completed jobs straight from the store's
+    /// summaries (kept between queries while they do not change), then the
+    /// others the source lists (unfinished logs, and the live scheduler's
+    /// jobs not in the store yet).
+    pub async fn jobs(&self, generation: &Arc<Generation>) -> Result<Vec<RecordBatch>, SqlError> {
+        let store = &self.store;
+        let (kept, in_place, held) = (self.kept_jobs.clone(), store.clone(), generation.clone());
+        let built = tokio::task::spawn_blocking(move || completed_jobs(&kept, &in_place, &held));
+        let completed = built
+            .await
+            .map_err(|e| SqlError::Internal(format!("the jobs table cannot be built: {e}")))?;
+        // The completed jobs come from the store; the rest from the source.
+        let query = ListQuery {
+            include_unfinished: true,
+            states: Some(vec![
+                bjh_format::JobState::Queued,
+                bjh_format::JobState::Running,
+                bjh_format::JobState::Abandoned,
+            ]),
+            ..ListQuery::default()
+        };
+        let page = self.source.others(&query).await?;
+        #[derive(serde::Deserialize, Default)]
+        #[serde(default)]
+        struct Entry {
+            job_status: String,
+            num_stages: u32,
+            completed_stages: u32,
+        }
+        let rows: Vec<_> = page
+            .rows
+            .iter()
+            .filter(|r| !store.contains(r.facts.job_id()))
+            .collect();
+        let entries: Vec<Entry> = rows
+            .iter()
+            .map(|r| serde_json::from_slice(&r.entry).unwrap_or_default())
+            .collect();
+        let lines: Vec<JobLine<'_>> = rows
+            .iter()
+            .zip(&entries)
+            .map(|(row, e)| JobLine {
+                facts: &*row.facts as &dyn JobFacts,
+                job_status: &e.job_status,
+                stages: e.num_stages,
+                completed_stages: e.completed_stages,
+                log_size: store.log_len(row.facts.job_id()),
+                totals: generation.totals.get(row.facts.job_id()),
+            })
+            .collect();
+        let others = jobs_batch(&lines);
+        // Two batches, not one: joining them would copy every row.
+        Ok(vec![completed, others])
+    }
+
+    /// Writes the four tables as Parquet under `out`: `jobs/part-00000.parquet`
+    /// and, per table, one `part-NNNNN.parquet` per segment of the
+    /// columnar history (rows sorted by job id). Says what it wrote.
+    pub async fn export(&self, out: &std::path::Path) -> Result<String, SqlError> {
+        let generation = self.refresh(true).await?;
+        let jobs = datafusion::arrow::compute::concat_batches(
+            &tables::JOBS,
+            &self.jobs(&generation).await?,
+        )
+        .map_err(|e| SqlError::Internal(e.to_string()))?;
+        let io = |e: std::io::Error| SqlError::Internal(format!("{}: {e}", out.display()));
+        let jobs_dir = out.join("jobs");
+        std::fs::create_dir_all(&jobs_dir).map_err(io)?;
+        bjh_columnar::write_file(&jobs_dir.join("part-00000.parquet"), &tables::JOBS, &jobs)
+            .map_err(|e| SqlError::Internal(e.to_string()))?;
+        let mut files = 1;
+        for (t, (name, _)) in TABLES.iter().enumerate() {
+            let dir = out.join(name);
+            std::fs::create_dir_all(&dir).map_err(io)?;
+            for (i, file) in generation.files[t].iter().enumerate() {
+                std::fs::copy(file, dir.join(format!("part-{i:05}.parquet"))).map_err(io)?;
+                files += 1;
+            }
+        }
+        let tasks: i64 = generation.totals.values().map(|t| t.tasks).sum();
+        Ok(format!(
+            "exported {} jobs and {tasks} task attempts to {} ({files} Parquet files)",
+            jobs.num_rows(),
+            out.display()
+        ))
+    }
+
+    /// Runs `sql` (read-only) in a worker under the limits, answering at
+    /// most `max_rows` rows (and never more than the limit) in `format`.
+    pub async fn query(
+        &self,
+        sql: &str,
+        format: Format,
+        max_rows: usize,
+    ) -> Result<Streaming, SqlError> {
+        let started = tokio::time::Instant::now();
+        self.used.store(true, std::sync::atomic::Ordering::Relaxed);
+        let generation = self.refresh(false).await?;
+        let with_jobs = sql.to_ascii_lowercase().contains("jobs");
+        let jobs = if with_jobs {
+            self.jobs(&generation).await?
+        } else {
+            Vec::new()
+        };
+        let root = self.columnar.dir().to_path_buf();
+        let files = generation.files.each_ref().map(|files| {
+            files
+                .iter()
+                .filter_map(|f| f.strip_prefix(&root).ok())
+                .map(|f| f.to_string_lossy().into_owned())
+                .collect()
+        });
+        let request = Request {
+            sql: sql.to_string(),
+            format,
+            max_rows: max_rows.min(self.limits.max_rows),
+            memory: self.limits.memory,
+            max_answer_bytes: self.limits.max_answer_bytes,
+            root,
+            files,
+            with_jobs,
+        };
+        let answer = self.workers.ask(request, jobs, started).await?;
+        // The generation is held until the worker has read its files: a
+        // refresh deletes replaced files only once no query holds them.
+        let body = answer
+            .body
+            .map(move |chunk| {
+                let _held = &generation;
+                chunk
+            })
+            .boxed();
+        Ok(Streaming {
+            rows: answer.head.rows,
+            truncated: answer.head.truncated,
+            bytes: answer.head.bytes,
+            body,
+        })
+    }
+
+    /// Counts a query refused before it was run (its body's type, or a
+    /// page of another site asking).
+    pub fn refused(&self, outcome: pool::Outcome) {
+        self.workers.count(outcome);
+    }
+
+    /// [`SqlEngine::query`] decoded, for a page: at most `max_rows` rows.
+    pub async fn query_rows(&self, sql: &str, max_rows: usize) -> Result<RowsAnswer, SqlError> {
+        let mut answer = self.query(sql, Format::Arrow, max_rows).await?;
+        let mut bytes = Vec::with_capacity(answer.bytes);
+        while let Some(chunk) = answer.body.next().await {
+            bytes.extend_from_slice(&chunk.map_err(|e| SqlError::Internal(e.to_string()))?);
+        }
+        let internal = |e: datafusion::arrow::error::ArrowError| SqlError::Internal(e.to_string());
+        let reader = datafusion::arrow::ipc::reader::StreamReader::try_new(
+            std::io::Cursor::new(bytes),
+            None,
+        )
+        .map_err(internal)?;
+        let schema = reader.schema();
+        let batches = reader.collect::<Result<Vec<_>, _>>().map_err(internal)?;
+        Ok(RowsAnswer {
+            schema,
+            batches,
+            truncated: answer.truncated,
+        })
+    }
+}
+
+/// The completed jobs' rows of the `jobs` table, from the store's
+/// summaries: the kept ones while nothing they were built from changed.
+/// Building them takes a fraction of a second at a million jobs: it runs
+/// on a blocking thread, never on the server's runtime.
+fn completed_jobs(
+    kept_jobs: &parking_lot::Mutex<Option<KeptJobs>>,
+    store: &bjh_store::LogStore,
+    generation: &Arc<Generation>,
+) -> RecordBatch {
+    // Read before building: a change while building makes the next
+    // query build again, never keeps stale rows under a newer number.
+    let version = store.version();
+    let weak = Arc::downgrade(generation);
+    let mut kept = kept_jobs.lock();
+    if let Some(k) = kept.as_mut()
+        && k.version == version
+        && k.generation.ptr_eq(&weak)
+    {
+        k.used = std::time::Instant::now();
+        return k.batch.clone();
+    }
+    let batch = store.with_completed(|jobs| {
+        let lines: Vec<JobLine<'_>> = jobs
+            .map(|s| JobLine {
+                facts: s as &dyn JobFacts,
+                job_status: s.job_status(),
+                stages: s.num_stages,
+                completed_stages: s.completed_stages,
+                log_size: Some(s.log_len()),
+                totals: generation.totals.get(JobFacts::job_id(s)),
+            })
+            .collect();
+        jobs_batch(&lines)
+    });
+    *kept = Some(KeptJobs {
+        version,
+        generation: weak,
+        batch: batch.clone(),
+        used: std::time::Instant::now(),
+    });
+    batch
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct NoOthers;
+
+    #[async_trait::async_trait]
+    impl OtherJobs for NoOthers {
+        async fn others(&self, _: &ListQuery) -> Result<bjh_store::query::Page, SqlError> {
+            Ok(bjh_store::query::Page {
+                rows: Vec::new(),
+                total: 0,
+            })
+        }
+    }
+
+    #[test]
+    fn the_jobs_rows_are_built_off_the_runtime_that_asks_for_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(bjh_store::LogStore::new(
+            dir.path().join("logs"),
+            Arc::new(bjh_metrics::HistoryMetrics::unregistered()),
+        ));
+        let engine = Arc::new(SqlEngine::new(
+            Arc::new(NoOthers),
+            store,
+            dir.path().join("columnar"),
+            SqlLimits::default(),
+            "/nonexistent".into(),
+            None,
+        ));
+        // The build cannot finish while this is held.
+        let held = engine.kept_jobs.lock();
+        let (told, heard) = std::sync::mpsc::channel();
+        let asking = engine.clone();
+        let thread = std::thread::spawn(move || {
+            // One thread: were the rows built on it, nothing else would run
+            // on it until they were.
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let building = tokio::spawn(async move {
+                    let generation = Arc::new(Generation {
+                        files: Default::default(),
+                        totals: Default::default(),
+                    });
+                    asking.jobs(&generation).await.map(|b| b.len())
+                });
+                // Runs once `building` has started and waits for the build.
+                tokio::task::yield_now().await;
+                told.send(()).unwrap();
+                building.await.unwrap()
+            })
+        });
+        let ran = heard.recv_timeout(std::time::Duration::from_secs(60));
+        drop(held);
+        assert!(
+            ran.is_ok(),
+            "the runtime was held while the rows were built"
+        );
+        // The completed jobs' rows (none), then the others'.
+        assert_eq!(thread.join().unwrap().unwrap(), 2);
+    }
+}

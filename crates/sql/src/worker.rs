@@ -1,0 +1,518 @@
+//! The SQL worker: the same executable, started by the server (never by
+//! a user) with [`WORKER_ENV`] set, answers one query and exits.
+//!
+//! It reads one request from its standard input (a frame holding
+//! `Request` as JSON, then, when the query names `jobs`, the `jobs`
+//! rows as an Arrow IPC stream), runs it with DataFusion over the
+//! columnar history's Parquet files, and writes the answer to its
+//! standard output as frames: a `Head` then the answer's bytes, or one
+//! `Refusal`. A frame is a tag byte, a little-endian `u32` length and
+//! that many bytes.
+//!
+//! The worker encodes the answer as it streams out of DataFusion, batch
+//! by batch, into a buffer capped at the answer limit, and only then
+//! sends the head: so every failure (a SQL error, an answer over the
+//! limit, a crash) is known before the server has sent a status, while
+//! the server itself holds no more than one frame of an answer at a time.
+//!
+//! **Invariants:** the worker holds no state of the server's and no lock;
+//! it reads only the files the request names, through an object store
+//! rooted at the columnar folder, so plans and messages name tables and
+//! segments (`tasks/seg-00000001.parquet`), never a server path. The
+//! server sets its address-space, CPU-time, file-size and core limits
+//! (`pool.rs`); it asks the kernel to kill it when the server dies.
+
+use bjh_columnar::TABLES;
+use bjh_columnar::tables;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::datasource::MemTable;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use datafusion::execution::cache::cache_manager::CacheManagerConfig;
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Set (to the server's process id) in a worker's environment; the
+/// binary's `main` hands control to [`run_if_worker`] when it is.
+pub const WORKER_ENV: &str = "BALLISTA_JOB_HISTORY_SQL_WORKER";
+
+/// The URL the columnar folder is served under inside the worker.
+const ROOT_URL: &str = "history://columnar/";
+
+/// Frame tags.
+pub(crate) const REQUEST: u8 = b'Q';
+pub(crate) const HEAD: u8 = b'H';
+pub(crate) const DATA: u8 = b'D';
+pub(crate) const REFUSAL: u8 = b'E';
+/// Bytes of answer in one frame.
+const CHUNK: usize = 256 * 1024;
+/// The largest frame either side accepts.
+pub(crate) const MAX_FRAME: usize = 64 * 1024 * 1024;
+
+/// The answer formats, by `Accept`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Format {
+    /// A JSON array of objects.
+    Json,
+    /// CSV with a header line.
+    Csv,
+    /// An Arrow IPC stream.
+    Arrow,
+}
+
+/// Content type of an Arrow IPC stream.
+pub const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
+
+impl Format {
+    /// The content type of an answer in this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Json => "application/json",
+            Format::Csv => "text/csv; charset=utf-8",
+            Format::Arrow => ARROW_STREAM,
+        }
+    }
+}
+
+/// What the server asks of a worker.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Request {
+    pub(crate) sql: String,
+    pub(crate) format: Format,
+    pub(crate) max_rows: usize,
+    /// The memory pool's size.
+    pub(crate) memory: usize,
+    /// Bytes of encoded answer at most.
+    pub(crate) max_answer_bytes: usize,
+    /// The columnar folder (never shown: files are named relative to it).
+    pub(crate) root: PathBuf,
+    /// Per table (as [`TABLES`]), its files relative to `root`.
+    pub(crate) files: [Vec<String>; 3],
+    /// Whether the `jobs` rows follow as an Arrow IPC stream.
+    pub(crate) with_jobs: bool,
+}
+
+/// The start of an answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Head {
+    pub(crate) rows: usize,
+    /// Whether rows were cut off at the row limit.
+    pub(crate) truncated: bool,
+    pub(crate) bytes: usize,
+}
+
+/// A query the worker would not or could not answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Refusal {
+    pub(crate) message: String,
+    /// The answer was over the byte limit.
+    pub(crate) too_large: bool,
+}
+
+/// Writes one frame.
+pub(crate) fn write_frame(out: &mut impl Write, tag: u8, bytes: &[u8]) -> std::io::Result<()> {
+    let len = u32::try_from(bytes.len()).map_err(std::io::Error::other)?;
+    out.write_all(&[tag])?;
+    out.write_all(&len.to_le_bytes())?;
+    out.write_all(bytes)
+}
+
+/// Reads one frame; `None` at the end of the input.
+fn read_frame(input: &mut impl Read) -> std::io::Result<Option<(u8, Vec<u8>)>> {
+    let mut head = [0u8; 5];
+    match input.read_exact(&mut head) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    if len > MAX_FRAME {
+        return Err(std::io::Error::other("frame over the limit"));
+    }
+    let mut bytes = vec![0; len];
+    input.read_exact(&mut bytes)?;
+    Ok(Some((head[0], bytes)))
+}
+
+/// Runs the worker when this process was started as one: returns its exit
+/// code, or `None` in any other process. A binary that embeds the history
+/// server calls this first thing in `main`.
+pub fn run_if_worker() -> Option<std::process::ExitCode> {
+    let parent = std::env::var(WORKER_ENV).ok()?;
+    // Dies with the server, and not at all if the server is already gone.
+    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
+    let ppid = rustix::process::getppid().map(|p| p.as_raw_nonzero().get().to_string());
+    if ppid.as_deref() != Some(parent.as_str()) {
+        return Some(std::process::ExitCode::FAILURE);
+    }
+    match serve() {
+        Ok(()) => Some(std::process::ExitCode::SUCCESS),
+        Err(e) => {
+            eprintln!("sql worker: {e}");
+            Some(std::process::ExitCode::FAILURE)
+        }
+    }
+}
+
+fn serve() -> std::io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("history-sql-worker")
+        .thread_stack_size(32 * 1024 * 1024)
+        .enable_all()
+        .build()?;
+    // Warm up before the request comes: the function registry and the
+    // planner's statics are built while the worker waits.
+    drop(SessionStateBuilder::new().with_default_features().build());
+    let mut input = std::io::stdin().lock();
+    let Some((REQUEST, bytes)) = read_frame(&mut input)? else {
+        // The server went away before asking (an idle worker at shutdown).
+        return Ok(());
+    };
+    let request: Request = serde_json::from_slice(&bytes).map_err(std::io::Error::other)?;
+    let jobs = if request.with_jobs {
+        let reader = datafusion::arrow::ipc::reader::StreamReader::try_new(&mut input, None)
+            .map_err(std::io::Error::other)?;
+        reader
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(std::io::Error::other)?
+    } else {
+        Vec::new()
+    };
+    drop(input);
+    let answer = runtime.block_on(answer(&request, jobs));
+    let mut out = std::io::stdout().lock();
+    match answer {
+        Ok((head, bytes)) => {
+            write_frame(&mut out, HEAD, &serde_json::to_vec(&head)?)?;
+            for chunk in bytes.chunks(CHUNK) {
+                write_frame(&mut out, DATA, chunk)?;
+            }
+        }
+        Err(refusal) => write_frame(&mut out, REFUSAL, &serde_json::to_vec(&refusal)?)?,
+    }
+    out.flush()?;
+    runtime.shutdown_background();
+    Ok(())
+}
+
+/// The request answered: its head and encoded bytes, or why not.
+async fn answer(request: &Request, jobs: Vec<RecordBatch>) -> Result<(Head, Vec<u8>), Refusal> {
+    let root = request.root.to_string_lossy().to_string();
+    let refuse = |e: &dyn std::fmt::Display| Refusal {
+        message: hide_root(&e.to_string(), &root),
+        too_large: false,
+    };
+    let ctx = context(request, jobs).map_err(|e| refuse(&e))?;
+    let options = datafusion::execution::context::SQLOptions::new()
+        .with_allow_ddl(false)
+        .with_allow_dml(false)
+        .with_allow_statements(false);
+    let frame = ctx
+        .sql_with_options(&request.sql, options)
+        .await
+        .map_err(|e| refuse(&e))?;
+    let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
+    let mut stream = frame.execute_stream().await.map_err(|e| refuse(&e))?;
+    let mut out = Encoder::new(request.format, &schema, request.max_answer_bytes);
+    let mut head = Head {
+        rows: 0,
+        truncated: false,
+        bytes: 0,
+    };
+    while let Some(batch) = stream.next().await {
+        let mut batch = batch.map_err(|e| refuse(&e))?;
+        if head.rows + batch.num_rows() > request.max_rows {
+            batch = batch.slice(0, request.max_rows - head.rows);
+            head.truncated = true;
+        }
+        head.rows += batch.num_rows();
+        out.write(&batch).map_err(|e| out.refusal(e, &root))?;
+        if head.truncated {
+            break;
+        }
+    }
+    let bytes = out.finish(&schema).map_err(|e| out.refusal(e, &root))?;
+    head.bytes = bytes.len();
+    Ok((head, bytes))
+}
+
+/// `message` without the columnar folder's path: files are named from it.
+fn hide_root(message: &str, root: &str) -> String {
+    if root.is_empty() {
+        return message.to_string();
+    }
+    let root = root.trim_end_matches('/');
+    message
+        .replace(&format!("{root}/"), "")
+        .replace(root, "<columnar>")
+}
+
+/// A buffer that refuses to grow past its cap, and says so in `over`.
+struct Capped {
+    bytes: Vec<u8>,
+    cap: usize,
+    over: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.cap {
+            self.over.store(true, std::sync::atomic::Ordering::Relaxed);
+            return Err(std::io::Error::other("the answer is over its byte limit"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The answer's encoder, one of three formats, fed batch by batch.
+struct Encoder {
+    kind: Kind,
+    cap: usize,
+    over: Arc<std::sync::atomic::AtomicBool>,
+}
+
+enum Kind {
+    Json(datafusion::arrow::json::ArrayWriter<Capped>),
+    Csv(Box<datafusion::arrow::csv::Writer<Capped>>, bool),
+    /// `None` when even the schema was over the cap.
+    Arrow(Option<datafusion::arrow::ipc::writer::StreamWriter<Capped>>),
+}
+
+type ArrowResult<T> = Result<T, datafusion::arrow::error::ArrowError>;
+
+impl Encoder {
+    fn new(format: Format, schema: &SchemaRef, cap: usize) -> Self {
+        let over = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let buf = Capped {
+            bytes: Vec::new(),
+            cap,
+            over: over.clone(),
+        };
+        let kind = match format {
+            Format::Json => Kind::Json(datafusion::arrow::json::ArrayWriter::new(buf)),
+            Format::Csv => Kind::Csv(
+                Box::new(
+                    datafusion::arrow::csv::WriterBuilder::new()
+                        .with_header(true)
+                        .build(buf),
+                ),
+                false,
+            ),
+            Format::Arrow => {
+                Kind::Arrow(datafusion::arrow::ipc::writer::StreamWriter::try_new(buf, schema).ok())
+            }
+        };
+        Self { kind, cap, over }
+    }
+
+    fn write(&mut self, batch: &RecordBatch) -> ArrowResult<()> {
+        match &mut self.kind {
+            Kind::Json(w) => w.write(batch),
+            Kind::Csv(w, wrote) => {
+                *wrote = true;
+                w.write(batch)
+            }
+            Kind::Arrow(Some(w)) => w.write(batch),
+            Kind::Arrow(None) => Err(too_large()),
+        }
+    }
+
+    /// The bytes, once the answer is whole.
+    fn finish(&mut self, schema: &SchemaRef) -> ArrowResult<Vec<u8>> {
+        let take = |c: &mut Capped| std::mem::take(&mut c.bytes);
+        match std::mem::replace(&mut self.kind, Kind::Arrow(None)) {
+            Kind::Json(mut w) => {
+                w.finish()?;
+                let bytes = take(w.get_mut());
+                Ok(if bytes.is_empty() {
+                    b"[]".to_vec()
+                } else {
+                    bytes
+                })
+            }
+            Kind::Csv(mut w, wrote) => {
+                if !wrote {
+                    w.write(&RecordBatch::new_empty(schema.clone()))?;
+                }
+                Ok(w.into_inner().bytes)
+            }
+            Kind::Arrow(Some(mut w)) => {
+                w.finish()?;
+                Ok(take(w.get_mut()))
+            }
+            Kind::Arrow(None) => {
+                self.over.store(true, std::sync::atomic::Ordering::Relaxed);
+                Err(too_large())
+            }
+        }
+    }
+
+    fn refusal(&self, e: datafusion::arrow::error::ArrowError, root: &str) -> Refusal {
+        if self.over.load(std::sync::atomic::Ordering::Relaxed) {
+            Refusal {
+                message: format!(
+                    "the answer is over {} (--sql-max-answer-bytes); select fewer rows or columns",
+                    bytesize::ByteSize::b(self.cap as u64).display().iec()
+                ),
+                too_large: true,
+            }
+        } else {
+            Refusal {
+                message: hide_root(&e.to_string(), root),
+                too_large: false,
+            }
+        }
+    }
+}
+
+fn too_large() -> datafusion::arrow::error::ArrowError {
+    datafusion::arrow::error::ArrowError::IoError(
+        "the answer is over its byte limit".into(),
+        std::io::Error::other("over"),
+    )
+}
+
+/// Parquet footers and file statistics, kept for the worker's one query
+/// (a query that reads a file twice reads its footer once).
+fn caches() -> CacheManagerConfig {
+    use datafusion::execution::cache::cache_manager::{
+        DEFAULT_FILE_STATISTICS_MEMORY_LIMIT, DEFAULT_METADATA_CACHE_LIMIT,
+    };
+    use datafusion::execution::cache::default_cache::DefaultCache;
+    CacheManagerConfig::default()
+        .with_file_statistics_cache(Some(Arc::new(DefaultCache::new(
+            DEFAULT_FILE_STATISTICS_MEMORY_LIMIT,
+        ))))
+        .with_file_metadata_cache(Some(Arc::new(DefaultCache::new(
+            DEFAULT_METADATA_CACHE_LIMIT,
+        ))))
+        .with_list_files_cache_limit(0)
+}
+
+/// A session over the tables, with the memory pool; nothing else
+/// registered: no catalog, no URL tables, no object store but the
+/// columnar folder's.
+fn context(request: &Request, jobs: Vec<RecordBatch>) -> datafusion::error::Result<SessionContext> {
+    let runtime = RuntimeEnvBuilder::new()
+        .with_cache_manager(caches())
+        .with_memory_limit(request.memory, 1.0)
+        .with_disk_manager_builder(
+            DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+        )
+        .build_arc()?;
+    let mut config = SessionConfig::new()
+        .with_target_partitions(2)
+        .with_information_schema(false);
+    config.options_mut().execution.parquet.pushdown_filters = true;
+    config.options_mut().execution.parquet.reorder_filters = true;
+    let state = SessionStateBuilder::new()
+        .with_config(config)
+        .with_runtime_env(runtime)
+        .with_default_features()
+        .build();
+    let ctx = SessionContext::new_with_state(state);
+    let root = url::Url::parse(ROOT_URL).expect("a valid URL");
+    if request.files.iter().any(|f| !f.is_empty()) {
+        let store = object_store::local::LocalFileSystem::new_with_prefix(&request.root)?;
+        ctx.register_object_store(&root, Arc::new(store));
+    }
+    let table = MemTable::try_new(tables::JOBS.clone(), vec![jobs])?;
+    ctx.register_table("jobs", Arc::new(table))?;
+    for (t, (name, schema)) in TABLES.iter().enumerate() {
+        let files = &request.files[t];
+        let provider: Arc<dyn datafusion::catalog::TableProvider> = if files.is_empty() {
+            Arc::new(MemTable::try_new((**schema).clone(), vec![vec![]])?)
+        } else {
+            let urls = files
+                .iter()
+                .map(|f| ListingTableUrl::parse(format!("{ROOT_URL}{f}")))
+                .collect::<Result<Vec<_>, _>>()?;
+            let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
+                .with_file_extension(".parquet");
+            let config = ListingTableConfig::new_with_multi_paths(urls)
+                .with_listing_options(options)
+                .with_schema((**schema).clone());
+            Arc::new(ListingTable::try_new(config)?)
+        };
+        ctx.register_table(*name, provider)?;
+    }
+    Ok(ctx)
+}
+
+/// Runs `request` in this process, as a worker would, and decodes its
+/// answer: for the SQL bench, which times the engine apart from the
+/// process around it.
+#[doc(hidden)]
+pub async fn answer_in_process(
+    root: PathBuf,
+    files: [Vec<String>; 3],
+    jobs: Option<Vec<RecordBatch>>,
+    sql: &str,
+    memory: usize,
+) -> Result<usize, String> {
+    let request = Request {
+        sql: sql.to_string(),
+        format: Format::Arrow,
+        max_rows: usize::MAX,
+        memory,
+        max_answer_bytes: usize::MAX / 2,
+        root,
+        files,
+        with_jobs: jobs.is_some(),
+    };
+    answer(&request, jobs.unwrap_or_default())
+        .await
+        .map(|(head, _)| head.rows)
+        .map_err(|r| r.message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_files_from_the_columnar_folder_never_its_path() {
+        let root = "/var/lib/history/.ballista-job-history.columnar";
+        let message =
+            format!("Object at location {root}/tasks/seg-00000001.parquet not found; {root}");
+        let hidden = hide_root(&message, root);
+        assert_eq!(
+            hidden,
+            "Object at location tasks/seg-00000001.parquet not found; <columnar>"
+        );
+        assert!(!hidden.contains("/var/lib"));
+    }
+
+    #[test]
+    fn an_answer_over_the_byte_limit_is_refused_as_too_large() {
+        let schema = tables::JOBS.clone();
+        let mut out = Encoder::new(Format::Json, &schema, 10);
+        let batch = RecordBatch::new_empty(schema.clone());
+        assert!(out.write(&batch).is_ok(), "an empty batch fits");
+        assert_eq!(out.finish(&schema).unwrap(), b"[]", "two bytes fit in ten");
+        let mut out = Encoder::new(Format::Csv, &schema, 10);
+        let e = out.finish(&schema).unwrap_err();
+        let refusal = out.refusal(e, "");
+        assert!(
+            refusal.too_large,
+            "a header of every column does not fit in ten bytes"
+        );
+        assert!(refusal.message.contains("--sql-max-answer-bytes"));
+    }
+}

@@ -1,0 +1,1001 @@
+//! The job list's query: `GET /api/jobs` parameters (paging, filters,
+//! sorting), parsed, and the one filter-order-page pass every source uses.
+//!
+//! Without any parameter the list is the whole list, newest first. Every
+//! parameter narrows or orders it; an invalid one is a [`BadParam`] naming
+//! the parameter and what it accepts (the router answers it as a 400).
+//!
+//! **Invariant:** the order is total: the sort key, then the job id. A
+//! cursor (`after=<job_id>`) therefore names one position, and pages taken
+//! with it never shift however many jobs arrive meanwhile. The default
+//! key, the queue time, is fixed from the moment a job exists, so a cursor
+//! walk in the default order neither skips nor repeats a job while jobs
+//! start and end; under `sort=start_time`, `end_time` or `duration` a job
+//! that starts or ends moves, as those keys say it should.
+
+use bjh_format::JobState;
+use bytes::Bytes;
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+/// What a list is sorted by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Sort {
+    /// When the job was queued (its start time where the queue time is
+    /// unknown): the default, since it is known from the moment a job
+    /// exists and never changes, so pages of a live list do not shift as
+    /// jobs start and end.
+    #[default]
+    QueuedTime,
+    /// Start time; jobs not started yet count as the newest.
+    StartTime,
+    /// End time; jobs not ended yet count as the newest.
+    EndTime,
+    /// End minus start; jobs not ended yet count as the longest.
+    Duration,
+    /// Job name, case-insensitive.
+    Name,
+}
+
+/// Ascending or descending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Smallest first.
+    Asc,
+    /// Largest first.
+    Desc,
+}
+
+/// The facts about one job that filters and sorting use, with owned
+/// strings (`Facts`) or borrowed ones ([`FactsRef`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Facts<S = Arc<str>> {
+    /// The job.
+    pub job_id: S,
+    /// Its name.
+    pub job_name: S,
+    /// Its state.
+    pub state: JobState,
+    /// When it was queued (epoch millis; 0 when unknown).
+    pub queued_time: u64,
+    /// Start time (epoch millis; 0 when not started).
+    pub start_time: u64,
+    /// End time (epoch millis; 0 when not ended).
+    pub end_time: u64,
+    /// The query hash of its logical plan (0 when unknown).
+    pub query_hash: u64,
+}
+
+/// [`Facts`] with borrowed strings.
+pub type FactsRef<'a> = Facts<&'a str>;
+
+impl Facts {
+    /// Copies the facts of `job`.
+    pub fn of(job: &(impl JobFacts + ?Sized)) -> Self {
+        Self {
+            job_id: Arc::from(job.job_id()),
+            job_name: Arc::from(job.job_name()),
+            state: job.state(),
+            queued_time: job.queued_time(),
+            start_time: job.start_time(),
+            end_time: job.end_time(),
+            query_hash: job.query_hash(),
+        }
+    }
+}
+
+/// Owned facts with the scheduler that ran the job (a live job, or one
+/// known from its `.running` log).
+#[derive(Debug, Clone)]
+pub struct Tagged {
+    /// The facts.
+    pub facts: Facts,
+    /// The scheduler, when known.
+    pub scheduler_id: Option<Arc<str>>,
+}
+
+impl Tagged {
+    /// Copies the facts and scheduler of `job`.
+    pub fn of(job: &(impl JobFacts + ?Sized)) -> Self {
+        Self {
+            facts: Facts::of(job),
+            scheduler_id: job.scheduler_id().map(Arc::from),
+        }
+    }
+}
+
+impl JobFacts for Tagged {
+    #[inline]
+    fn facts(&self) -> FactsRef<'_> {
+        self.facts.facts()
+    }
+    fn scheduler_id(&self) -> Option<&str> {
+        self.scheduler_id.as_deref()
+    }
+}
+
+/// What filters and sorting read about a job: from owned facts, borrowed
+/// ones, or an index entry, whose strings are only touched when a filter
+/// or a tie needs them.
+pub trait JobFacts: std::fmt::Debug {
+    /// The facts, strings borrowed: the one accessor each kind of job
+    /// implements; the others read it.
+    fn facts(&self) -> FactsRef<'_>;
+
+    /// The job.
+    fn job_id(&self) -> &str {
+        self.facts().job_id
+    }
+    /// Its name.
+    fn job_name(&self) -> &str {
+        self.facts().job_name
+    }
+    /// Its state.
+    fn state(&self) -> JobState {
+        self.facts().state
+    }
+    /// When it was queued (epoch millis; 0 when unknown).
+    fn queued_time(&self) -> u64 {
+        self.facts().queued_time
+    }
+    /// Start time (epoch millis; 0 when not started).
+    fn start_time(&self) -> u64 {
+        self.facts().start_time
+    }
+    /// End time (epoch millis; 0 when not ended).
+    fn end_time(&self) -> u64 {
+        self.facts().end_time
+    }
+    /// The query hash of its logical plan (0 when unknown).
+    fn query_hash(&self) -> u64 {
+        self.facts().query_hash
+    }
+
+    /// Progress records its log lost under backpressure (0 when none or
+    /// unknown).
+    fn dropped_records(&self) -> u64 {
+        0
+    }
+
+    /// The scheduler that ran it, when known (logs written before the
+    /// scheduler id was recorded, and upstream's, do not say).
+    fn scheduler_id(&self) -> Option<&str> {
+        None
+    }
+
+    /// End minus start, when both are known.
+    fn duration(&self) -> Option<u64> {
+        let (start, end) = (self.start_time(), self.end_time());
+        (start > 0 && end > 0).then(|| end.saturating_sub(start))
+    }
+
+    /// The default position key (the queue time, else the start time).
+    fn position_key(&self) -> u64 {
+        numeric(self, Sort::QueuedTime)
+    }
+}
+
+fn numeric(f: &(impl JobFacts + ?Sized), sort: Sort) -> u64 {
+    let open = |t: u64| if t == 0 { u64::MAX } else { t };
+    match sort {
+        Sort::QueuedTime => match f.queued_time() {
+            0 => open(f.start_time()),
+            queued => queued,
+        },
+        Sort::StartTime => open(f.start_time()),
+        Sort::EndTime => open(f.end_time()),
+        Sort::Duration => f.duration().unwrap_or(u64::MAX),
+        Sort::Name => 0,
+    }
+}
+
+impl<S: AsRef<str> + std::fmt::Debug> JobFacts for Facts<S> {
+    #[inline]
+    fn facts(&self) -> FactsRef<'_> {
+        Facts {
+            job_id: self.job_id.as_ref(),
+            job_name: self.job_name.as_ref(),
+            state: self.state,
+            queued_time: self.queued_time,
+            start_time: self.start_time,
+            end_time: self.end_time,
+            query_hash: self.query_hash,
+        }
+    }
+}
+
+impl<T: JobFacts + ?Sized> JobFacts for &T {
+    #[inline]
+    fn facts(&self) -> FactsRef<'_> {
+        (**self).facts()
+    }
+    fn dropped_records(&self) -> u64 {
+        (**self).dropped_records()
+    }
+    fn scheduler_id(&self) -> Option<&str> {
+        (**self).scheduler_id()
+    }
+}
+
+impl JobFacts for Row {
+    #[inline]
+    fn facts(&self) -> FactsRef<'_> {
+        self.facts.facts()
+    }
+    fn dropped_records(&self) -> u64 {
+        self.facts.dropped_records()
+    }
+    fn scheduler_id(&self) -> Option<&str> {
+        self.facts.scheduler_id()
+    }
+}
+
+/// One job of a list: its facts and its entry's JSON bytes.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// Filter and sort facts: shared with the index for an indexed job.
+    pub facts: Arc<dyn JobFacts + Send + Sync>,
+    /// The `GET /api/jobs` entry, verbatim.
+    pub entry: Bytes,
+}
+
+impl Row {
+    /// A row of owned facts.
+    #[cfg(test)]
+    pub(crate) fn new(facts: Facts, entry: Bytes) -> Self {
+        Self {
+            facts: Arc::new(facts),
+            entry,
+        }
+    }
+}
+
+/// One page of a list.
+#[derive(Debug, Default)]
+pub struct Page {
+    /// The rows of the page, in order.
+    pub rows: Vec<Row>,
+    /// How many jobs match the filters (all pages).
+    pub total: usize,
+}
+
+/// Parsed `GET /api/jobs` parameters.
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery {
+    /// At most this many rows.
+    pub limit: Option<usize>,
+    /// Skip this many rows (after the cursor, if any).
+    pub offset: usize,
+    /// Start after this job (in the query's order).
+    pub after: Option<String>,
+    /// End just before this job (in the query's order): the page before
+    /// the one this job starts, for walking back. Excludes `after`.
+    pub before: Option<String>,
+    /// Only these states; `None` is every state.
+    pub states: Option<Vec<JobState>>,
+    /// List unfinished jobs known only from `.running` logs.
+    pub include_unfinished: bool,
+    /// Name substring, lowercased.
+    pub name: Option<String>,
+    /// Started at or after (epoch millis).
+    pub started_after: Option<u64>,
+    /// Started at or before.
+    pub started_before: Option<u64>,
+    /// Ended at or after.
+    pub ended_after: Option<u64>,
+    /// Ended at or before.
+    pub ended_before: Option<u64>,
+    /// At least this long (end minus start).
+    pub min_duration_ms: Option<u64>,
+    /// Only runs of this query (see `format::query_hash`).
+    pub query_hash: Option<u64>,
+    /// Only jobs these schedulers ran.
+    pub scheduler_ids: Option<Vec<String>>,
+    /// Sort key.
+    pub sort: Sort,
+    /// Sort direction; `None` is the default for the key.
+    pub order: Option<Order>,
+    /// Parameters given that this query does not know, ignored.
+    pub ignored: Vec<String>,
+}
+
+/// A `GET /api/jobs` parameter with a value it does not accept; the message
+/// names the parameter and what it accepts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadParam(pub String);
+
+/// The most rows one page may ask for.
+pub(crate) const MAX_LIMIT: usize = 100_000;
+
+/// One `GET /api/jobs` parameter as the API's description lists it.
+#[derive(Debug, Clone, Copy)]
+pub struct ListParam {
+    /// Its name.
+    pub name: &'static str,
+    /// Its value's JSON Schema type: `integer`, `boolean` or `string`.
+    pub kind: &'static str,
+    /// What it does and what it accepts.
+    pub about: &'static str,
+}
+
+const fn param(name: &'static str, kind: &'static str, about: &'static str) -> ListParam {
+    ListParam { name, kind, about }
+}
+
+/// Every parameter `GET /api/jobs` takes (the OpenAPI description is made
+/// from this list; a parameter [`ListQuery::parse`] takes that is not in
+/// it fails a debug assertion).
+pub const LIST_PARAMS: &[ListParam] = &[
+    param(
+        "limit",
+        "integer",
+        "At most this many jobs (1 to 100000); the answer's `x-next-after` header is the next page's cursor",
+    ),
+    param("offset", "integer", "Skip this many jobs first"),
+    param(
+        "after",
+        "string",
+        "Start after this job (a job id from a previous page); excludes `before`",
+    ),
+    param(
+        "before",
+        "string",
+        "End before this job (a job id from a previous page); excludes `after`",
+    ),
+    param(
+        "status",
+        "string",
+        "Only jobs in these states: a comma-separated list of queued, running, completed, failed, cancelled, abandoned",
+    ),
+    param(
+        "include_unfinished",
+        "boolean",
+        "Also list logs of jobs that never finished (true or false)",
+    ),
+    param(
+        "name",
+        "string",
+        "Only jobs whose name contains this term (case-insensitive, at most 256 characters)",
+    ),
+    param(
+        "started_after",
+        "string",
+        "Only jobs started at or after this time: epoch milliseconds or RFC 3339",
+    ),
+    param(
+        "started_before",
+        "string",
+        "Only jobs started at or before this time: epoch milliseconds or RFC 3339",
+    ),
+    param(
+        "ended_after",
+        "string",
+        "Only jobs ended at or after this time: epoch milliseconds or RFC 3339",
+    ),
+    param(
+        "ended_before",
+        "string",
+        "Only jobs ended at or before this time: epoch milliseconds or RFC 3339",
+    ),
+    param(
+        "min_duration_ms",
+        "integer",
+        "Only jobs that ran at least this many milliseconds",
+    ),
+    param(
+        "query_hash",
+        "string",
+        "Only runs of this query: its 16 hex digits",
+    ),
+    param(
+        "scheduler_id",
+        "string",
+        "Only jobs these schedulers ran: a comma-separated list of scheduler ids (each entry's `scheduler_id`)",
+    ),
+    param(
+        "sort",
+        "string",
+        "Sort key: queued_time, start_time, end_time, duration or name",
+    ),
+    param(
+        "order",
+        "string",
+        "asc or desc (default: desc for times and durations, asc for names)",
+    ),
+];
+
+fn bad(param: &str, accepts: &str, got: &str) -> BadParam {
+    BadParam(format!(
+        "invalid value {got:?} for parameter `{param}`: expected {accepts}"
+    ))
+}
+
+/// `limit`: 1 to [`MAX_LIMIT`].
+fn parse_limit(value: &str) -> Result<usize, BadParam> {
+    let accepts = &format!("an integer from 1 to {MAX_LIMIT}");
+    let n = parse_u64("limit", value, accepts)? as usize;
+    if n == 0 || n > MAX_LIMIT {
+        return Err(bad("limit", accepts, value));
+    }
+    Ok(n)
+}
+
+/// `status`: a comma-separated list of states, added to `states` once each.
+fn parse_states(value: &str, states: &mut Vec<JobState>) -> Result<(), BadParam> {
+    const ACCEPTS: &str = "a comma-separated list of queued, running, \
+                           completed, failed, cancelled, abandoned";
+    for word in value.split(',').map(str::trim) {
+        let state = JobState::ALL
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(word))
+            .map(|(_, s)| *s)
+            .ok_or_else(|| bad("status", ACCEPTS, value))?;
+        if !states.contains(&state) {
+            states.push(state);
+        }
+    }
+    Ok(())
+}
+
+/// `name`: a term of at most [`MAX_NAME_TERM`] characters, lower-cased.
+fn parse_name(value: &str) -> Result<String, BadParam> {
+    let chars = value.chars().count();
+    if chars > MAX_NAME_TERM {
+        return Err(BadParam(format!(
+            "invalid value for parameter `name`: expected at most {MAX_NAME_TERM} characters, \
+             got {chars}"
+        )));
+    }
+    Ok(value.to_lowercase())
+}
+
+/// `sort`: one of the sort keys.
+fn parse_sort(value: &str) -> Result<Sort, BadParam> {
+    Ok(match value {
+        "queued_time" => Sort::QueuedTime,
+        "start_time" => Sort::StartTime,
+        "end_time" => Sort::EndTime,
+        "duration" => Sort::Duration,
+        "name" => Sort::Name,
+        _ => {
+            let accepts = "one of queued_time, start_time, end_time, duration, name";
+            return Err(bad("sort", accepts, value));
+        }
+    })
+}
+
+fn parse_u64(param: &str, value: &str, accepts: &str) -> Result<u64, BadParam> {
+    value.parse().map_err(|_| bad(param, accepts, value))
+}
+
+/// Epoch milliseconds, or an RFC 3339 timestamp.
+fn parse_time(param: &str, value: &str) -> Result<u64, BadParam> {
+    const ACCEPTS: &str =
+        "epoch milliseconds (e.g. 1767225600000) or an RFC 3339 time (e.g. 2026-01-01T00:00:00Z)";
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        return parse_u64(param, value, ACCEPTS);
+    }
+    let time =
+        chrono::DateTime::parse_from_rfc3339(value).map_err(|_| bad(param, ACCEPTS, value))?;
+    u64::try_from(time.timestamp_millis()).map_err(|_| bad(param, ACCEPTS, value))
+}
+
+fn parse_bool(param: &str, value: &str) -> Result<bool, BadParam> {
+    match value {
+        "true" | "1" | "" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(bad(param, "true or false", value)),
+    }
+}
+
+impl ListQuery {
+    /// Parses a query string (already split into pairs). A known parameter
+    /// with a bad value is a [`BadParam`]; an unknown one is ignored and
+    /// named in [`ListQuery::ignored`].
+    pub fn parse(pairs: &[(String, String)]) -> Result<Self, BadParam> {
+        let mut q = ListQuery::default();
+        for (key, value) in pairs {
+            q.apply(key, value)?;
+        }
+        if q.after.is_some() && q.before.is_some() {
+            return Err(BadParam(
+                "parameters `after` and `before` exclude each other: a page starts after one \
+                 job or ends before one"
+                    .into(),
+            ));
+        }
+        Ok(q)
+    }
+
+    /// Takes one parameter.
+    fn apply(&mut self, key: &str, value: &str) -> Result<(), BadParam> {
+        let cursor = |name: &str| match value {
+            "" => Err(bad(name, "a job id from a previous page", value)),
+            id => Ok(Some(id.to_string())),
+        };
+        match key {
+            "limit" => self.limit = Some(parse_limit(value)?),
+            "offset" => {
+                self.offset = parse_u64("offset", value, "a non-negative integer")? as usize;
+            }
+            "after" => self.after = cursor("after")?,
+            "before" => self.before = cursor("before")?,
+            "status" => parse_states(value, self.states.get_or_insert_with(Vec::new))?,
+            "include_unfinished" => {
+                self.include_unfinished = parse_bool("include_unfinished", value)?;
+            }
+            "name" => self.name = Some(parse_name(value)?),
+            "started_after" => self.started_after = Some(parse_time(key, value)?),
+            "started_before" => self.started_before = Some(parse_time(key, value)?),
+            "ended_after" => self.ended_after = Some(parse_time(key, value)?),
+            "ended_before" => self.ended_before = Some(parse_time(key, value)?),
+            "min_duration_ms" => {
+                let accepts = "a non-negative integer (milliseconds)";
+                self.min_duration_ms = Some(parse_u64("min_duration_ms", value, accepts)?);
+            }
+            "query_hash" => {
+                let hash = bjh_format::query_hash::parse_hash(value);
+                self.query_hash =
+                    Some(hash.ok_or_else(|| bad("query_hash", "16 hex digits", value))?);
+            }
+            "scheduler_id" => {
+                let ids = self.scheduler_ids.get_or_insert_with(Vec::new);
+                for id in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    if id.chars().count() > MAX_NAME_TERM {
+                        return Err(bad(
+                            "scheduler_id",
+                            "scheduler ids of at most 256 characters",
+                            id,
+                        ));
+                    }
+                    ids.push(id.to_string());
+                }
+            }
+            "sort" => self.sort = parse_sort(value)?,
+            "order" => {
+                self.order = Some(match value {
+                    "asc" => Order::Asc,
+                    "desc" => Order::Desc,
+                    _ => return Err(bad("order", "asc or desc", value)),
+                })
+            }
+            // Upstream's route ignores parameters it does not know; so
+            // does this one, and names them (a misspelt filter then
+            // shows in the answer's headers, not as a wrong list).
+            other => {
+                if !self.ignored.iter().any(|i| i == other) {
+                    self.ignored.push(other.to_string());
+                }
+                return Ok(());
+            }
+        }
+        debug_assert!(
+            LIST_PARAMS.iter().any(|p| p.name == key),
+            "`{key}` is taken but not in LIST_PARAMS (the API's description)"
+        );
+        Ok(())
+    }
+
+    /// The job id the page is cut at (`after` or `before`), if any.
+    pub fn cursor_id(&self) -> Option<&str> {
+        self.after.as_deref().or(self.before.as_deref())
+    }
+
+    /// The direction in effect: as asked, else descending for times and
+    /// durations (newest, longest first) and ascending for names.
+    pub fn order(&self) -> Order {
+        self.order.unwrap_or(match self.sort {
+            Sort::Name => Order::Asc,
+            _ => Order::Desc,
+        })
+    }
+
+    /// Whether the query filters nothing (every row matches).
+    pub(crate) fn filters_nothing(&self) -> bool {
+        self.states.is_none()
+            && self.name.is_none()
+            && self.started_after.is_none()
+            && self.started_before.is_none()
+            && self.ended_after.is_none()
+            && self.ended_before.is_none()
+            && self.min_duration_ms.is_none()
+            && self.query_hash.is_none()
+            && self.scheduler_ids.is_none()
+    }
+
+    /// Whether the query filters on states only (no other filter).
+    pub(crate) fn filters_states_only(&self) -> bool {
+        ListQuery {
+            states: None,
+            ..self.clone()
+        }
+        .filters_nothing()
+    }
+
+    /// Whether the order is the default one (newest queued first).
+    pub(crate) fn default_order(&self) -> bool {
+        self.sort == Sort::QueuedTime && self.order() == Order::Desc
+    }
+
+    /// Whether jobs known only from `.running` logs are asked for.
+    pub fn wants_unfinished(&self) -> bool {
+        self.include_unfinished
+            || self
+                .states
+                .as_ref()
+                .is_some_and(|s| s.iter().any(|s| s.is_unfinished()))
+    }
+
+    /// Whether `facts` passes every filter.
+    pub(crate) fn matches(&self, facts: &(impl JobFacts + ?Sized)) -> bool {
+        if let Some(states) = &self.states
+            && !states.contains(&facts.state())
+        {
+            return false;
+        }
+        if let Some(needle) = &self.name
+            && !contains_ignore_case(facts.job_name(), needle)
+        {
+            return false;
+        }
+        let within = |t: u64, after: Option<u64>, before: Option<u64>| {
+            after.is_none_or(|a| t != 0 && t >= a) && before.is_none_or(|b| t != 0 && t <= b)
+        };
+        if !within(facts.start_time(), self.started_after, self.started_before)
+            || !within(facts.end_time(), self.ended_after, self.ended_before)
+        {
+            return false;
+        }
+        if let Some(min) = self.min_duration_ms
+            && facts.duration().is_none_or(|d| d < min)
+        {
+            return false;
+        }
+        if let Some(hash) = self.query_hash
+            && facts.query_hash() != hash
+        {
+            return false;
+        }
+        if let Some(ids) = &self.scheduler_ids
+            && !facts
+                .scheduler_id()
+                .is_some_and(|id| ids.iter().any(|i| i == id))
+        {
+            return false;
+        }
+        true
+    }
+
+    /// The numeric sort key of a job (0 for a sort by name).
+    fn key(&self, job: &(impl JobFacts + ?Sized)) -> u64 {
+        match self.sort {
+            Sort::Name => 0,
+            sort => numeric(job, sort),
+        }
+    }
+
+    /// The query's total order over jobs (sort key, then job id), with both
+    /// keys already known, so a sort reads each job's facts once rather
+    /// than at every comparison.
+    fn compare_keyed(
+        &self,
+        key_a: u64,
+        a: &(impl JobFacts + ?Sized),
+        key_b: u64,
+        b: &(impl JobFacts + ?Sized),
+    ) -> Ordering {
+        let primary = match self.sort {
+            // Lowercase, char by char (the order of the lowercased
+            // strings, without allocating them), then as written.
+            Sort::Name => a
+                .job_name()
+                .chars()
+                .flat_map(char::to_lowercase)
+                .cmp(b.job_name().chars().flat_map(char::to_lowercase))
+                .then_with(|| a.job_name().cmp(b.job_name())),
+            _ => key_a.cmp(&key_b),
+        };
+        let primary = match self.order() {
+            Order::Asc => primary,
+            Order::Desc => primary.reverse(),
+        };
+        primary.then_with(|| a.job_id().cmp(b.job_id()))
+    }
+
+    /// Filters, orders and pages `jobs`: the one pass every list takes
+    /// (the catalog's default order aside, which pages without it). Gives
+    /// the page and how many jobs matched. `cursor` is the job of `after`
+    /// or, when the query has `before`, of `before`.
+    pub(crate) fn pick<T: JobFacts>(
+        &self,
+        jobs: impl Iterator<Item = T>,
+        cursor: Option<&Facts>,
+    ) -> (Vec<T>, usize) {
+        let mut matching: Vec<(u64, T)> = jobs
+            .filter(|j| self.matches(j))
+            .map(|j| (self.key(&j), j))
+            .collect();
+        let total = matching.len();
+        let backwards = self.before.is_some();
+        // Walking back, the page is taken in the reverse order, then turned.
+        let order = |a: &(u64, T), b: &(u64, T)| {
+            let o = self.compare_keyed(a.0, &a.1, b.0, &b.1);
+            if backwards { o.reverse() } else { o }
+        };
+        if let Some(cursor) = cursor {
+            let at = self.key(cursor);
+            let keep = if backwards {
+                Ordering::Less
+            } else {
+                Ordering::Greater
+            };
+            matching.retain(|(k, j)| self.compare_keyed(*k, j, at, cursor) == keep);
+        }
+        let end = self
+            .limit
+            .map_or(matching.len(), |l| self.offset.saturating_add(l))
+            .min(matching.len());
+        if end > 0 && end < matching.len() {
+            matching.select_nth_unstable_by(end - 1, order);
+            matching.truncate(end);
+        }
+        matching.sort_by(order);
+        let mut page: Vec<T> = matching
+            .into_iter()
+            .skip(self.offset)
+            .map(|(_, j)| j)
+            .collect();
+        if backwards {
+            page.reverse();
+        }
+        (page, total)
+    }
+
+    /// `ListQuery::pick` over rows a source holds in memory (the live
+    /// scheduler's, a merge of pages).
+    pub fn select(&self, rows: Vec<Row>, cursor: Option<&Facts>) -> Page {
+        let (rows, total) = self.pick(rows.into_iter(), cursor);
+        Page { rows, total }
+    }
+}
+
+/// The longest `?name=` term, in characters: a job name is searched in
+/// time linear in both, and a term longer than any name is no question.
+pub(crate) const MAX_NAME_TERM: usize = 256;
+
+/// Case-insensitive substring test; `needle` is already lowercase. Linear
+/// in both lengths (`memchr::memmem` over the name lowercased into a
+/// buffer this thread keeps, so a million names allocate nothing).
+pub(crate) fn contains_ignore_case(haystack: &str, needle: &str) -> bool {
+    thread_local! {
+        static LOWER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    if needle.is_empty() {
+        return true;
+    }
+    if haystack.is_ascii() {
+        if haystack.len() < needle.len() {
+            return false;
+        }
+        return LOWER.with_borrow_mut(|lower| {
+            lower.clear();
+            lower.extend(haystack.bytes().map(|b| b.to_ascii_lowercase()));
+            memchr::memmem::find(lower, needle.as_bytes()).is_some()
+        });
+    }
+    haystack.to_lowercase().contains(needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(query: &str) -> Vec<(String, String)> {
+        query
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                (k.to_string(), v.to_string())
+            })
+            .collect()
+    }
+
+    fn row(id: &str, name: &str, state: JobState, start: u64, end: u64) -> Row {
+        // Queued 10 ms before it started; a job not started yet, at 1,000.
+        let queued = if start == 0 { 1_000 } else { start - 10 };
+        Row::new(
+            Facts {
+                job_id: id.into(),
+                job_name: name.into(),
+                state,
+                queued_time: queued,
+                start_time: start,
+                end_time: end,
+                query_hash: 0,
+            },
+            Bytes::from(id.to_string()),
+        )
+    }
+
+    fn ids(page: &Page) -> Vec<&str> {
+        page.rows.iter().map(|r| r.facts.job_id()).collect()
+    }
+
+    fn sample() -> Vec<Row> {
+        vec![
+            row("a", "Nightly ETL", JobState::Completed, 100, 400),
+            row("b", "adhoc", JobState::Failed, 200, 250),
+            row("c", "nightly report", JobState::Completed, 300, 310),
+            row("d", "", JobState::Running, 350, 0),
+            row("e", "queued one", JobState::Queued, 0, 0),
+        ]
+    }
+
+    #[test]
+    fn no_parameter_lists_everything_newest_first() {
+        let q = ListQuery::parse(&[]).unwrap();
+        assert!(q.filters_nothing() && q.default_order());
+        let page = q.select(sample(), None);
+        assert_eq!(ids(&page), ["e", "d", "c", "b", "a"]);
+        assert_eq!(page.total, 5);
+    }
+
+    #[test]
+    fn filters_and_sorts() {
+        let select = |query: &str| {
+            let q = ListQuery::parse(&pairs(query)).unwrap();
+            let page = q.select(sample(), None);
+            ids(&page).iter().map(|s| s.to_string()).collect::<Vec<_>>()
+        };
+        assert_eq!(select("status=completed,failed"), ["c", "b", "a"]);
+        assert_eq!(select("name=NIGHTLY"), ["c", "a"]);
+        assert_eq!(select("started_after=200&started_before=300"), ["c", "b"]);
+        assert_eq!(
+            select("ended_after=1970-01-01T00:00:00.300Z"),
+            ["c", "a"],
+            "RFC 3339"
+        );
+        assert_eq!(select("ended_before=300"), ["b"]);
+        assert_eq!(select("min_duration_ms=50"), ["b", "a"]);
+        assert_eq!(select("sort=duration"), ["d", "e", "a", "b", "c"]);
+        assert_eq!(select("sort=duration&order=asc"), ["c", "b", "a", "d", "e"]);
+        assert_eq!(select("sort=end_time&order=asc"), ["b", "c", "a", "d", "e"]);
+        assert_eq!(select("sort=name"), ["d", "b", "a", "c", "e"]);
+        assert_eq!(select("sort=name&order=desc&limit=1"), ["e"]);
+        assert_eq!(
+            select("sort=queued_time&order=asc"),
+            ["a", "b", "c", "d", "e"]
+        );
+    }
+
+    /// A queued job that starts keeps its place in the default order, and
+    /// a cursor taken before it started still names the same position:
+    /// under a start-time order the same walk skips a job.
+    #[test]
+    fn the_default_order_does_not_move_when_jobs_start() {
+        let job = |id: &str, queued: u64, start: u64| {
+            let state = if start == 0 {
+                JobState::Queued
+            } else {
+                JobState::Running
+            };
+            let mut r = row(id, "", state, start, 0);
+            r.facts = Arc::new(Facts {
+                queued_time: queued,
+                ..Facts::of(&*r.facts)
+            });
+            r
+        };
+        let walk = |query: &str| {
+            let q = ListQuery::parse(&pairs(query)).unwrap();
+            // Two jobs queued (at 20 and 30), one done (queued at 10).
+            let before = vec![job("q1", 20, 0), job("q2", 30, 0), job("a", 10, 11)];
+            let first = q.select(before, None);
+            let cursor = Facts::of(&*first.rows[0].facts);
+            // The first page's job starts first, then the other one.
+            let (early, late) = if cursor.job_id.as_ref() == "q1" {
+                (("q1", 20), ("q2", 30))
+            } else {
+                (("q2", 30), ("q1", 20))
+            };
+            let after = vec![
+                job(early.0, early.1, 40),
+                job(late.0, late.1, 50),
+                job("a", 10, 11),
+            ];
+            let cursor = after
+                .iter()
+                .find(|r| r.facts.job_id() == cursor.job_id.as_ref())
+                .map(|r| Facts::of(&*r.facts))
+                .unwrap();
+            let unlimited = ListQuery {
+                limit: None,
+                ..q.clone()
+            };
+            let rest = unlimited.select(after, Some(&cursor));
+            let mut seen: Vec<String> = ids(&first).iter().map(|s| s.to_string()).collect();
+            seen.extend(ids(&rest).iter().map(|s| s.to_string()));
+            seen
+        };
+        assert_eq!(walk("limit=1"), ["q2", "q1", "a"]);
+        assert_eq!(
+            walk("limit=1&sort=start_time"),
+            ["q1", "a"],
+            "the moving key skips q2"
+        );
+    }
+
+    #[test]
+    fn pages_and_cursor() {
+        let q = ListQuery::parse(&pairs("limit=2&offset=1")).unwrap();
+        let page = q.select(sample(), None);
+        assert_eq!(ids(&page), ["d", "c"]);
+        assert_eq!(page.total, 5);
+        let q = ListQuery::parse(&pairs("limit=2")).unwrap();
+        let cursor = Facts::of(&*sample()[2].facts);
+        assert_eq!(ids(&q.select(sample(), Some(&cursor))), ["b", "a"]);
+    }
+
+    /// Regression: a long term against a long name was compared at every
+    /// offset (quadratic), under the catalog's read lock.
+    #[test]
+    fn the_name_search_is_bounded_and_finds_what_a_plain_search_finds() {
+        let long = "a".repeat(MAX_NAME_TERM + 1);
+        let err = ListQuery::parse(&pairs(&format!("name={long}")))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at most 256 characters"), "{err}");
+        assert!(!err.contains(&long), "the term is not echoed back");
+        assert!(ListQuery::parse(&pairs(&format!("name={}", &long[1..]))).is_ok());
+        for (name, term, found) in [
+            ("Nightly ETL", "etl", true),
+            ("Nightly ETL", "ly e", true),
+            ("Nightly ETL", "etl!", false),
+            ("Ünïcode Läuft", "läuft", true),
+            ("Ünïcode Läuft", "LÄUFT", false),
+            ("short", "much longer than it", false),
+        ] {
+            let plain = name.to_lowercase().contains(term);
+            assert_eq!(plain, found, "{name} {term}");
+            assert_eq!(contains_ignore_case(name, term), found, "{name} {term}");
+        }
+        let hay = format!("{}b", "a".repeat(100_000));
+        assert!(contains_ignore_case(&hay, &format!("{}b", "a".repeat(255))));
+        assert!(!contains_ignore_case(
+            &hay,
+            &format!("{}c", "a".repeat(255))
+        ));
+    }
+
+    #[test]
+    fn bad_parameters_name_themselves() {
+        for (query, param) in [
+            ("limit=0", "limit"),
+            ("limit=x", "limit"),
+            ("offset=-1", "offset"),
+            ("status=done", "status"),
+            ("sort=size", "sort"),
+            ("order=up", "order"),
+            ("started_after=yesterday", "started_after"),
+            ("min_duration_ms=1.5", "min_duration_ms"),
+            ("include_unfinished=maybe", "include_unfinished"),
+        ] {
+            let err = ListQuery::parse(&pairs(query)).unwrap_err().to_string();
+            assert!(err.contains(&format!("`{param}`")), "{query}: {err}");
+        }
+    }
+
+    /// Upstream ignores parameters it does not know, so an old client's
+    /// `?foo=1` must not break; the ignored ones are named, once each.
+    #[test]
+    fn unknown_parameters_are_ignored_and_named() {
+        let q = ListQuery::parse(&pairs("limt=5&limit=2&foo=1&limt=6")).unwrap();
+        assert_eq!(q.ignored, ["limt", "foo"]);
+        assert_eq!(q.limit, Some(2));
+        let plain = ListQuery::parse(&pairs("limit=2")).unwrap();
+        let (got, want) = (q.select(sample(), None), plain.select(sample(), None));
+        assert_eq!(ids(&got), ids(&want));
+    }
+}

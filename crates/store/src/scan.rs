@@ -1,0 +1,766 @@
+//! Rescans: listing the directory or prefix, reading only new or changed
+//! logs, and loading and saving the persistent snapshot of the catalog.
+//!
+//! **Invariant:** a rescan of an unchanged directory costs one `stat` per
+//! file and opens nothing. A `*.eventlog.running` file that grew is read
+//! from where the last pass stopped, complete lines only.
+
+use super::*;
+
+/// The log-named entries of a directory or a store prefix, with stamps.
+pub(super) enum Entries {
+    Local(std::vec::IntoIter<(String, Stamp)>),
+    Remote(std::vec::IntoIter<crate::remote::Listed>),
+}
+
+impl Iterator for Entries {
+    type Item = (String, Stamp);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            Self::Local(entries) => entries.next(),
+            Self::Remote(listed) => listed.next().map(|l| (l.name, l.stamp)),
+        }
+    }
+}
+
+/// One id, one log: the names of a listing to leave out because a twin
+/// of theirs is the job's log. A directory can hold `<id>.eventlog` and
+/// `<id>.eventlog.zst` (or the two running kinds) only if someone put one
+/// there: our writer takes a name no file has. The plain log wins, as the
+/// one upstream's reader can read too; the rule depends on the names
+/// alone, so every rescan picks the same log whatever the listing order.
+pub(super) fn twins_left_out<'a>(names: impl Iterator<Item = &'a str>) -> HashSet<String> {
+    let mut plain: HashSet<(&str, bool)> = HashSet::new();
+    let mut zstd: Vec<(&str, bool, &str)> = Vec::new();
+    for name in names {
+        if let Some(n) = LogName::parse(name) {
+            if n.zstd {
+                zstd.push((n.stem, n.running, name));
+            } else {
+                plain.insert((n.stem, n.running));
+            }
+        }
+    }
+    zstd.into_iter()
+        .filter(|(stem, running, _)| plain.contains(&(*stem, *running)))
+        .map(|(_, _, name)| name.to_string())
+        .collect()
+}
+
+/// What one rescan did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ScanReport {
+    /// Logs read because they were new or changed.
+    pub read: usize,
+    /// Jobs that left the index because their log is gone.
+    pub removed: usize,
+    /// Logs skipped as unreadable (newly reported).
+    pub bad: usize,
+}
+
+/// One rescan's view of the listing, between sorting it out and taking
+/// what was read into the catalog.
+#[derive(Default)]
+pub(super) struct Pass {
+    /// Unfinished jobs known before the pass, by file name.
+    known_unfinished: HashMap<Arc<str>, Unfinished>,
+    /// Completed jobs listed unchanged.
+    seen: HashSet<ById>,
+    /// Unfinished jobs listed (unchanged, or read again).
+    seen_unfinished: HashSet<Arc<str>>,
+    /// Unreadable logs listed.
+    seen_bad: HashSet<String>,
+    /// New or changed logs, to read.
+    to_read: Vec<(String, Stamp)>,
+}
+
+pub(super) enum Found {
+    Completed(JobSummary),
+    Unfinished(Unfinished),
+}
+
+/// The [`CatalogSets`] of `jobs`, built side by side.
+fn catalog_sets(jobs: &[Arc<JobSummary>]) -> CatalogSets {
+    std::thread::scope(|scope| {
+        let order = scope.spawn(|| {
+            jobs.iter()
+                .map(|j| ByPosition(j.clone()))
+                .collect::<BTreeSet<_>>()
+        });
+        let mut ids = HashSet::with_capacity(jobs.len());
+        let mut odd_names = HashMap::new();
+        for job in jobs {
+            if job.file == FileKind::Named {
+                odd_names.insert(job.file_name().into(), job.job_id().into());
+            }
+            ids.insert(ById(job.clone()));
+        }
+        let order = order
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (order, ids, odd_names)
+    })
+}
+
+/// Threads reading new logs of an object store at once.
+pub(super) const REMOTE_READERS: usize = 16;
+
+/// New local logs from which a rescan reads in parallel.
+const PARALLEL_FROM: usize = 32;
+
+/// Threads reading new local logs at once: two per core (so one reads
+/// while the other parses), at least 4, at most 32.
+fn local_readers() -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    (cores * 2).clamp(4, 32)
+}
+
+/// `f` over `items` on up to `threads` threads, results in order.
+pub(super) fn parallel_map<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut out: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.min(items.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items.get(i) else {
+                            return mine;
+                        };
+                        mine.push((i, f(item)));
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            for (i, r) in worker.join().expect("a reader thread") {
+                out[i] = Some(r);
+            }
+        }
+    });
+    out.into_iter()
+        .map(|r| r.expect("every item is read"))
+        .collect()
+}
+
+impl LogStore {
+    pub(super) fn entries(&self) -> std::io::Result<Entries> {
+        match &self.remote {
+            Some(dir) => dir
+                .list()
+                .map(|mut listed| {
+                    let out = twins_left_out(listed.iter().map(|l| l.name.as_str()));
+                    self.warn_twins(&out);
+                    listed.retain(|l| !out.contains(&l.name));
+                    Entries::Remote(listed.into_iter())
+                })
+                .map_err(crate::remote::io_error),
+            None => {
+                let mut names: Vec<String> = std::fs::read_dir(&self.dir)?
+                    .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .filter(|name| LogName::parse(name).is_some())
+                    .collect();
+                let out = twins_left_out(names.iter().map(String::as_str));
+                self.warn_twins(&out);
+                names.retain(|n| !out.contains(n));
+                // A log is a regular file of the directory: a link is not
+                // followed (it could point anywhere; reads refuse it too).
+                let stamp = |name: &String| {
+                    let meta = std::fs::symlink_metadata(self.dir.join(name)).ok()?;
+                    meta.is_file().then(|| (name.clone(), Stamp::of(&meta)))
+                };
+                // A large directory is stamped on several threads.
+                let stamped: Vec<Option<(String, Stamp)>> = if names.len() >= PARALLEL_FROM {
+                    parallel_map(&names, local_readers(), stamp)
+                } else {
+                    names.iter().map(stamp).collect()
+                };
+                let stamped: Vec<(String, Stamp)> = stamped.into_iter().flatten().collect();
+                Ok(Entries::Local(stamped.into_iter()))
+            }
+        }
+    }
+
+    /// Says once per name which logs were left out for a twin.
+    fn warn_twins(&self, out: &HashSet<String>) {
+        let mut warned = self.twins_warned.lock();
+        for name in out {
+            if warned.len() < 10_000 && warned.insert(name.clone()) {
+                log::warn!(
+                    "history: {name:?} is left out: the plain log of the same job beside it is \
+                     the job's log (one id, one log)"
+                );
+            }
+        }
+    }
+
+    /// Fills an empty index from the persistent index, if there is a usable
+    /// one, and marks the store ready: the list is served at once, and the
+    /// next rescan verifies it against the directory. Returns the number of
+    /// jobs loaded.
+    pub fn load_persisted(&self) -> usize {
+        let Some(path) = &self.index_file else {
+            return 0;
+        };
+        match crate::snapshot::load(path) {
+            Ok(jobs) => {
+                let n = jobs.len();
+                let mut index = self.catalog.write();
+                if !index.jobs.is_empty() {
+                    return 0;
+                }
+                let jobs: Vec<Arc<JobSummary>> = jobs.into_iter().map(Arc::new).collect();
+                let sets = catalog_sets(&jobs);
+                if sets.0.len() != n || sets.1.len() != n {
+                    log::warn!(
+                        "history: the persistent index {} lists a job twice; rebuilding it \
+                         from the directory",
+                        path.display()
+                    );
+                    self.dirty.store(true, Ordering::Release);
+                    return 0;
+                }
+                index.set_completed(sets);
+                drop(index);
+                self.ready.store(true, Ordering::Release);
+                log::info!(
+                    "history: listed {n} jobs from the persistent index {}; verifying the \
+                     directory in the background",
+                    path.display()
+                );
+                n
+            }
+            // No index yet, or a directory that cannot be read (reported by
+            // the rescan): nothing to load.
+            Err(crate::snapshot::IndexError::Io(e)) => {
+                log::debug!("history: no persistent index at {}: {e}", path.display());
+                0
+            }
+            Err(e) => {
+                log::warn!(
+                    "history: the persistent index {} is unusable: {e}; rebuilding it from the \
+                     directory",
+                    path.display()
+                );
+                self.dirty.store(true, Ordering::Release);
+                0
+            }
+        }
+    }
+
+    /// Saves the persistent index if the jobs changed since the last save
+    /// and (unless `now`) the last save is `INDEX_SAVE_SPACING` old.
+    pub fn persist(&self, now: bool) {
+        let Some(path) = &self.index_file else {
+            return;
+        };
+        if !self.dirty.load(Ordering::Acquire) {
+            return;
+        }
+        let mut last = self.last_saved.lock();
+        if !now && last.is_some_and(|at| at.elapsed() < INDEX_SAVE_SPACING) {
+            return;
+        }
+        self.dirty.store(false, Ordering::Release);
+        let bytes = {
+            let index = self.catalog.read();
+            crate::snapshot::encode(index.order.iter().map(|j| &*j.0))
+        };
+        let written = bjh_files::replace::<std::io::Error>(path, 0o600, |f| {
+            std::io::Write::write_all(f, &bytes)
+        });
+        *last = Some(std::time::Instant::now());
+        let mut save_error = self.save_error.lock();
+        match written {
+            Ok(()) => *save_error = None,
+            Err(e) => {
+                self.dirty.store(true, Ordering::Release);
+                // A lasting failure (a read-only directory) is logged once.
+                let message = e.to_string();
+                if save_error.as_ref() != Some(&message) {
+                    log::warn!(
+                        "history: cannot save the persistent index {}: {e} (it is a cache; \
+                         nothing is lost, the next start indexes the directory)",
+                        path.display()
+                    );
+                }
+                *save_error = Some(message);
+            }
+        }
+    }
+
+    /// Brings the index up to date with the directory. A directory that
+    /// does not exist is an empty one.
+    pub fn rescan(&self) -> ScanReport {
+        self.metrics.rescans.inc();
+        let entries = match self.entries() {
+            Ok(entries) => entries,
+            Err(e) => return self.listing_failed(e),
+        };
+        if self.list_error.lock().take().is_some()
+            && let Some(remote) = &self.remote
+        {
+            log::info!("history: {} answers again", remote.url());
+        }
+        let mut pass = self.sort_out(entries);
+        let results = self.read_new(&pass);
+        let report = self.take_in(&mut pass, results);
+        self.ready.store(true, Ordering::Release);
+        report
+    }
+
+    /// A listing that failed: only a directory that is gone (as upstream
+    /// takes it) empties the catalog; any other failure (`EACCES`, `EIO`,
+    /// `EMFILE`, a store's outage) keeps it as it was, is logged once and
+    /// counted, and the next rescan tries again.
+    fn listing_failed(&self, e: std::io::Error) -> ScanReport {
+        let mut report = ScanReport::default();
+        let message = e.to_string();
+        let mut last = self.list_error.lock();
+        let gone = self.remote.is_none()
+            && matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            );
+        if !gone {
+            self.metrics.listing_errors.inc();
+        }
+        if !gone && self.remote.is_none() {
+            if last.as_ref() != Some(&message) {
+                log::warn!(
+                    "history: cannot list {}: {e}; serving the {} jobs already indexed \
+                     until it can be listed again",
+                    self.dir.display(),
+                    self.len()
+                );
+            }
+            *last = Some(message);
+            drop(last);
+            self.ready.store(true, Ordering::Release);
+            return report;
+        }
+        if let Some(remote) = &self.remote {
+            // A store that cannot be reached for a while: serve what is
+            // indexed, say so once, try again next time.
+            if last.is_none() {
+                log::warn!(
+                    "history: cannot list {}: {e}; serving the {} jobs already indexed \
+                     until it answers again",
+                    remote.url(),
+                    self.len()
+                );
+            }
+            *last = Some(message);
+            drop(last);
+            self.ready.store(true, Ordering::Release);
+            return report;
+        }
+        *last = Some(message);
+        drop(last);
+        let mut index = self.catalog.write();
+        report.removed = index.jobs.len() + index.unfinished.len();
+        if !index.jobs.is_empty() {
+            self.dirty.store(true, Ordering::Release);
+        }
+        index.clear_completed();
+        index.unfinished.clear();
+        drop(index);
+        self.ready.store(true, Ordering::Release);
+        report
+    }
+
+    /// Sorts a listing into logs already known unchanged (kept), known bad
+    /// and unchanged (skipped), and new or changed (to read). Only stamps
+    /// are compared: nothing is opened.
+    fn sort_out(&self, entries: Entries) -> Pass {
+        // Snapshot the unfinished jobs; compare outside the lock.
+        let known_unfinished: HashMap<Arc<str>, Unfinished> = self
+            .catalog
+            .read()
+            .unfinished
+            .values()
+            .map(|u| (u.file_name.clone(), u.clone()))
+            .collect();
+        let mut pass = Pass {
+            known_unfinished,
+            ..Pass::default()
+        };
+        for (name, stamp) in entries {
+            let Some(LogName { stem, running, .. }) = LogName::parse(&name) else {
+                continue;
+            };
+            if running {
+                if let Some(known) = pass.known_unfinished.get(name.as_str())
+                    && known.stamp == stamp
+                {
+                    pass.seen_unfinished.insert(known.job_id.clone());
+                    continue;
+                }
+            } else if let Some(known) = self
+                .catalog
+                .read()
+                .by_file(&name, stem)
+                .filter(|s| s.stamp() == stamp)
+            {
+                pass.seen.insert(ById(known.clone()));
+                continue;
+            }
+            if self.catalog.read().bad.get(&name) == Some(&stamp) {
+                pass.seen_bad.insert(name);
+                continue;
+            }
+            pass.to_read.push((name, stamp));
+        }
+        pass
+    }
+
+    /// Reads the new and changed logs of a pass: a completed log's summary,
+    /// the new lines of a `.running` one.
+    fn read_new(&self, pass: &Pass) -> Vec<Result<Found, StoreError>> {
+        let read_one = |(name, stamp): &(String, Stamp)| {
+            self.read_log(name, *stamp, pass.known_unfinished.get(&**name))
+        };
+        // An object store answers each read in milliseconds, not
+        // microseconds: new objects are read many at a time. Files too,
+        // when there are many: every core parses, and the reads overlap.
+        if self.remote.is_some() {
+            parallel_map(&pass.to_read, REMOTE_READERS, read_one)
+        } else if pass.to_read.len() >= PARALLEL_FROM {
+            parallel_map(&pass.to_read, local_readers(), read_one)
+        } else {
+            pass.to_read.iter().map(read_one).collect()
+        }
+    }
+
+    /// Reads one log: a completed log's summary, or the new lines of a
+    /// `.running` one (after `known`, what an earlier pass read of it).
+    fn read_log(
+        &self,
+        name: &str,
+        stamp: Stamp,
+        known: Option<&Unfinished>,
+    ) -> Result<Found, StoreError> {
+        let LogName {
+            stem,
+            running,
+            zstd,
+        } = LogName::parse(name).expect("a log name");
+        let path = self.log(name, stamp.len);
+        if running {
+            scan_running(&path, stem, name, stamp, zstd, known).map(Found::Unfinished)
+        } else {
+            let (summary, ranges) = read_summary_located(&path)?;
+            // The file's name says whose log it is: a log naming another
+            // job inside would replace that job's in every answer.
+            // A second log of one id (`<id>!<tag>`, see `format::name`)
+            // names its job too, and is listed under its own stem.
+            let claimed = &summary.index.job_id;
+            let named = LogName::parse(name).is_some_and(|n| n.names(claimed));
+            if !claimed.is_empty() && !named {
+                return Err(StoreError::NotItsName {
+                    claimed: claimed.clone(),
+                });
+            }
+            Ok(Found::Completed(JobSummary::new(
+                summary, ranges, stem, name, stamp,
+            )))
+        }
+    }
+
+    /// Takes a log this process just completed into the catalog at once,
+    /// without waiting for the next rescan (which is for logs other
+    /// processes write): its job is listed and served from the moment its
+    /// log is complete, however soon the scheduler forgets it. `path` is
+    /// the completed log in this store's directory.
+    pub fn take_in_log(&self, path: &Path) {
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            return;
+        };
+        if self.remote.is_some() || LogName::parse(name).is_none_or(|n| n.running) {
+            return;
+        }
+        let stamp = match std::fs::symlink_metadata(path) {
+            Ok(meta) => Stamp::of(&meta),
+            Err(e) => {
+                log::warn!("history: cannot index the completed log {name:?}: {e}");
+                return;
+            }
+        };
+        self.take_in_found(name, stamp);
+    }
+
+    /// Takes an object this process just uploaded into the catalog at
+    /// once, as [`LogStore::take_in_log`] does for a file: a recording
+    /// scheduler over an object store lists its finished jobs without a
+    /// rescan (there may be none: `--update-interval-seconds 0`). Blocks
+    /// on the store's requests: call from a blocking thread.
+    pub fn take_in_object(&self, name: &str) {
+        let Some(remote) = &self.remote else {
+            return;
+        };
+        if LogName::parse(name).is_none_or(|n| n.running) {
+            return;
+        }
+        match remote.stamp(name) {
+            Ok(stamp) => self.take_in_found(name, stamp),
+            Err(e) => log::warn!("history: cannot index the uploaded log {name:?}: {e}"),
+        }
+    }
+
+    /// Reads the completed log `name` (as `stamp` says it is) into the
+    /// catalog.
+    pub fn take_in_found(&self, name: &str, stamp: Stamp) {
+        match self.read_log(name, stamp, None) {
+            Ok(Found::Completed(summary)) => {
+                let finished = self.finished_facts(&summary);
+                let mut catalog = self.catalog.write();
+                catalog.unfinished.remove(summary.job_id());
+                let new = catalog.insert(summary);
+                drop(catalog);
+                self.dirty.store(true, Ordering::Release);
+                self.count_finished(new, finished);
+            }
+            Ok(Found::Unfinished(_)) => {}
+            Err(e) => log::warn!("history: cannot index the completed log {name:?}: {e}"),
+        }
+    }
+
+    /// Takes in each log the local writer completes (see
+    /// [`LogStore::take_in_log`]) until `stop` resolves.
+    pub async fn take_in_completed(
+        self: Arc<Self>,
+        mut completed: tokio::sync::mpsc::UnboundedReceiver<PathBuf>,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::pin!(stop);
+        loop {
+            let path = tokio::select! {
+                _ = &mut stop => return,
+                path = completed.recv() => match path {
+                    Some(path) => path,
+                    None => return,
+                },
+            };
+            let this = self.clone();
+            let _ = tokio::task::spawn_blocking(move || this.take_in_log(&path)).await;
+        }
+    }
+
+    /// What the finished-job series need of a job about to be inserted.
+    fn finished_facts(&self, job: &JobSummary) -> (&'static str, Option<u64>) {
+        use crate::query::JobFacts as _;
+        (job.state().status_word(), job.duration())
+    }
+
+    /// Counts a job new to the catalog as finished while this process
+    /// runs: only after the first pass (the jobs found then finished
+    /// before it started).
+    fn count_finished(&self, new: bool, (status, duration): (&'static str, Option<u64>)) {
+        if new && self.is_ready() {
+            self.metrics.job_finished(status, duration);
+        }
+    }
+
+    /// Whether a completed job's log is in the directory now, unchanged: a
+    /// job taken in after a pass listed the directory is not gone because
+    /// that listing missed it (a file of its name that changed since is
+    /// another log).
+    fn still_there(&self, job: &JobSummary) -> bool {
+        self.remote.is_none()
+            && std::fs::symlink_metadata(self.dir.join(&*job.file_name()))
+                .is_ok_and(|meta| meta.is_file() && Stamp::of(&meta) == job.stamp())
+    }
+
+    /// Brings the catalog in line with a pass: what was read goes in, what
+    /// was not listed goes out, unreadable logs are remembered by stamp.
+    fn take_in(&self, pass: &mut Pass, results: Vec<Result<Found, StoreError>>) -> ScanReport {
+        let mut report = ScanReport {
+            read: pass.to_read.len(),
+            ..ScanReport::default()
+        };
+        let (fresh, newly_bad) = self.read_or_bad(pass, results, &mut report);
+        let mut index = self.catalog.write();
+        report.removed = self.remove_gone(&mut index, pass, &fresh);
+        let fresh = self.fill_at_once(&mut index, fresh);
+        for found in fresh {
+            match found {
+                Found::Completed(summary) => {
+                    self.dirty.store(true, Ordering::Release);
+                    let finished = self.finished_facts(&summary);
+                    let new = index.insert(summary);
+                    self.count_finished(new, finished);
+                }
+                Found::Unfinished(unfinished) => {
+                    index
+                        .unfinished
+                        .insert(unfinished.job_id.clone(), unfinished);
+                }
+            }
+        }
+        // A job whose log was renamed to `.eventlog` is completed, once.
+        let Catalog {
+            jobs, unfinished, ..
+        } = &mut *index;
+        unfinished.retain(|id, _| pass.seen_unfinished.contains(id) && !jobs.contains(&**id));
+        index.bad.retain(|name, _| pass.seen_bad.contains(name));
+        index.bad.extend(newly_bad);
+        report
+    }
+
+    /// The logs a pass read, and those it could not read (counted, logged
+    /// and remembered by name and stamp).
+    fn read_or_bad(
+        &self,
+        pass: &mut Pass,
+        results: Vec<Result<Found, StoreError>>,
+        report: &mut ScanReport,
+    ) -> (Vec<Found>, Vec<(String, Stamp)>) {
+        let mut fresh = Vec::new();
+        let mut newly_bad = Vec::new();
+        for ((name, stamp), found) in pass.to_read.iter().zip(results) {
+            match found {
+                Ok(Found::Completed(summary)) => fresh.push(Found::Completed(summary)),
+                Ok(Found::Unfinished(unfinished)) => {
+                    pass.seen_unfinished.insert(unfinished.job_id.clone());
+                    fresh.push(Found::Unfinished(unfinished));
+                }
+                Err(e) => {
+                    log::warn!("history: skipping event log {name:?}: {e}");
+                    self.metrics.unreadable_logs.inc();
+                    report.bad += 1;
+                    pass.seen_bad.insert(name.clone());
+                    newly_bad.push((name.clone(), *stamp));
+                }
+            }
+        }
+        (fresh, newly_bad)
+    }
+
+    /// Removes the completed jobs the pass did not list (a job whose log
+    /// changed is replaced, not gone); how many.
+    fn remove_gone(&self, index: &mut Catalog, pass: &Pass, fresh: &[Found]) -> usize {
+        let reread: HashSet<&str> = fresh
+            .iter()
+            .filter_map(|f| match f {
+                Found::Completed(s) => Some(s.job_id()),
+                Found::Unfinished(_) => None,
+            })
+            .collect();
+        // A log the writer completed after this pass listed the directory
+        // was taken in by `take_in_log` meanwhile: not gone, though the
+        // listing missed it. A stat of each missing log tells (few are).
+        let gone: Vec<Arc<JobSummary>> = index
+            .jobs
+            .iter()
+            .filter(|j| !pass.seen.contains(*j) && !reread.contains(j.0.job_id()))
+            .map(|j| j.0.clone())
+            .filter(|j| !self.still_there(j))
+            .collect();
+        if !gone.is_empty() {
+            self.dirty.store(true, Ordering::Release);
+        }
+        for job in &gone {
+            index.remove(job.job_id());
+        }
+        gone.len()
+    }
+
+    /// A first pass over a large directory fills the empty catalog at once
+    /// (each job once; with a job logged twice, one by one): what is left
+    /// to insert one by one.
+    fn fill_at_once(&self, index: &mut Catalog, fresh: Vec<Found>) -> Vec<Found> {
+        if !index.jobs.is_empty() || fresh.len() < PARALLEL_FROM {
+            return fresh;
+        }
+        let (completed, rest): (Vec<Found>, Vec<Found>) = fresh
+            .into_iter()
+            .partition(|f| matches!(f, Found::Completed(_)));
+        let jobs: Vec<Arc<JobSummary>> = completed
+            .into_iter()
+            .filter_map(|f| match f {
+                Found::Completed(s) => Some(Arc::new(s)),
+                Found::Unfinished(_) => None,
+            })
+            .collect();
+        let sets = catalog_sets(&jobs);
+        if sets.1.len() != jobs.len() || sets.0.len() != jobs.len() {
+            let jobs = jobs.into_iter().map(Arc::unwrap_or_clone);
+            return jobs.map(Found::Completed).chain(rest).collect();
+        }
+        if !jobs.is_empty() {
+            self.dirty.store(true, Ordering::Release);
+        }
+        index.set_completed(sets);
+        rest
+    }
+
+    /// Rescans every `interval` until `stop` resolves. An interval of zero
+    /// scans once (the list is pinned to startup).
+    pub async fn rescan_every(
+        self: Arc<Self>,
+        interval: Duration,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
+        let this = self.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            this.load_persisted();
+            this.rescan();
+            this.persist(true);
+        })
+        .await;
+        if interval.is_zero() {
+            return;
+        }
+        tokio::pin!(stop);
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {
+                    let this = self.clone();
+                    let _ = tokio::task::spawn_blocking(move || {
+                        this.rescan();
+                        this.persist(false);
+                    })
+                    .await;
+                }
+                () = &mut stop => {
+                    let this = self.clone();
+                    let _ = tokio::task::spawn_blocking(move || this.persist(true)).await;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::twins_left_out;
+
+    #[test]
+    fn of_twin_logs_the_plain_one_stays_whatever_the_listing_order() {
+        let names = [
+            "a.eventlog",
+            "a.eventlog.zst",
+            "b.eventlog.zst",
+            "c.eventlog.running",
+            "c.eventlog.zst.running",
+            "d.eventlog",
+            "d.eventlog.zst.running",
+        ];
+        let want: std::collections::HashSet<String> = ["a.eventlog.zst", "c.eventlog.zst.running"]
+            .map(String::from)
+            .into();
+        assert_eq!(twins_left_out(names.iter().copied()), want);
+        assert_eq!(twins_left_out(names.iter().rev().copied()), want);
+    }
+}
