@@ -232,7 +232,10 @@ fn main() {
         )
         .with_index_file(Some(index.clone()));
         assert_eq!(s.load_persisted(), n);
-        let q = ListQuery::parse(&[("limit".into(), "100".into())]).unwrap();
+        let q = ListQuery {
+            limit: Some(100),
+            ..ListQuery::default()
+        };
         assert_eq!(s.page(&q, None, &HashSet::new()).rows.len(), 100);
         restarts.push(started.elapsed());
         store = Some(s);
@@ -272,13 +275,10 @@ fn main() {
         );
     }
     let store = store.unwrap();
-    let pairs = |q: &str| -> Vec<(String, String)> {
-        q.split('&')
-            .map(|p| {
-                let (k, v) = p.split_once('=').unwrap();
-                (k.to_string(), v.to_string())
-            })
-            .collect()
+    // Parsed as the route parses them.
+    let parse = |q: &str| {
+        let params = bjh_serving::params::Params::<bjh_serving::jobs_params::JobsParams>::parse(q);
+        params.unwrap().value.query(0).unwrap()
     };
     let deep = store.facts(&format!("0{:012X}", n / 2)).unwrap();
     let cases: [(&str, &str, Option<&Facts>, usize); 4] = [
@@ -303,7 +303,7 @@ fn main() {
         ),
     ];
     for (what, query, cursor, runs) in cases {
-        let q = ListQuery::parse(&pairs(query)).unwrap();
+        let q = parse(query);
         let samples: Vec<Duration> = (0..runs)
             .map(|_| {
                 let started = Instant::now();

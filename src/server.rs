@@ -428,31 +428,17 @@ pub(crate) fn live_router(
                 ApiError::Missing("REST API has been disabled at startup".into()).into_response()
             }),
         ),
-        Some((source, store)) => router::job_routes(source.clone(), Some(store.clone()))
-            .merge(openapi::routes(openapi::Mode::Live))
-            .merge(router::metrics_route(per_server.gauges.clone()))
-            .layer(our_cors())
-            // Outside the CORS layer: no origin is granted SQL or the tools.
-            .merge(bjh_serving::mcp::over(
-                source.clone(),
-                store.clone(),
-                sql.clone(),
-            ))
-            .merge(
-                sql.clone()
-                    .map(bjh_serving::sql_route::routes)
-                    .unwrap_or_default(),
-            )
-            .merge(health)
-            .merge(bjh_serving::ui::routes(bjh_serving::ui::Ui {
-                source,
-                store: Some(store),
-                live: true,
-                scheduler_id: scheduler.scheduler_id.clone(),
-                token: history.and_then(|h| h.api_token.clone()),
-                sql,
-                hub: per_server.hub.clone(),
-            })),
+        Some((source, store)) => our_routes(Ours {
+            source,
+            store,
+            sql,
+            live: Some(scheduler.scheduler_id.clone()),
+            cors: our_cors(),
+            token: history.and_then(|h| h.api_token.clone()),
+            per_server,
+            inside_cors: Router::new(),
+            outside_cors: health,
+        }),
         None => health,
     };
     let behind = match (config.disable_rest_api, recording) {
@@ -494,33 +480,69 @@ fn history_router_with(
 ) -> Router {
     let started = u128::from(bjh_format::now_millis());
     let ready_store = store.clone();
-    let source: Arc<dyn JobSource> = Arc::new(DiskSource::new(store.clone()));
-    let mcp = bjh_serving::mcp::over(source.clone(), store.clone(), sql.clone());
-    let router = router::job_routes(source.clone(), Some(store.clone()))
-        .merge(router::history_routes(
-            started,
-            Arc::new(move || ready_store.is_ready()),
-        ))
-        .merge(router::metrics_route(per_server.gauges.clone()))
-        .merge(openapi::routes(openapi::Mode::History))
-        .layer(cors(cors_origins, &SchedulerConfig::default()))
-        // Outside the CORS layer: no origin is granted SQL or the tools.
-        .merge(mcp)
+    let router = our_routes(Ours {
+        source: Arc::new(DiskSource::new(store.clone())),
+        store,
+        sql,
+        live: None,
+        cors: cors(cors_origins, &SchedulerConfig::default()),
+        token: token.clone(),
+        per_server,
+        inside_cors: router::history_routes(started, Arc::new(move || ready_store.is_ready())),
+        outside_cors: Router::new(),
+    });
+    bjh_serving::auth::protect(with_history_headers(with_version_headers(router)), token)
+}
+
+/// What [`our_routes`] serves, and how.
+struct Ours<'a> {
+    source: Arc<dyn JobSource>,
+    store: Arc<LogStore>,
+    sql: Option<Arc<bjh_sql::SqlEngine>>,
+    /// A live scheduler's id; `None` on a history-only server.
+    live: Option<String>,
+    cors: bjh_serving::headers::CorsLayer,
+    token: Option<bjh_serving::auth::ApiToken>,
+    per_server: &'a PerServer,
+    /// The mode's own routes under the CORS policy (a history server's
+    /// state, version and probes).
+    inside_cors: Router,
+    /// The mode's own routes outside it (a live scheduler's probes).
+    outside_cors: Router,
+}
+
+/// Our routes, the same in both modes: the job routes, metrics and the
+/// API's description under the CORS policy; MCP, SQL and the web pages
+/// outside it (no origin is granted SQL or the tools); every route's
+/// ignored parameters named in a header.
+fn our_routes(o: Ours<'_>) -> Router {
+    let mode = match o.live {
+        Some(_) => openapi::Mode::Live,
+        None => openapi::Mode::History,
+    };
+    let ui = bjh_serving::ui::Ui {
+        source: o.source.clone(),
+        store: Some(o.store.clone()),
+        live: o.live.is_some(),
+        scheduler_id: o.live.unwrap_or_else(|| "history-server".into()),
+        token: o.token,
+        sql: o.sql.clone(),
+        hub: o.per_server.hub.clone(),
+    };
+    router::job_routes(o.source.clone(), Some(o.store.clone()))
+        .merge(o.inside_cors)
+        .merge(router::metrics_route(o.per_server.gauges.clone()))
+        .merge(openapi::routes(mode))
+        .layer(o.cors)
+        .merge(bjh_serving::mcp::over(o.source, o.store, o.sql.clone()))
         .merge(
-            sql.clone()
+            o.sql
                 .map(bjh_serving::sql_route::routes)
                 .unwrap_or_default(),
         )
-        .merge(bjh_serving::ui::routes(bjh_serving::ui::Ui {
-            source,
-            store: Some(store),
-            live: false,
-            scheduler_id: "history-server".into(),
-            token: token.clone(),
-            sql,
-            hub: per_server.hub.clone(),
-        }));
-    bjh_serving::auth::protect(with_history_headers(with_version_headers(router)), token)
+        .merge(o.outside_cors)
+        .merge(bjh_serving::ui::routes(ui))
+        .layer(axum::middleware::from_fn(bjh_serving::params::name_ignored))
 }
 
 /// Runs a history-only server on `listener` until `shutdown` resolves: the

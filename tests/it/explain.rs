@@ -122,17 +122,39 @@ async fn upstream_logs_are_healthy_and_a_planted_straggler_is_found() {
     for (path, status) in [
         ("/api/job/nope/diagnosis", 404),
         ("/api/job/%3Cscript%3E/diagnosis", 404),
-        ("/api/job/planted/diagnosis?x=1", 400),
         ("/api/compare?a=planted", 400),
         ("/api/compare?a=planted&b=nope", 404),
         ("/api/queries?limit=0", 400),
-        ("/api/queries?sort=x", 400),
+        ("/api/queries?limit=x", 400),
+        ("/api/compare?a=planted&a=x&b=planted", 400),
         ("/api/jobs?query_hash=xyz", 400),
     ] {
         let (got, _, body) = get(&server.url(path)).await;
         assert_eq!(got, status, "{path}: {}", String::from_utf8_lossy(&body));
         let body: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(body["http_code"], status, "{path}");
+    }
+    // One policy for a parameter a route does not take, on every route:
+    // ignored, the answer the same as without it, and the name in a header.
+    for (path, extra) in [
+        ("/api/job/planted/diagnosis", "x=1"),
+        ("/api/queries", "sort=x"),
+        ("/api/job/planted/timeline", "colour=red"),
+        ("/api/compare?a=planted&b=planted", "c=1"),
+    ] {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let answer = |url: String| async move {
+            let r = http_client().get(url).send().await.unwrap();
+            let ignored = r.headers().get("x-ballista-ignored-params").cloned();
+            (r.status().as_u16(), ignored, r.bytes().await.unwrap())
+        };
+        let (status, ignored, body) = answer(server.url(&format!("{path}{sep}{extra}"))).await;
+        let (plain_status, plain_ignored, plain) = answer(server.url(path)).await;
+        assert_eq!((status, plain_status), (200, 200), "{path}");
+        assert_eq!(body, plain, "{path}");
+        let name = extra.split('=').next().unwrap();
+        assert_eq!(ignored.unwrap(), name, "{path}");
+        assert!(plain_ignored.is_none(), "{path}");
     }
 }
 

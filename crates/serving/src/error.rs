@@ -4,7 +4,6 @@
 
 use axum::Json;
 use axum::response::{IntoResponse, Response};
-use bjh_store::query::BadParam;
 use http::{StatusCode, header};
 
 /// An error answered as the scheduler's JSON error body.
@@ -96,12 +95,6 @@ impl IntoResponse for ApiError {
             );
         }
         response
-    }
-}
-
-impl From<BadParam> for ApiError {
-    fn from(e: BadParam) -> Self {
-        ApiError::BadRequest(e.0)
     }
 }
 

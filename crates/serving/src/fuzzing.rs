@@ -4,10 +4,11 @@
 
 #![allow(clippy::disallowed_methods)] // scratch files of the fuzz harness, not the server's
 
+use crate::jobs_params::JobsParams;
+use crate::params::Params;
 use bjh_format::record::payload;
 use bjh_metrics::HistoryMetrics;
 use bjh_pictures::timeline::{self, TimelineParams};
-use bjh_store::query::ListQuery;
 use bjh_store::records::JobHeader;
 use bjh_store::{self, LogStore};
 use std::collections::HashSet;
@@ -43,15 +44,8 @@ pub fn index_log(data: &[u8]) {
         "include_unfinished=true",
         "status=abandoned,running&sort=name",
     ] {
-        let pairs: Vec<(String, String)> = query
-            .split('&')
-            .filter(|p| !p.is_empty())
-            .map(|p| {
-                let (k, v) = p.split_once('=').unwrap_or((p, ""));
-                (k.to_string(), v.to_string())
-            })
-            .collect();
-        let q = ListQuery::parse(&pairs).expect("a valid query");
+        let params = Params::<JobsParams>::parse(query).expect("valid parameters");
+        let q = params.value.query(0).expect("a valid query");
         for row in store.page(&q, None, &HashSet::new()).rows {
             let id = row.facts.job_id().to_string();
             let _ = store.read_payloads(&id, &[payload::JOB, payload::STAGES, payload::CONFIG]);

@@ -7,7 +7,9 @@ use axum::Router;
 use ballista_core::BALLISTA_VERSION;
 use ballista_scheduler::config::SchedulerConfig;
 use http::{HeaderName, HeaderValue};
-use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer};
+/// The CORS policy [`cors`] makes.
+pub use tower_http::cors::CorsLayer;
+use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin};
 use tower_http::set_header::SetResponseHeaderLayer;
 
 /// What every answer of a server with a log directory carries: `nosniff`,

@@ -3,8 +3,9 @@
 //! same [`JobSource`] as every job route and compute with `analysis`.
 
 use crate::error::ApiError;
+use crate::params::{NoParams, Params, check};
 use crate::source::{JobSource, Resource, read_log};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::routing::get;
 use axum::{Json, Router};
 use ballista_api_types::dto::PlanFormat;
@@ -15,11 +16,11 @@ use bjh_store::LogStore;
 use bjh_store::query::JobFacts;
 use bjh_store::records::JobRecords;
 use http::StatusCode;
+use rmcp::schemars;
 use serde::Serialize;
 use std::sync::Arc;
 
 type Source = Arc<dyn JobSource>;
-type Pairs = Query<Vec<(String, String)>>;
 
 /// The most rows `GET /api/queries` answers at once.
 pub const MAX_QUERIES: usize = 10_000;
@@ -34,10 +35,33 @@ pub(crate) fn routes(source: Source, store: Option<Arc<LogStore>>) -> Router {
         .route("/api/queries", get(get_queries).with_state(store))
 }
 
-fn unknown(route: &str, key: &str, accepts: &str) -> ApiError {
-    ApiError::BadRequest(format!(
-        "unknown parameter `{key}`: {route} accepts {accepts}"
-    ))
+/// `GET /api/queries`' parameters (and the MCP tool `recurring_queries`'
+/// arguments).
+#[derive(
+    Debug, Default, serde::Deserialize, serde::Serialize, utoipa::IntoParams, schemars::JsonSchema,
+)]
+#[into_params(parameter_in = Query)]
+pub struct QueriesParams {
+    /// At most this many queries, most recently run first: 1 to 10000
+    /// (default 100).
+    pub limit: Option<usize>,
+    /// Only the runs of these schedulers (comma-separated ids): each query
+    /// grouped over their runs alone.
+    pub scheduler_id: Option<String>,
+}
+
+/// Queries answered unless `limit` says otherwise.
+pub const DEFAULT_QUERIES: usize = 100;
+
+/// `GET /api/compare`'s parameters (and the MCP tool `compare_jobs`'
+/// arguments): two runs.
+#[derive(Debug, serde::Deserialize, serde::Serialize, utoipa::IntoParams, schemars::JsonSchema)]
+#[into_params(parameter_in = Query)]
+pub struct TwoRuns {
+    /// The first run's job id (usually the earlier, good one).
+    pub a: String,
+    /// The second run's job id, compared with `a` (usually the slow one).
+    pub b: String,
 }
 
 /// The diagnosis of a job this source has a log of; `Ok(None)` when it
@@ -75,18 +99,14 @@ pub(crate) async fn diagnosis_of(
     params(("job_id" = String, Path, description = "The job's id")),
     responses(
         (status = 200, description = "What made the job slow or fail, most severe first, with the thresholds in force", body = Diagnosis),
-        (status = 400, description = "A parameter (this route takes none)", body = crate::error::ErrorBody),
         (status = 404, description = "No event log of this job here", body = crate::error::ErrorBody),
     )
 )]
 pub(crate) async fn get_diagnosis(
     State(source): State<Source>,
     Path(job_id): Path<String>,
-    Query(pairs): Pairs,
+    _: Params<NoParams>,
 ) -> Result<Json<Diagnosis>, ApiError> {
-    if let Some((key, _)) = pairs.first() {
-        return Err(unknown("the diagnosis", key, "no parameters"));
-    }
     match diagnosis_of(&*source, &job_id).await? {
         Some(d) => Ok(Json(d)),
         None => Err(ApiError::Missing(format!(
@@ -109,45 +129,26 @@ pub(crate) struct Queries {
     get,
     path = "/api/queries",
     tag = "history",
-    params(
-        ("limit" = Option<usize>, Query, description = "At most this many queries: 1 to 10000 (default 100)"),
-        ("scheduler_id" = Option<String>, Query, description = "Only the runs of these schedulers (comma-separated ids): each query grouped over their runs alone"),
-    ),
+    params(QueriesParams),
     responses(
         (status = 200, description = "Recurring queries (finished runs grouped by query hash), most recently run first, each with its durations and trend", body = Queries),
-        (status = 400, description = "A parameter unknown or a bad value", body = crate::error::ErrorBody),
+        (status = 400, description = "A parameter's bad value", body = crate::error::ErrorBody),
     )
 )]
 pub(crate) async fn get_queries(
     State(store): State<Option<Arc<LogStore>>>,
-    Query(pairs): Pairs,
+    Params { value, .. }: Params<QueriesParams>,
 ) -> Result<Json<Queries>, ApiError> {
-    let mut limit = 100;
-    let mut schedulers: Option<Vec<String>> = None;
-    for (key, value) in &pairs {
-        match key.as_str() {
-            "limit" => {
-                limit = value
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=MAX_QUERIES).contains(n))
-                    .ok_or_else(|| {
-                        ApiError::BadRequest(format!(
-                            "invalid value {value:?} for parameter `limit`: expected an integer \
-                             from 1 to {MAX_QUERIES}"
-                        ))
-                    })?;
-            }
-            "scheduler_id" => schedulers.get_or_insert_with(Vec::new).extend(
-                value
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_string),
-            ),
-            other => return Err(unknown("/api/queries", other, "limit, scheduler_id")),
-        }
-    }
+    let limit = value.limit.unwrap_or(DEFAULT_QUERIES);
+    let takes = "an integer from 1 to 10000";
+    check("limit", limit, (1..=MAX_QUERIES).contains(&limit), takes)?;
+    let schedulers = value.scheduler_id.as_deref().map(|ids| {
+        ids.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect()
+    });
     let mut rows = recurring_queries(store.as_ref(), schedulers).await?;
     let total = rows.len();
     rows.truncate(limit);
@@ -224,38 +225,20 @@ pub(crate) async fn run_view(
     get,
     path = "/api/compare",
     tag = "history",
-    params(
-        ("a" = String, Query, description = "The first run's job id"),
-        ("b" = String, Query, description = "The second run's job id: compared with a"),
-    ),
+    params(TwoRuns),
     responses(
         (status = 200, description = "Run b against run a: job-level deltas, stages matched by plan shape, config and plan differences, new and resolved findings", body = bjh_analysis::compare::Comparison),
-        (status = 400, description = "A parameter missing or unknown", body = crate::error::ErrorBody),
+        (status = 400, description = "A run missing", body = crate::error::ErrorBody),
         (status = 404, description = "No event log of a job here", body = crate::error::ErrorBody),
     )
 )]
 pub(crate) async fn get_compare(
     State(source): State<Source>,
-    Query(pairs): Pairs,
+    Params {
+        value: TwoRuns { a, b },
+        ..
+    }: Params<TwoRuns>,
 ) -> Result<Json<bjh_analysis::compare::Comparison>, ApiError> {
-    let (mut a, mut b) = (None, None);
-    for (key, value) in &pairs {
-        match key.as_str() {
-            "a" => a = Some(value.clone()),
-            "b" => b = Some(value.clone()),
-            other => return Err(unknown("/api/compare", other, "a and b (job ids)")),
-        }
-    }
-    let missing = |p: &str| {
-        ApiError::BadRequest(format!(
-            "missing parameter `{p}`: /api/compare?a=<job id>&b=<job id> compares run b \
-             with run a"
-        ))
-    };
-    let (a, b) = (
-        a.ok_or_else(|| missing("a"))?,
-        b.ok_or_else(|| missing("b"))?,
-    );
     let a = run_view(&*source, &a, "a").await?;
     let b = run_view(&*source, &b, "b").await?;
     // A long plan's diff is work for a blocking thread, not the runtime.

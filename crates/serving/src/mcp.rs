@@ -32,10 +32,11 @@
 //! answer is dropped). Twelve requests for a 42 MB answer hold at most
 //! `MAX_CALLS` times `MAX_ANSWER` (and rmcp's JSON of it), never 500 MB.
 
+use crate::insight::{QueriesParams, TwoRuns};
+use crate::jobs_params::JobsParams;
 use axum::Router;
 use axum::body::Body;
 use bjh_recording::live::job_path;
-use bjh_store::query::LIST_PARAMS;
 use http::{Method, Request, header};
 use http_body_util::BodyExt;
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -64,7 +65,7 @@ pub const CALL_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Jobs `list_jobs` returns when the assistant names no limit: enough to
 /// answer "what ran last night", few enough for an assistant's context.
-pub const DEFAULT_LIST_LIMIT: u32 = 20;
+pub const DEFAULT_LIST_LIMIT: usize = 20;
 
 /// The `/mcp` route over `source`, `store` and `sql`: its tools call the
 /// job routes and SQL in process, without the token check (`/mcp` itself
@@ -107,97 +108,11 @@ pub struct History {
     tool_router: ToolRouter<Self>,
 }
 
-/// `list_jobs`' arguments: `GET /api/jobs`' parameters.
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
-pub struct ListJobs {
-    /// Only jobs in these states: a comma-separated list of queued, running,
-    /// completed, failed, cancelled, abandoned.
-    pub status: Option<String>,
-    /// Only jobs whose name contains this text (case-insensitive).
-    pub name: Option<String>,
-    /// Only jobs started at or after this time: epoch milliseconds or RFC 3339
-    /// (e.g. 2026-12-03T00:00:00Z).
-    pub started_after: Option<String>,
-    /// Only jobs started at or before this time: epoch milliseconds or RFC 3339.
-    pub started_before: Option<String>,
-    /// Only jobs ended at or after this time: epoch milliseconds or RFC 3339.
-    pub ended_after: Option<String>,
-    /// Only jobs ended at or before this time: epoch milliseconds or RFC 3339.
-    pub ended_before: Option<String>,
-    /// Only jobs that ran at least this many milliseconds.
-    pub min_duration_ms: Option<u64>,
-    /// Only runs of one recurring query: its 16 hex digits, as
-    /// `recurring_queries` gives them.
-    pub query_hash: Option<String>,
-    /// Sort key: queued_time (the default), start_time, end_time, duration or name.
-    pub sort: Option<String>,
-    /// asc or desc (default: newest and longest first, names A to Z).
-    pub order: Option<String>,
-    /// At most this many jobs (default 20, at most 100000).
-    pub limit: Option<u32>,
-    /// The next page: the job id the previous answer said to continue after.
-    pub after: Option<String>,
-    /// Also list logs of jobs that never finished (a crashed or stopped scheduler's).
-    pub include_unfinished: Option<bool>,
-}
-
-impl ListJobs {
-    /// The query string `GET /api/jobs` takes for these arguments.
-    pub fn query(&self) -> String {
-        let mut q = url::form_urlencoded::Serializer::new(String::new());
-        let mut put = |key: &str, value: Option<String>| {
-            debug_assert!(LIST_PARAMS.iter().any(|p| p.name == key), "{key}");
-            if let Some(v) = value {
-                q.append_pair(key, &v);
-            }
-        };
-        put("status", self.status.clone());
-        put("name", self.name.clone());
-        put("started_after", self.started_after.clone());
-        put("started_before", self.started_before.clone());
-        put("ended_after", self.ended_after.clone());
-        put("ended_before", self.ended_before.clone());
-        put(
-            "min_duration_ms",
-            self.min_duration_ms.map(|n| n.to_string()),
-        );
-        put("query_hash", self.query_hash.clone());
-        put("sort", self.sort.clone());
-        put("order", self.order.clone());
-        put(
-            "limit",
-            Some(self.limit.unwrap_or(DEFAULT_LIST_LIMIT).to_string()),
-        );
-        put("after", self.after.clone());
-        put(
-            "include_unfinished",
-            self.include_unfinished.map(|b| b.to_string()),
-        );
-        q.finish()
-    }
-}
-
 /// One job, by id.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct JobId {
     /// The job's id, as `list_jobs` gives it (e.g. 038HWK7HR8000).
     pub job_id: String,
-}
-
-/// Two runs to compare.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
-pub struct TwoJobs {
-    /// The first run's job id (usually the earlier, good one).
-    pub a: String,
-    /// The second run's job id, compared with `a` (usually the slow one).
-    pub b: String,
-}
-
-/// How many recurring queries.
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
-pub struct QueriesLimit {
-    /// At most this many queries, most recently run first (default 100, at most 10000).
-    pub limit: Option<u32>,
 }
 
 /// One SQL query.
@@ -223,8 +138,9 @@ impl History {
         description = "List the cluster's jobs, newest first: id, name, status, stages, start and end times (epoch ms). Filter by status (e.g. failed), name, time range, minimum duration or query_hash; page with limit and after. Start here to find the job a question is about.",
         annotations(read_only_hint = true, open_world_hint = false)
     )]
-    async fn list_jobs(&self, Parameters(args): Parameters<ListJobs>) -> Answer {
-        let path = format!("/api/jobs?{}", args.query());
+    async fn list_jobs(&self, Parameters(mut args): Parameters<JobsParams>) -> Answer {
+        args.limit.get_or_insert(DEFAULT_LIST_LIMIT);
+        let path = format!("/api/jobs?{}", query_string(&args));
         self.call(Method::GET, &path, None).await
     }
 
@@ -258,11 +174,8 @@ impl History {
         description = "Compare two runs (usually of the same recurring query): what changed between a and b: duration and other totals, stage by stage, configuration, a diff of the plans, and whether b regressed. Use it for 'why was tonight's run slower than yesterday's?'.",
         annotations(read_only_hint = true, open_world_hint = false)
     )]
-    async fn compare_jobs(&self, Parameters(TwoJobs { a, b }): Parameters<TwoJobs>) -> Answer {
-        let query = url::form_urlencoded::Serializer::new(String::new())
-            .append_pair("a", &a)
-            .append_pair("b", &b)
-            .finish();
+    async fn compare_jobs(&self, Parameters(runs): Parameters<TwoRuns>) -> Answer {
+        let query = query_string(&runs);
         self.call(Method::GET, &format!("/api/compare?{query}"), None)
             .await
     }
@@ -271,11 +184,8 @@ impl History {
         description = "Recurring queries: finished jobs grouped by the hash of their logical plan, most recently run first, each with its runs, median and last duration, trend and whether the last run regressed. Use it to find regressions and a query's earlier runs (then list_jobs with query_hash).",
         annotations(read_only_hint = true, open_world_hint = false)
     )]
-    async fn recurring_queries(&self, Parameters(args): Parameters<QueriesLimit>) -> Answer {
-        let path = match args.limit {
-            Some(n) => format!("/api/queries?limit={n}"),
-            None => "/api/queries".to_string(),
-        };
+    async fn recurring_queries(&self, Parameters(args): Parameters<QueriesParams>) -> Answer {
+        let path = format!("/api/queries?{}", query_string(&args));
         self.call(Method::GET, &path, None).await
     }
 
@@ -290,6 +200,12 @@ impl History {
 }
 
 pub type Answer = Result<CallToolResult, ErrorData>;
+
+/// A tool's arguments as the query string of the route they are the
+/// parameters of (the same struct on both sides).
+fn query_string(args: &impl serde::Serialize) -> String {
+    serde_html_form::to_string(args).unwrap_or_default()
+}
 
 impl History {
     /// The route's answer to `method path` (with a JSON `body`): its body as
@@ -381,12 +297,14 @@ mod tests {
 
     #[test]
     fn list_arguments_are_the_routes_parameters() {
-        let q = ListJobs {
+        let args = JobsParams {
             status: Some("failed,cancelled".into()),
             min_duration_ms: Some(5),
+            sort: Some(crate::jobs_params::SortKey::EndTime),
+            name: Some("a&b c".into()),
             ..Default::default()
-        }
-        .query();
+        };
+        let q = query_string(&args);
         let pairs: Vec<(String, String)> = url::form_urlencoded::parse(q.as_bytes())
             .into_owned()
             .collect();
@@ -394,9 +312,19 @@ mod tests {
             pairs,
             [
                 ("status".to_string(), "failed,cancelled".to_string()),
+                ("name".into(), "a&b c".into()),
                 ("min_duration_ms".into(), "5".into()),
-                ("limit".into(), DEFAULT_LIST_LIMIT.to_string()),
+                ("sort".into(), "end_time".into()),
             ]
         );
+        // What the route parses from it is what the tool was given.
+        let parsed = crate::params::Params::<JobsParams>::parse(&q).unwrap();
+        assert!(parsed.ignored.is_empty());
+        assert_eq!(format!("{:?}", parsed.value), format!("{args:?}"));
+        let runs = TwoRuns {
+            a: "x/y".into(),
+            b: "z".into(),
+        };
+        assert_eq!(query_string(&runs), "a=x%2Fy&b=z");
     }
 }

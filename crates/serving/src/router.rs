@@ -10,9 +10,11 @@
 
 use crate::error::ApiError;
 use crate::job_metrics::JobGauges;
+use crate::jobs_params::JobsParams;
+use crate::params::Params;
 use crate::source::{JSON, JobSource, Resource, read_log};
 use crate::timeline::{self, TimelineRequest};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -23,11 +25,13 @@ use bjh_store::query::{Facts, ListQuery};
 use http::{StatusCode, header};
 use std::sync::Arc;
 
-/// The `?plan_format=` parameter, parsed exactly as the scheduler parses it
-/// so that an unknown value gets the same 400.
-#[derive(Debug, serde::Deserialize, Default)]
+/// The `?plan_format=` parameter of a job and its stages.
+#[derive(Debug, serde::Deserialize, Default, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct FormatParams {
-    /// The plan format.
+    /// How plans are rendered: default (text), tree or metrics (with each
+    /// operator's metrics).
+    #[param(value_type = Option<String>)]
     pub plan_format: Option<PlanFormat>,
 }
 
@@ -58,17 +62,13 @@ pub(crate) const TOTAL_COUNT_HEADER: &str = "x-total-count";
 /// Header with the cursor of the next page (`after=` its value), present
 /// when more jobs follow.
 pub(crate) const NEXT_AFTER_HEADER: &str = "x-next-after";
-/// Header naming the `GET /api/jobs` parameters that were ignored because
-/// this server does not know them (an old client's, or a misspelt one).
-pub(crate) const IGNORED_PARAMS_HEADER: &str = "x-ballista-ignored-params";
-
-type Pairs = Query<Vec<(String, String)>>;
 
 /// `GET /api/jobs`: upstream's list, filtered, sorted and paged.
 #[utoipa::path(
     get,
     path = "/api/jobs",
     tag = "jobs",
+    params(JobsParams),
     responses(
         (status = 200, description = "The jobs, newest first unless sorted otherwise", body = Vec<ballista_api_types::dto::JobResponse>,
             headers(
@@ -82,9 +82,9 @@ type Pairs = Query<Vec<(String, String)>>;
 )]
 pub(crate) async fn list_jobs(
     State(source): State<Source>,
-    Query(pairs): Pairs,
+    Params { value, .. }: Params<JobsParams>,
 ) -> Result<Response, ApiError> {
-    let query = ListQuery::parse(&pairs)?;
+    let query = value.query(bjh_format::now_millis())?;
     let cursor = cursor_facts(&*source, &query).await?;
     let page = source.list(&query, cursor.as_ref()).await?;
     let mut body =
@@ -105,11 +105,6 @@ pub(crate) async fn list_jobs(
         && let Ok(value) = http::HeaderValue::from_str(last.facts.job_id())
     {
         headers.insert(NEXT_AFTER_HEADER, value);
-    }
-    if !query.ignored.is_empty()
-        && let Ok(value) = http::HeaderValue::from_str(&query.ignored.join(","))
-    {
-        headers.insert(IGNORED_PARAMS_HEADER, value);
     }
     Ok(response)
 }
@@ -144,22 +139,20 @@ pub(crate) async fn cursor_facts(
     tag = "history",
     params(
         ("job_id" = String, Path, description = "The job's id"),
-        ("limit" = Option<usize>, Query, description = "Tasks per page: 1 to 100000 (default 1000)"),
-        ("offset" = Option<usize>, Query, description = "Tasks skipped (default 0)"),
+        crate::timeline::Paging,
     ),
     responses(
         (status = 200, description = "Every stage and a page of task attempts, in the order they finished", body = bjh_pictures::timeline::Timeline),
-        (status = 400, description = "A parameter this route does not take, or a bad value", body = crate::error::ErrorBody),
+        (status = 400, description = "A parameter's bad value", body = crate::error::ErrorBody),
         (status = 404, description = "No such job here", body = crate::error::ErrorBody),
     )
 )]
 pub(crate) async fn get_timeline(
     State(source): State<Source>,
     Path(job_id): Path<String>,
-    Query(pairs): Pairs,
+    Params { value, .. }: Params<crate::timeline::Paging>,
 ) -> Result<Response, ApiError> {
-    let params = crate::timeline::parse_params(&pairs)?;
-    let request = TimelineRequest::Json(params);
+    let request = TimelineRequest::Json(value.params()?);
     found(timeline::answer(&*source, &job_id, request).await?)
 }
 
@@ -279,9 +272,9 @@ async fn answer(source: &Source, job_id: &str, resource: Resource) -> Result<Res
 async fn get_formatted<const STAGES: bool>(
     State(source): State<Source>,
     Path(job_id): Path<String>,
-    Query(params): Query<FormatParams>,
+    Params { value, .. }: Params<FormatParams>,
 ) -> Result<Response, ApiError> {
-    let format = params.plan_format.unwrap_or_default();
+    let format = value.plan_format.unwrap_or_default();
     let resource = match STAGES {
         true => Resource::Stages(format),
         false => Resource::Job(format),

@@ -3,6 +3,7 @@
 //! picture) is `bjh_pictures::timeline`'s.
 
 use crate::error::ApiError;
+use crate::params::check;
 use crate::source::{JSON, JobSource, SVG, read_log};
 use bjh_pictures::timeline::{MAX_LIMIT, TimelineParams, read_timeline, render_svg};
 use bjh_recording::live::HttpAnswer;
@@ -35,36 +36,26 @@ pub(crate) async fn answer(
     Ok(Some(reply.logged()))
 }
 
-/// Parses the timeline's query pairs; anything else is a 400 naming it.
-pub(crate) fn parse_params(pairs: &[(String, String)]) -> Result<TimelineParams, ApiError> {
-    {
+/// `GET /api/job/{id}/timeline`'s parameters.
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct Paging {
+    /// Tasks per page: 1 to 100000 (default 1000).
+    pub limit: Option<usize>,
+    /// Tasks skipped (default 0).
+    pub offset: Option<usize>,
+}
+
+impl Paging {
+    /// The page asked for; a limit out of range is a 400 naming it.
+    pub fn params(&self) -> Result<TimelineParams, ApiError> {
         let mut p = TimelineParams::default();
-        for (key, value) in pairs {
-            let number = || {
-                value.parse::<usize>().map_err(|_| {
-                    ApiError::BadRequest(format!(
-                        "invalid value {value:?} for parameter `{key}`: expected a non-negative integer"
-                    ))
-                })
-            };
-            match key.as_str() {
-                "limit" => {
-                    p.limit = number()?;
-                    if p.limit == 0 || p.limit > MAX_LIMIT {
-                        return Err(ApiError::BadRequest(format!(
-                            "invalid value {value:?} for parameter `limit`: expected an integer \
-                             from 1 to {MAX_LIMIT}"
-                        )));
-                    }
-                }
-                "offset" => p.offset = number()?,
-                other => {
-                    return Err(ApiError::BadRequest(format!(
-                        "unknown parameter `{other}`: the timeline accepts limit and offset"
-                    )));
-                }
-            }
+        if let Some(limit) = self.limit {
+            let takes = "an integer from 1 to 100000";
+            check("limit", limit, (1..=MAX_LIMIT).contains(&limit), takes)?;
+            p.limit = limit;
         }
+        p.offset = self.offset.unwrap_or(p.offset);
         Ok(p)
     }
 }

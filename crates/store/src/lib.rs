@@ -759,14 +759,6 @@ mod tests {
         }
         let s = store(dir.path());
         s.rescan();
-        let pairs = |q: &str| -> Vec<(String, String)> {
-            q.split('&')
-                .map(|p| {
-                    let (k, v) = p.split_once('=').unwrap();
-                    (k.into(), v.into())
-                })
-                .collect()
-        };
         let ids = |p: &Page| -> Vec<String> {
             p.rows
                 .iter()
@@ -775,8 +767,19 @@ mod tests {
         };
         let none = HashSet::new();
         // `min_duration_ms=0` filters nothing but forces the full pass.
-        let fast = ListQuery::parse(&pairs("limit=7&offset=3")).unwrap();
-        let slow = ListQuery::parse(&pairs("limit=7&offset=3&min_duration_ms=0")).unwrap();
+        let limit = |n| ListQuery {
+            limit: Some(n),
+            ..ListQuery::default()
+        };
+        let full_pass = |q: &ListQuery| ListQuery {
+            min_duration_ms: Some(0),
+            ..q.clone()
+        };
+        let fast = ListQuery {
+            offset: 3,
+            ..limit(7)
+        };
+        let slow = full_pass(&fast);
         assert!(fast.filters_nothing() && !slow.filters_nothing());
         let cursor = s.facts("j101").unwrap();
         for c in [None, Some(&cursor)] {
@@ -788,28 +791,29 @@ mod tests {
         // Filtered by state only, and walking back: the ordered walk and
         // the tallies against the full pass.
         let everything = ids(&s.page(&ListQuery::default(), None, &none));
-        for (fast, slow) in [
-            (
-                "limit=5&status=failed",
-                "limit=5&status=failed&min_duration_ms=0",
-            ),
-            (
-                "limit=5&status=completed,failed",
-                "limit=5&status=completed,failed&min_duration_ms=0",
-            ),
-            (
-                "limit=7&before=j101",
-                "limit=7&before=j101&min_duration_ms=0",
-            ),
-            (
-                "limit=4&status=failed&before=j102",
-                "limit=4&status=failed&before=j102&min_duration_ms=0",
-            ),
+        let failed = Some(vec![JobState::Failed]);
+        let before = |id: &str| Some(id.to_string());
+        for fq in [
+            ListQuery {
+                states: failed.clone(),
+                ..limit(5)
+            },
+            ListQuery {
+                states: Some(vec![JobState::Completed, JobState::Failed]),
+                ..limit(5)
+            },
+            ListQuery {
+                before: before("j101"),
+                ..limit(7)
+            },
+            ListQuery {
+                states: failed.clone(),
+                before: before("j102"),
+                ..limit(4)
+            },
         ] {
-            let (fq, sq) = (
-                ListQuery::parse(&pairs(fast)).unwrap(),
-                ListQuery::parse(&pairs(slow)).unwrap(),
-            );
+            let sq = full_pass(&fq);
+            let fast = format!("{fq:?}");
             let c = fq.cursor_id().map(|id| s.facts(id).unwrap());
             let (a, b) = (
                 s.page(&fq, c.as_ref(), &none),
@@ -820,11 +824,17 @@ mod tests {
         }
         // `before` is the page just above the cursor in the whole list.
         let at = everything.iter().position(|id| id == "j101").unwrap();
-        let back = ListQuery::parse(&pairs("limit=7&before=j101")).unwrap();
+        let back = ListQuery {
+            before: before("j101"),
+            ..limit(7)
+        };
         let page = s.page(&back, s.facts("j101").as_ref(), &none);
         assert_eq!(ids(&page), everything[at - 7..at]);
         let failed = s.page(
-            &ListQuery::parse(&pairs("status=failed")).unwrap(),
+            &ListQuery {
+                states: failed,
+                ..ListQuery::default()
+            },
             None,
             &none,
         );

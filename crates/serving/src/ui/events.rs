@@ -27,9 +27,10 @@
 //! like every page, outside the CORS layer.
 
 use crate::clients::{Client, Refused, Share, Shares};
+use crate::params::Params;
 use crate::source::JobSource;
 use crate::ui::Ui;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use bjh_store::query::{JobFacts, ListQuery};
@@ -164,8 +165,11 @@ impl EventHub {
     }
 }
 
-#[derive(serde::Deserialize, Default)]
+/// What a stream watches: one job, or (without) the list.
+#[derive(serde::Deserialize, Default, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct Watch {
+    /// The job watched; without, the list.
     job_id: Option<String>,
 }
 
@@ -173,7 +177,7 @@ pub struct Watch {
 pub async fn events(
     State(ui): State<Ui>,
     extensions: Extensions,
-    Query(watch): Query<Watch>,
+    Params { value: watch, .. }: Params<Watch>,
 ) -> Response {
     let hub = ui.hub.clone();
     let share = match hub.streams.take(Client::of_request(&extensions)) {

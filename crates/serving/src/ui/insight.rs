@@ -2,10 +2,13 @@
 //! comparison of two runs (`/ui/compare?a=&b=`), the same numbers as
 //! `GET /api/queries` and `GET /api/compare`.
 
+use crate::error::ApiError;
+use crate::insight::TwoRuns;
 use crate::insight::{recurring_queries, run_view};
+use crate::params::Params;
 use crate::ui::page::{self, Nav, duration, exact, job_href, query_string};
 use crate::ui::{Ui, api_error, error, html_response};
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::Response;
 use bjh_analysis::compare::{Comparison, Side, compare};
 use http::StatusCode;
@@ -96,15 +99,13 @@ pub async fn queries_page(State(ui): State<Ui>) -> Response {
 /// `GET /ui/compare?a=&b=`.
 pub async fn compare_page(
     State(ui): State<Ui>,
-    Query(pairs): Query<Vec<(String, String)>>,
+    params: Result<Params<TwoRuns>, ApiError>,
 ) -> Response {
-    let get = |k: &str| {
-        pairs
-            .iter()
-            .find(|(key, _)| key == k)
-            .map(|(_, v)| v.clone())
-    };
-    let (Some(a), Some(b)) = (get("a"), get("b")) else {
+    let Ok(Params {
+        value: TwoRuns { a, b },
+        ..
+    }) = params
+    else {
         return error(
             &ui,
             StatusCode::BAD_REQUEST,

@@ -9,10 +9,11 @@
 //! once per page; the plans, config and DOT are the stored responses.
 
 use crate::error::ApiError;
+use crate::params::{Params, check};
 use crate::source::{Resource, read_log};
 use crate::ui::page::{self, Nav, count, duration, duration_ns, job_href, query_string, segment};
 use crate::ui::{Ui, api_error, error, html_response};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::response::Response;
 use ballista_api_types::dto::PlanFormat;
 use bjh_analysis::diagnosis::{Diagnosis, Thresholds, diagnose, operator_memory};
@@ -28,7 +29,18 @@ use maud::{Markup, html};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 
-pub type Pairs = Query<Vec<(String, String)>>;
+/// The job page's parameters.
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct TabParams {
+    /// The tab: overview (the default), profile, plans, config or
+    /// diagnosis.
+    pub tab: Option<String>,
+    /// The plans' format: text (the default), tree or metrics.
+    pub format: Option<String>,
+    /// The config tab's filter: keys or values containing this text.
+    pub q: Option<String>,
+}
 
 /// What the job page shows of `GET /api/job/{id}`.
 #[derive(Deserialize, Default)]
@@ -548,42 +560,25 @@ pub struct JobTab {
 }
 
 impl JobTab {
-    /// The view asked for; a bad value is the 400's message.
-    pub fn parse(pairs: &[(String, String)]) -> Result<Self, String> {
-        let mut view = JobTab {
-            tab: "overview",
-            format: PlanFormat::Default,
-            filter: String::new(),
+    /// The view `p` asks for; a bad value is the 400.
+    pub fn new(p: &TabParams) -> Result<Self, ApiError> {
+        let tab = p.tab.as_deref().unwrap_or("overview");
+        let known = TABS.iter().find(|t| t.0 == tab);
+        let takes = "overview, profile, plans, config or diagnosis";
+        check("tab", tab, known.is_some(), takes)?;
+        let asked = p.format.as_deref().unwrap_or_default();
+        let format = match asked {
+            "text" | "" => Some(PlanFormat::Default),
+            "tree" => Some(PlanFormat::Tree),
+            "metrics" => Some(PlanFormat::Metrics),
+            _ => None,
         };
-        for (k, v) in pairs {
-            match k.as_str() {
-                "tab" => {
-                    let Some(t) = TABS.iter().find(|t| t.0 == v) else {
-                        return Err(format!(
-                            "invalid value {v:?} for parameter `tab`: expected overview, profile, \
-                             plans, config or diagnosis"
-                        ));
-                    };
-                    view.tab = t.0;
-                }
-                "format" => {
-                    view.format = match v.as_str() {
-                        "text" | "" => PlanFormat::Default,
-                        "tree" => PlanFormat::Tree,
-                        "metrics" => PlanFormat::Metrics,
-                        _ => {
-                            return Err(format!(
-                                "invalid value {v:?} for parameter `format`: expected text, tree \
-                                 or metrics"
-                            ));
-                        }
-                    }
-                }
-                "q" => view.filter = v.to_lowercase(),
-                _ => {}
-            }
-        }
-        Ok(view)
+        check("format", asked, format.is_some(), "text, tree or metrics")?;
+        Ok(JobTab {
+            tab: known.map_or("overview", |t| t.0),
+            format: format.unwrap_or(PlanFormat::Default),
+            filter: p.q.as_deref().unwrap_or_default().to_lowercase(),
+        })
     }
 }
 
@@ -591,15 +586,15 @@ impl JobTab {
 pub async fn page(
     State(ui): State<Ui>,
     Path(job_id): Path<String>,
-    Query(pairs): Pairs,
+    params: Result<Params<TabParams>, ApiError>,
 ) -> Response {
     let JobTab {
         tab,
         format,
         filter,
-    } = match JobTab::parse(&pairs) {
+    } = match params.and_then(|p| JobTab::new(&p.value)) {
         Ok(view) => view,
-        Err(why) => return error(&ui, StatusCode::BAD_REQUEST, &why),
+        Err(e) => return api_error(&ui, e),
     };
     let facts = match ui.source.facts(&job_id).await {
         Ok(Some(f)) => f,

@@ -1,16 +1,20 @@
 //! The jobs page (`/`): counts per status, filters, the table, and paging
-//! by cursor, all as URL parameters. The parameters are those of
-//! `GET /api/jobs` (so a filtered list's URL names the same jobs in both),
-//! plus `range` (`1h`, `24h`, `7d`: started within that long).
+//! by cursor, all as URL parameters. The parameters are `GET /api/jobs`'
+//! own ([`JobsParams`], parsed by the same extractor), so a filtered
+//! list's URL names the same jobs in both; the filter form has a control
+//! for each of them (a hidden one for those it does not show).
 //!
 //! **Invariant:** a page reads one page of the source, never the list: the
 //! counts come from the store's running tallies, so the page costs the
 //! same at a million jobs as at ten.
 
+use crate::error::ApiError;
+use crate::jobs_params::{JobsParams, RANGES};
+use crate::params::{Params, described};
 use crate::router::cursor_facts;
 use crate::ui::page::{self, Nav, count, duration, exact, job_href, query_string};
-use crate::ui::{Ui, api_error, error, html_response};
-use axum::extract::{Query, State};
+use crate::ui::{Ui, api_error, html_response};
+use axum::extract::State;
 use axum::response::Response;
 use bjh_format::JobState;
 use bjh_store::query::{ListQuery, Order, Page, Row, Sort};
@@ -19,13 +23,6 @@ use maud::{Markup, html};
 
 /// Rows per page unless `limit` says otherwise.
 pub const PAGE_ROWS: usize = 50;
-
-/// The presets of `range`.
-pub const RANGES: &[(&str, &str, u64)] = &[
-    ("1h", "Last hour", 3_600_000),
-    ("24h", "Last 24 hours", 86_400_000),
-    ("7d", "Last 7 days", 7 * 86_400_000),
-];
 
 /// The list entry fields the table shows beyond the facts.
 #[derive(serde::Deserialize, Default)]
@@ -59,53 +56,45 @@ pub fn with<'a>(
     out
 }
 
-/// The page's view: the query string without empty fields, the list query
-/// it makes, and the `range` preset.
+/// The page's view: its parameters (without empty fields, as link
+/// pairs), the list query they make, the `range` preset and the names
+/// ignored.
 pub struct View {
     pairs: Vec<(String, String)>,
     query: ListQuery,
     range: Option<&'static str>,
+    ignored: Vec<String>,
 }
 
 impl View {
-    /// The view asked for; a bad value is the 400's message.
-    pub fn parse(pairs: Vec<(String, String)>) -> Result<Self, String> {
-        // A form sends empty fields; they mean "no filter".
-        let pairs: Vec<(String, String)> =
-            pairs.into_iter().filter(|(_, v)| !v.is_empty()).collect();
-        let mut range = None;
-        for (_, v) in pairs.iter().filter(|(k, _)| k == "range") {
-            let Some(r) = RANGES.iter().find(|r| r.0 == v) else {
-                return Err(format!(
-                    "invalid value {v:?} for parameter `range`: expected 1h, 24h or 7d"
-                ));
-            };
-            range = Some(*r);
-        }
-        let api_pairs: Vec<_> = pairs
-            .iter()
-            .filter(|(k, _)| k != "range")
-            .cloned()
-            .collect();
-        let mut query = ListQuery::parse(&api_pairs).map_err(|e| e.0)?;
-        if let Some((_, _, span)) = range {
-            let since = bjh_format::now_millis().saturating_sub(span);
-            query.started_after = Some(query.started_after.map_or(since, |a| a.max(since)));
-        }
+    /// The view `params` ask for; a bad value is the 400.
+    pub fn new(params: Params<JobsParams>) -> Result<Self, ApiError> {
+        let Params { value, ignored } = params;
+        let mut query = value.query(bjh_format::now_millis())?;
         query.limit.get_or_insert(PAGE_ROWS);
+        let range = value.range.as_deref();
+        let range = RANGES.iter().find(|r| Some(r.0) == range).map(|r| r.0);
+        // The same struct the route parsed, written back as the page's
+        // links keep it: a form's empty fields dropped.
+        let written = serde_html_form::to_string(&value).unwrap_or_default();
+        let pairs = url::form_urlencoded::parse(written.as_bytes())
+            .into_owned()
+            .filter(|(_, v)| !v.is_empty())
+            .collect();
         Ok(View {
             pairs,
             query,
-            range: range.map(|r| r.0),
+            range,
+            ignored,
         })
     }
 }
 
 /// `GET /`.
-pub async fn page(State(ui): State<Ui>, Query(pairs): Query<Vec<(String, String)>>) -> Response {
-    let view = match View::parse(pairs) {
+pub async fn page(State(ui): State<Ui>, params: Result<Params<JobsParams>, ApiError>) -> Response {
+    let view = match params.and_then(View::new) {
         Ok(view) => view,
-        Err(why) => return error(&ui, StatusCode::BAD_REQUEST, &why),
+        Err(e) => return api_error(&ui, e),
     };
     let query = &view.query;
     let cursor = match cursor_facts(&*ui.source, query).await {
@@ -139,8 +128,8 @@ pub fn render(view: &View, page: &Page, counts: &[usize; 6], refresh: bool) -> M
         h1 { "Jobs" }
         (status_counts(query, &kept, counts))
         (filters(&view.pairs, query, view.range))
-        @if !query.ignored.is_empty() {
-            p.notice { "Ignored unknown parameters: " (query.ignored.join(", ")) }
+        @if !view.ignored.is_empty() {
+            p.notice { "Ignored unknown parameters: " (view.ignored.join(", ")) }
         }
         @if refresh {
             p.notice.live role="status" { "Jobs are running: this list refreshes as they change." }
@@ -309,6 +298,32 @@ pub fn bar_step(d: u64, longest: u64) -> u64 {
     (d.saturating_mul(20) / longest.max(1)).min(20)
 }
 
+/// The list's parameters the filter form shows a control for. The others
+/// it keeps as hidden fields, but for the cursor (`after`, `before`,
+/// `offset`): new filters start at the first page.
+pub const SHOWN: &[&str] = &[
+    "status",
+    "name",
+    "range",
+    "started_after",
+    "started_before",
+    "min_duration_ms",
+    "scheduler_id",
+    "include_unfinished",
+];
+
+/// The parameters the form keeps hidden: every one of the list's that it
+/// neither shows nor drops.
+pub fn hidden() -> Vec<String> {
+    described::<JobsParams>()
+        .into_iter()
+        .map(|p| p.name)
+        .filter(|n| {
+            !SHOWN.contains(&n.as_str()) && !matches!(n.as_str(), "after" | "before" | "offset")
+        })
+        .collect()
+}
+
 /// The filter row: a plain GET form, so it works without scripts and its
 /// result is a URL.
 pub fn filters(pairs: &[(String, String)], query: &ListQuery, range: Option<&str>) -> Markup {
@@ -360,14 +375,39 @@ pub fn filters(pairs: &[(String, String)], query: &ListQuery, range: Option<&str
                 input type="checkbox" name="include_unfinished" value="true" checked[query.include_unfinished];
                 " Unfinished (running, abandoned) logs"
             }
-            @for key in ["sort", "order", "limit", "query_hash"] {
-                @if !value(key).is_empty() {
-                    input type="hidden" name=(key) value=(value(key));
+            @for key in hidden() {
+                @if !value(&key).is_empty() {
+                    input type="hidden" name=(key) value=(value(&key));
                 }
             }
             button type="submit" { "Apply" }
             " "
             a href="/" { "Reset" }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The filter form keeps every list parameter a filtered URL can
+    /// carry, shown or hidden: what the API description lists (the
+    /// struct's own description, not a list kept here) but the cursor.
+    #[test]
+    fn the_filter_form_has_a_control_for_every_list_parameter() {
+        let names: Vec<String> = described::<JobsParams>()
+            .into_iter()
+            .map(|p| p.name)
+            .collect();
+        assert!(names.len() > 15, "{names:?}");
+        let pairs: Vec<(String, String)> =
+            names.iter().map(|n| (n.clone(), "v".to_string())).collect();
+        let form = filters(&pairs, &ListQuery::default(), None).into_string();
+        for name in &names {
+            let kept = form.contains(&format!("name=\"{name}\""));
+            let cursor = matches!(name.as_str(), "after" | "before" | "offset");
+            assert_eq!(kept, !cursor, "{name}: {form}");
         }
     }
 }

@@ -36,9 +36,10 @@ pub(crate) mod sql;
 pub(crate) mod stage;
 
 use crate::auth::ApiToken;
+use crate::params::Params;
 use crate::source::JobSource;
 use axum::Router;
-use axum::extract::{Form, Query, State};
+use axum::extract::{Form, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use bjh_store::LogStore;
@@ -175,8 +176,11 @@ pub async fn asset(axum::extract::Path(name): axum::extract::Path<String>) -> Re
     }
 }
 
-#[derive(serde::Deserialize, Default)]
+/// Where the sign-in page sends the browser on.
+#[derive(serde::Deserialize, Default, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct Next {
+    /// A path of this server (else the list).
     #[serde(default)]
     next: String,
 }
@@ -218,7 +222,10 @@ pub fn login_form(ui: &Ui, next: &str, alert: Option<&str>) -> Markup {
     )
 }
 
-pub async fn login_page(State(ui): State<Ui>, Query(next): Query<Next>) -> Response {
+pub async fn login_page(
+    State(ui): State<Ui>,
+    Params { value: next, .. }: Params<Next>,
+) -> Response {
     if ui.token.is_none() {
         return Redirect::to(local(&next.next)).into_response();
     }

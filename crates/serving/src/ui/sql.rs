@@ -12,10 +12,11 @@
 //! followed from elsewhere opens the page with the query in the editor,
 //! not run; an embed from elsewhere is refused.
 
+use crate::params::Params;
 use crate::ui::page::{self, Nav, query_string};
 use crate::ui::{Ui, api_error, error, html_response};
 use axum::body::Body;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::Response;
 use bjh_sql::SqlEngine;
 use bjh_sql::worker::Format;
@@ -59,8 +60,11 @@ pub fn examples() -> Vec<(String, String)> {
     out
 }
 
-#[derive(serde::Deserialize, Default)]
-pub struct Params {
+/// The SQL pages' parameters.
+#[derive(serde::Deserialize, Default, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SqlParams {
+    /// The query.
     #[serde(default)]
     q: String,
 }
@@ -79,7 +83,7 @@ pub fn form(q: &str) -> Markup {
 pub async fn page(
     State(ui): State<Ui>,
     headers: HeaderMap,
-    Query(p): Query<Params>,
+    Params { value: p, .. }: Params<SqlParams>,
 ) -> Result<Response, Response> {
     let engine = served(&ui)?;
     let q = p.q.trim().to_string();
@@ -169,7 +173,7 @@ pub fn table(a: &bjh_sql::RowsAnswer) -> Markup {
 /// worker.
 pub async fn csv(
     State(ui): State<Ui>,
-    Query(p): Query<Params>,
+    Params { value: p, .. }: Params<SqlParams>,
     headers: HeaderMap,
 ) -> Result<Response, Response> {
     let engine = served(&ui)?;

@@ -3,11 +3,14 @@
 //! stored DOT, its plan with metrics, and its task attempts, sortable and
 //! paged, failed ones with their reasons.
 
+use crate::error::ApiError;
+use crate::jobs_params::Direction;
+use crate::params::{Params, check};
 use crate::source::Resource;
 use crate::ui::job::{StageStats, body, operator_graph, records, stage_stats, stored_stages};
 use crate::ui::page::{self, Nav, count, duration, duration_ns, job_href, query_string};
 use crate::ui::{Ui, api_error, error, html_response};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::response::Response;
 use ballista_api_types::dto::PlanFormat;
 use bjh_format::stages::StageAnswer;
@@ -16,7 +19,19 @@ use bjh_store::records::Task;
 use http::StatusCode;
 use maud::{Markup, html};
 
-pub type Pairs = Query<Vec<(String, String)>>;
+/// The stage page's parameters: how its task table is sorted and paged.
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct TaskParams {
+    /// Sort key: finish (the default), duration, start, rows_in, rows_out,
+    /// compute, executor or status.
+    pub sort: Option<String>,
+    /// asc (the default) or desc.
+    #[param(value_type = Option<String>)]
+    pub order: Option<Direction>,
+    /// The page, from 1.
+    pub page: Option<usize>,
+}
 
 /// Task table sort keys.
 pub const TASK_SORTS: &[&str] = &[
@@ -34,38 +49,23 @@ pub struct TaskView {
 }
 
 impl TaskView {
-    /// The view asked for; a bad value is the 400's message.
-    pub fn parse(pairs: &[(String, String)]) -> Result<Self, String> {
-        let bad = |param: &str, v: &str, accepts: &str| {
-            format!("invalid value {v:?} for parameter `{param}`: expected {accepts}")
-        };
-        let mut view = TaskView {
-            sort: "finish",
-            desc: false,
-            page: 0,
-        };
-        for (k, v) in pairs {
-            match k.as_str() {
-                "sort" => {
-                    let accepts = format!("one of {}", TASK_SORTS.join(", "));
-                    let known = TASK_SORTS.iter().find(|s| *s == v);
-                    view.sort = known.ok_or_else(|| bad("sort", v, &accepts))?;
-                }
-                "order" => {
-                    view.desc = match v.as_str() {
-                        "asc" => false,
-                        "desc" => true,
-                        _ => return Err(bad("order", v, "asc or desc")),
-                    }
-                }
-                "page" => match v.parse::<usize>() {
-                    Ok(n) if n >= 1 => view.page = n - 1,
-                    _ => return Err(bad("page", v, "a page number from 1")),
-                },
-                _ => {}
-            }
-        }
-        Ok(view)
+    /// The view `p` asks for; a bad value is the 400.
+    pub fn new(p: &TaskParams) -> Result<Self, ApiError> {
+        let sort = p.sort.as_deref().unwrap_or("finish");
+        let known = TASK_SORTS.iter().find(|s| **s == sort);
+        check(
+            "sort",
+            sort,
+            known.is_some(),
+            &format!("one of {}", TASK_SORTS.join(", ")),
+        )?;
+        let page = p.page.unwrap_or(1);
+        check("page", page, page >= 1, "a page number from 1")?;
+        Ok(TaskView {
+            sort: known.copied().unwrap_or("finish"),
+            desc: p.order == Some(Direction::Desc),
+            page: page - 1,
+        })
     }
 
     /// The query string of this view's page `n` (1-based).
@@ -106,15 +106,15 @@ pub struct Loaded {
 pub async fn stage_page(
     State(ui): State<Ui>,
     Path((job_id, stage)): Path<(String, String)>,
-    Query(pairs): Pairs,
+    params: Result<Params<TaskParams>, ApiError>,
 ) -> Response {
     let Ok(stage_id) = stage.parse::<u32>() else {
         let why = format!("{stage:?} is not a stage id: expected a non-negative integer");
         return error(&ui, StatusCode::BAD_REQUEST, &why);
     };
-    let view = match TaskView::parse(&pairs) {
+    let view = match params.and_then(|p| TaskView::new(&p.value)) {
         Ok(view) => view,
-        Err(why) => return error(&ui, StatusCode::BAD_REQUEST, &why),
+        Err(e) => return api_error(&ui, e),
     };
     let loaded = match load(&ui, &job_id, stage_id).await {
         Ok(loaded) => loaded,
