@@ -49,18 +49,19 @@ impl HttpAnswer {
     }
 }
 
-/// `/api/job/{id}{rest}`, with the id percent-encoded where needed.
+/// What of a job id is percent-encoded in a path: all but RFC 3986's
+/// unreserved characters, so an id stays one path segment.
+const NOT_UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// `/api/job/{id}{rest}`, with the id percent-encoded where needed (by
+/// the `percent-encoding` crate, the `url` crate's own encoder).
 pub fn job_path(job_id: &str, rest: &str) -> String {
-    let mut path = String::from("/api/job/");
-    for b in job_id.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            path.push(b as char);
-        } else {
-            path.push_str(&format!("%{b:02X}"));
-        }
-    }
-    path.push_str(rest);
-    path
+    let id = percent_encoding::utf8_percent_encode(job_id, NOT_UNRESERVED);
+    format!("/api/job/{id}{rest}")
 }
 
 /// What the recorder asks of the running scheduler: its answers, rendered

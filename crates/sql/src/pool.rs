@@ -18,11 +18,12 @@
 use crate::SqlError;
 use crate::SqlLimits;
 use crate::worker::{
-    DATA, HEAD, Head, MAX_FRAME, REFUSAL, REQUEST, Refusal, Request, WORKER_ENV, write_frame,
+    DATA, HEAD, Head, REFUSAL, REQUEST, Refusal, Request, WORKER_ENV, frames, split, write_frame,
 };
 use bjh_metrics::HistoryMetrics;
 use bytes::Bytes;
 use datafusion::arrow::array::RecordBatch;
+use futures::StreamExt;
 use futures::stream::BoxStream;
 use parking_lot::Mutex;
 use rustix::process::{Pid, Resource, Rlimit, prlimit};
@@ -33,6 +34,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdout, Command};
 use tokio::time::Instant;
+use tokio_util::codec::FramedRead;
 
 /// What a worker's address space may hold beyond the memory pool, the
 /// answer and the `jobs` rows: the executable, the runtime's threads and
@@ -248,7 +250,7 @@ impl Workers {
         request: Request,
         jobs: Vec<RecordBatch>,
         deadline: Instant,
-    ) -> Result<(Head, ChildStdout, Worker), SqlError> {
+    ) -> Result<(Head, Frames, Worker), SqlError> {
         let slot = self.admit(ticket, deadline).await?;
         let mut child = self.take()?;
         let jobs_bytes: usize = jobs.iter().map(RecordBatch::get_array_memory_size).sum();
@@ -265,7 +267,7 @@ impl Workers {
             ));
         }
         let mut stdin = child.stdin.take().expect("piped");
-        let mut stdout = child.stdout.take().expect("piped");
+        let mut stdout = FramedRead::new(child.stdout.take().expect("piped"), frames());
         let stderr = child.stderr.take().expect("piped");
         let stderr = tokio::spawn(keep_tail(stderr));
         let mut worker = Worker {
@@ -413,20 +415,14 @@ async fn send_jobs(
     stdin.write_all(&std::mem::take(writer.get_mut())).await
 }
 
-async fn read_frame(stdout: &mut ChildStdout) -> std::io::Result<Option<(u8, Vec<u8>)>> {
-    let mut head = [0u8; 5];
-    match stdout.read_exact(&mut head).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
-    }
-    let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
-    if len > MAX_FRAME {
-        return Err(std::io::Error::other("a frame over the limit"));
-    }
-    let mut bytes = vec![0; len];
-    stdout.read_exact(&mut bytes).await?;
-    Ok(Some((head[0], bytes)))
+/// A worker's answer, frame by frame (`tokio-util`'s decoder: a frame
+/// over [`MAX_FRAME`](crate::worker::MAX_FRAME) is an error, not an
+/// allocation).
+type Frames = FramedRead<ChildStdout, tokio_util::codec::LengthDelimitedCodec>;
+
+/// The next frame's tag and bytes; `None` at the end of the answer.
+async fn read_frame(frames: &mut Frames) -> std::io::Result<Option<(u8, Bytes)>> {
+    frames.next().await.transpose().map(|f| f.map(split))
 }
 
 /// The last [`STDERR_KEPT`] bytes a worker wrote to its standard error.
@@ -535,7 +531,7 @@ fn explain(
 /// answered once its last byte is handed over (a client that knows the
 /// length stops reading there).
 fn body(
-    stdout: ChildStdout,
+    stdout: Frames,
     worker: Worker,
     ticket: Ticket,
     deadline: Instant,
@@ -555,7 +551,7 @@ fn body(
                 if left == 0 {
                     ticket.settle(Outcome::Answered);
                 }
-                Some((Ok(Bytes::from(bytes)), Some((stdout, worker, ticket, left))))
+                Some((Ok(bytes), Some((stdout, worker, ticket, left))))
             }
             Ok(Ok(_)) | Ok(Err(_)) => {
                 let (outcome, error) = worker.died(limits, deadline).await;

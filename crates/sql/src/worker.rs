@@ -7,7 +7,8 @@
 //! columnar history's Parquet files, and writes the answer to its
 //! standard output as frames: a `Head` then the answer's bytes, or one
 //! `Refusal`. A frame is a tag byte, a little-endian `u32` length and
-//! that many bytes.
+//! that many bytes; both sides decode it with `tokio-util`'s
+//! length-delimited codec ([`frames`]), which also enforces the limit.
 //!
 //! The worker encodes the answer as it streams out of DataFusion, batch
 //! by batch, into a buffer capped at the answer limit, and only then
@@ -24,6 +25,7 @@
 
 use bjh_columnar::TABLES;
 use bjh_columnar::tables;
+use bytes::{Bytes, BytesMut};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::datasource::MemTable;
@@ -41,6 +43,7 @@ use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
+use tokio_util::codec::{Decoder, LengthDelimitedCodec};
 
 /// Set (to the server's process id) in a worker's environment; the
 /// binary's `main` hands control to [`run_if_worker`] when it is.
@@ -127,21 +130,45 @@ pub(crate) fn write_frame(out: &mut impl Write, tag: u8, bytes: &[u8]) -> std::i
     out.write_all(bytes)
 }
 
-/// Reads one frame; `None` at the end of the input.
-fn read_frame(input: &mut impl Read) -> std::io::Result<Option<(u8, Vec<u8>)>> {
-    let mut head = [0u8; 5];
-    match input.read_exact(&mut head) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+/// The frame decoder both sides read with: `tokio-util`'s length-delimited
+/// codec set to this wire format (a tag byte, a little-endian `u32`
+/// length, that many bytes), the header kept in the frame so the tag is
+/// read with it, and a frame over [`MAX_FRAME`] an error.
+pub(crate) fn frames() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .length_field_offset(1)
+        .length_field_type::<u32>()
+        .little_endian()
+        // The length counts the bytes after the header; the frame keeps
+        // the header (5 bytes) too.
+        .length_adjustment(5)
+        .num_skip(0)
+        .max_frame_length(MAX_FRAME + 5)
+        .new_codec()
+}
+
+/// A decoded frame's tag and bytes.
+pub(crate) fn split(frame: BytesMut) -> (u8, Bytes) {
+    let tag = frame[0];
+    (tag, frame.freeze().slice(5..))
+}
+
+/// Reads the first frame of a blocking `input`; `None` when it ends
+/// first. The bytes read past the frame (the start of what follows it)
+/// come back with it.
+fn read_frame(input: &mut impl Read) -> std::io::Result<Option<((u8, Bytes), BytesMut)>> {
+    let (mut codec, mut buf) = (frames(), BytesMut::new());
+    let mut chunk = vec![0; 64 * 1024];
+    loop {
+        if let Some(frame) = codec.decode(&mut buf)? {
+            return Ok(Some((split(frame), buf)));
+        }
+        match input.read(&mut chunk)? {
+            0 if buf.is_empty() => return Ok(None),
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            n => buf.extend_from_slice(&chunk[..n]),
+        }
     }
-    let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
-    if len > MAX_FRAME {
-        return Err(std::io::Error::other("frame over the limit"));
-    }
-    let mut bytes = vec![0; len];
-    input.read_exact(&mut bytes)?;
-    Ok(Some((head[0], bytes)))
 }
 
 /// Runs the worker when this process was started as one: returns its exit
@@ -175,10 +202,11 @@ fn serve() -> std::io::Result<()> {
     // planner's statics are built while the worker waits.
     drop(SessionStateBuilder::new().with_default_features().build());
     let mut input = std::io::stdin().lock();
-    let Some((REQUEST, bytes)) = read_frame(&mut input)? else {
+    let Some(((REQUEST, bytes), read_past)) = read_frame(&mut input)? else {
         // The server went away before asking (an idle worker at shutdown).
         return Ok(());
     };
+    let mut input = std::io::Cursor::new(read_past).chain(input);
     let request: Request = serde_json::from_slice(&bytes).map_err(std::io::Error::other)?;
     let jobs = if request.with_jobs {
         let reader = datafusion::arrow::ipc::reader::StreamReader::try_new(&mut input, None)
@@ -485,6 +513,26 @@ pub async fn answer_in_process(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `write_frame` writes the codec reads back, with whatever
+    /// follows the frame; a frame announcing more than the limit is an
+    /// error before anything is allocated for it, and a cut one too.
+    #[test]
+    fn frames_read_back_as_written_and_the_limit_holds() {
+        let mut wire = Vec::new();
+        write_frame(&mut wire, REQUEST, b"{\"sql\":1}").unwrap();
+        wire.extend_from_slice(b"ARROW");
+        let ((tag, bytes), rest) = read_frame(&mut wire.as_slice()).unwrap().unwrap();
+        assert_eq!(
+            (tag, &bytes[..], &rest[..]),
+            (REQUEST, &b"{\"sql\":1}"[..], &b"ARROW"[..])
+        );
+        assert!(read_frame(&mut &b""[..]).unwrap().is_none());
+        let mut huge = vec![DATA];
+        huge.extend_from_slice(&(MAX_FRAME as u32 + 1).to_le_bytes());
+        assert!(read_frame(&mut huge.as_slice()).is_err());
+        assert!(read_frame(&mut &wire[..7]).is_err(), "a cut frame");
+    }
 
     #[test]
     fn messages_name_files_from_the_columnar_folder_never_its_path() {
