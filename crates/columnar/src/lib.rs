@@ -575,9 +575,7 @@ impl Columnar {
                 }
                 Err(e) => {
                     let tries = state.unreadable.get(&id).map_or(0, |(n, _)| *n) + 1;
-                    let wait = UNREADABLE_RETRY
-                        .saturating_mul(1 << (tries - 1).min(7))
-                        .min(UNREADABLE_RETRY_MAX);
+                    let wait = retry_wait(tries);
                     if tries == 1 {
                         log::warn!(
                             "history: job {id:?} left out of the SQL tables for now ({e}); \
@@ -641,6 +639,19 @@ impl Columnar {
 /// the first time; each failure doubles it, up to [`UNREADABLE_RETRY_MAX`].
 const UNREADABLE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 const UNREADABLE_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The wait after the `tries`th failure in a row (`backon`'s exponential
+/// schedule, without jitter: a retry here is no stampede).
+fn retry_wait(tries: u32) -> std::time::Duration {
+    use backon::BackoffBuilder;
+    backon::ExponentialBuilder::new()
+        .with_min_delay(UNREADABLE_RETRY)
+        .with_max_delay(UNREADABLE_RETRY_MAX)
+        .without_max_times()
+        .build()
+        .nth(tries.clamp(1, 64) as usize - 1)
+        .unwrap_or(UNREADABLE_RETRY_MAX)
+}
 
 impl State {
     /// Whether `id`'s log failed lately and waits to be read again.
@@ -772,6 +783,17 @@ fn rows_from(job_id: &str, records: &JobRecords, metrics: &[u8]) -> JobRows {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression: the wait stopped doubling at 128 s, where the design
+    /// says an hour.
+    #[test]
+    fn an_unreadable_log_waits_from_a_second_doubling_up_to_an_hour() {
+        for tries in 1..=12u32 {
+            assert_eq!(retry_wait(tries).as_secs(), 1 << (tries - 1), "{tries}");
+        }
+        assert_eq!(retry_wait(13), UNREADABLE_RETRY_MAX);
+        assert_eq!(retry_wait(u32::MAX), UNREADABLE_RETRY_MAX);
+    }
 
     fn segs(rows: &[u64]) -> Vec<Segment> {
         rows.iter()

@@ -376,7 +376,13 @@ impl Capturer {
         job_id: &str,
     ) -> Option<ballista_core::serde::protobuf::JobStatus> {
         let deadline = tokio::time::Instant::now() + TERMINAL_WAIT;
-        let mut pause = Duration::from_millis(2);
+        // 2 ms, doubling up to 100 ms (`backon`'s exponential schedule).
+        let mut pauses = backon::BackoffBuilder::build(
+            backon::ExponentialBuilder::new()
+                .with_min_delay(Duration::from_millis(2))
+                .with_max_delay(Duration::from_millis(100))
+                .without_max_times(),
+        );
         loop {
             let status = self.api.job_status(job_id).await;
             match &status {
@@ -390,8 +396,8 @@ impl Capturer {
                     return status;
                 }
                 Some(_) => {
+                    let pause = pauses.next().unwrap_or(Duration::from_millis(100));
                     tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(100));
                 }
             }
         }

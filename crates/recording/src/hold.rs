@@ -52,7 +52,13 @@ impl HeldJobState {
         };
         let started = tokio::time::Instant::now();
         let deadline = started + HOLD_MAX;
-        let mut pause = Duration::from_millis(5);
+        // 5 ms, doubling up to 250 ms (`backon`'s exponential schedule).
+        let mut pauses = backon::BackoffBuilder::build(
+            backon::ExponentialBuilder::new()
+                .with_min_delay(Duration::from_millis(5))
+                .with_max_delay(Duration::from_millis(250))
+                .without_max_times(),
+        );
         while !recorded(job_id) {
             if tokio::time::Instant::now() >= deadline {
                 log::warn!(
@@ -61,8 +67,8 @@ impl HeldJobState {
                 );
                 return;
             }
+            let pause = pauses.next().unwrap_or(Duration::from_millis(250));
             tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(250));
         }
         log::debug!(
             "event log: job {job_id} held {:?} for its log",

@@ -68,6 +68,19 @@ pub const SINGLE_PUT_MAX: u64 = 32 * 1024 * 1024;
 /// [`MAX_BACKOFF`].
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// The wait after the `failures`th failure in a row of one file's upload
+/// (`backon`'s exponential schedule).
+pub fn retry_wait(failures: u32) -> Duration {
+    use backon::BackoffBuilder;
+    backon::ExponentialBuilder::new()
+        .with_min_delay(FIRST_BACKOFF)
+        .with_max_delay(MAX_BACKOFF)
+        .without_max_times()
+        .build()
+        .nth(failures.clamp(1, 64) as usize - 1)
+        .unwrap_or(MAX_BACKOFF)
+}
 /// How long a shutdown waits for uploads still due.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -239,9 +252,7 @@ impl Uploader {
                     }
                     let entry = self.pending.entry(path).or_insert((0, now));
                     entry.0 += 1;
-                    let backoff = FIRST_BACKOFF
-                        .saturating_mul(1 << entry.0.min(16).saturating_sub(1))
-                        .min(MAX_BACKOFF);
+                    let backoff = retry_wait(entry.0);
                     entry.1 = Instant::now() + backoff;
                     // The store is down: the other due files wait for the
                     // next round rather than each waiting for a timeout.
@@ -509,6 +520,13 @@ pub fn stem_of(name: &str) -> &str {
 mod tests {
     use super::*;
     use object_store::ObjectStoreExt;
+
+    #[test]
+    fn an_upload_waits_1_2_4_seconds_up_to_a_minute() {
+        let waits: Vec<u64> = (1..=9).map(|n| retry_wait(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(retry_wait(u32::MAX), MAX_BACKOFF);
+    }
 
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_multi_thread()

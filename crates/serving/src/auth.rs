@@ -265,7 +265,15 @@ impl Guesses {
         g.last = now;
         let over = g.wrong.saturating_sub(FREE_GUESSES);
         (over > 0).then(|| {
-            let wait = Duration::from_secs(1u64 << (over - 1).min(6)).min(MAX_WAIT);
+            use backon::BackoffBuilder;
+            // 1, 2, 4 ... up to a minute (`backon`'s exponential schedule).
+            let wait = backon::ExponentialBuilder::new()
+                .with_min_delay(Duration::from_secs(1))
+                .with_max_delay(MAX_WAIT)
+                .without_max_times()
+                .build()
+                .nth(over.min(64) as usize - 1)
+                .unwrap_or(MAX_WAIT);
             (wait, g.gate.clone())
         })
     }
