@@ -48,7 +48,7 @@ use ballista_api_types::dto::JobResponse;
 use bjh_format::footer::{FOOTER_FRAME_MAGIC, FOOTER_FRAME_TAG};
 use bjh_format::record::{
     Envelope, Footer, JobEnd, JobEndStatus, JobEndSummary, JobStart, PlansOfJob, SCHEMA_VERSION,
-    TaskEnd, kind,
+    kind,
 };
 use bjh_format::{JobState, LogName, epoch_millis};
 use bjh_metrics::HistoryMetrics;
@@ -683,6 +683,49 @@ mod tests {
         assert!(s.contains("good"));
         // Unchanged bad logs are not read (nor reported) again.
         assert_eq!(s.rescan(), ScanReport::default());
+    }
+
+    /// Regression: the reader of `.running` logs failed a whole log on a
+    /// progress record of a newer schema that the timeline's reader
+    /// skips; both now read a line the one way and agree.
+    #[test]
+    fn a_newer_progress_record_is_skipped_by_every_pass_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/upstream");
+        let log = std::fs::read_to_string(root.join("038HEXYE9M000.eventlog")).unwrap();
+        let mut tasks = 0;
+        let lines: Vec<String> = log
+            .lines()
+            .take_while(|l| !l.starts_with("{\"ev\":\"JobEnd\""))
+            .map(|l| {
+                if l.starts_with("{\"ev\":\"TaskEnd\",\"version\":1") {
+                    tasks += 1;
+                    if tasks == 2 {
+                        return l.replacen("\"version\":1", "\"version\":2", 1);
+                    }
+                }
+                l.to_string()
+            })
+            .collect();
+        assert!(tasks > 2, "the fixture has tasks");
+        let path = dir.path().join("038HEXYE9M000.eventlog.running");
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        let s = store(dir.path());
+        s.rescan();
+        let (unfinished, _) = s.unfinished("038HEXYE9M000").expect("listed, not failed");
+        let records = crate::records::JobRecords::read(&path).unwrap();
+        assert_eq!(unfinished.tasks, tasks - 1);
+        assert_eq!(records.tasks.len() as u64, tasks - 1);
+        // A newer `JobStart` opening the log is the one line no pass can
+        // do without: the log is refused with the upgrade message.
+        let other = tempfile::tempdir().unwrap();
+        let newer = lines
+            .join("\n")
+            .replacen("\"version\":1", "\"version\":2", 1);
+        std::fs::write(other.path().join(path.file_name().unwrap()), newer + "\n").unwrap();
+        let s = store(other.path());
+        assert_eq!(s.rescan().bad, 1);
+        assert!(s.unfinished("038HEXYE9M000").is_none());
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! **Invariant:** the log is streamed line by line and the reader stops at
 //! the terminal record; lines that do not parse (a torn last line of a
 //! `.running` log, a record from a newer schema) are skipped, never fatal.
+//! [`parse_line`] is the one reading of a line, shared with the
+//! incremental reader of `.running` logs.
 
 use crate::{Line, LogRef, MAX_LINE, StoreError, read_line};
 use bjh_format::JobState;
@@ -75,25 +77,48 @@ pub fn scan(path: &LogRef, mut visit: impl FnMut(Rec)) -> Result<(), StoreError>
             }
             continue;
         }
-        let Ok(env) = serde_json::from_slice::<Envelope>(&line) else {
-            continue;
-        };
-        if env.version > SCHEMA_VERSION {
-            continue;
-        }
-        let data = env.data.get();
-        let rec = match env.ev.as_str() {
-            kind::JOB_START => serde_json::from_str(data).ok().map(Rec::Start),
-            kind::STAGE_START => serde_json::from_str(data).ok().map(Rec::StageStart),
-            kind::STAGE_END => serde_json::from_str(data).ok().map(Rec::StageEnd),
-            kind::TASK_END => serde_json::from_str(data).ok().map(Rec::Task),
-            kind::JOB_END => return Ok(()),
-            _ => None,
-        };
-        if let Some(rec) = rec {
-            visit(rec);
+        match parse_line(&line) {
+            Parsed::Record(rec) => visit(rec),
+            Parsed::End => return Ok(()),
+            Parsed::Newer(_) | Parsed::Other => {}
         }
     }
+}
+
+/// One line of a log as every pass over its progress records reads it.
+#[derive(Debug)]
+pub enum Parsed {
+    /// A progress record of this schema.
+    Record(Rec),
+    /// The terminal record.
+    End,
+    /// A record of a newer schema (its version): a pass skips it, unless
+    /// it is the line the pass cannot do without (a `.running` log's
+    /// `JobStart`).
+    Newer(u32),
+    /// Not a record this reader knows (another kind, damage, a torn line).
+    Other,
+}
+
+/// Reads one line: the one place that decides what a line of a log is,
+/// for [`scan`] and for the incremental reader of `.running` logs alike.
+pub fn parse_line(line: &[u8]) -> Parsed {
+    let Ok(env) = serde_json::from_slice::<Envelope>(line) else {
+        return Parsed::Other;
+    };
+    if env.version > SCHEMA_VERSION {
+        return Parsed::Newer(env.version);
+    }
+    let data = env.data.get();
+    let rec = match env.ev.as_str() {
+        kind::JOB_START => serde_json::from_str(data).ok().map(Rec::Start),
+        kind::STAGE_START => serde_json::from_str(data).ok().map(Rec::StageStart),
+        kind::STAGE_END => serde_json::from_str(data).ok().map(Rec::StageEnd),
+        kind::TASK_END => serde_json::from_str(data).ok().map(Rec::Task),
+        kind::JOB_END => return Parsed::End,
+        _ => None,
+    };
+    rec.map_or(Parsed::Other, Parsed::Record)
 }
 
 /// One task attempt, compact.

@@ -3,6 +3,7 @@
 //! or abandoned.
 
 use super::*;
+use crate::records::{Parsed, Rec};
 
 /// What the index keeps per unfinished job (a `.running` log): its
 /// `JobStart` fields and a running count of its progress records, read
@@ -174,44 +175,33 @@ pub(super) fn scan_running(
         }
         let first = state.scanned == 0;
         state.scanned += n;
-        let Ok(env) = serde_json::from_slice::<Envelope>(&line) else {
-            if first {
-                return Err(StoreError::Malformed(
-                    "the first line of a .running log is not a JobStart record".into(),
-                ));
+        // The same reading of a line as every other pass: a record of a
+        // newer schema is skipped, but for the `JobStart` that opens the
+        // log (without it there is no job to list).
+        match crate::records::parse_line(&line) {
+            Parsed::Record(Rec::Start(start)) => {
+                state.job_name = Arc::from(start.job_name);
+                state.scheduler_id = start
+                    .scheduler_id
+                    .as_deref()
+                    .filter(|s| !s.is_empty())
+                    .map(crate::summary::intern);
+                state.queued_at = start.queued_at;
+                state.submitted_at = start.submitted_at;
+                state.query_hash = start
+                    .logical_plan
+                    .as_deref()
+                    .and_then(bjh_format::query_hash::query_hash)
+                    .unwrap_or(0);
             }
-            continue;
-        };
-        if env.version > SCHEMA_VERSION {
-            return Err(StoreError::NewerSchema { found: env.version });
-        }
-        match env.ev.as_str() {
-            kind::JOB_START => {
-                if let Ok(start) = serde_json::from_str::<JobStart>(env.data.get()) {
-                    state.job_name = Arc::from(start.job_name);
-                    state.scheduler_id = start
-                        .scheduler_id
-                        .as_deref()
-                        .filter(|s| !s.is_empty())
-                        .map(crate::summary::intern);
-                    state.queued_at = start.queued_at;
-                    state.submitted_at = start.submitted_at;
-                    state.query_hash = start
-                        .logical_plan
-                        .as_deref()
-                        .and_then(bjh_format::query_hash::query_hash)
-                        .unwrap_or(0);
+            Parsed::Record(Rec::Task(task)) => {
+                state.tasks += 1;
+                if matches!(task.status, bjh_format::record::TaskOutcome::Failed { .. }) {
+                    state.failed_tasks += 1;
                 }
+                state.stages.insert(task.stage_id);
             }
-            kind::TASK_END => {
-                if let Ok(task) = serde_json::from_str::<TaskEnd>(env.data.get()) {
-                    state.tasks += 1;
-                    if matches!(task.status, bjh_format::record::TaskOutcome::Failed { .. }) {
-                        state.failed_tasks += 1;
-                    }
-                    state.stages.insert(task.stage_id);
-                }
-            }
+            Parsed::Newer(found) if first => return Err(StoreError::NewerSchema { found }),
             _ if first => {
                 return Err(StoreError::Malformed(
                     "the first line of a .running log is not a JobStart record".into(),
