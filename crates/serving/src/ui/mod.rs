@@ -32,6 +32,7 @@ pub(crate) mod insight;
 pub(crate) mod job;
 pub(crate) mod jobs;
 pub(crate) mod page;
+pub(crate) mod profile;
 pub(crate) mod sql;
 pub(crate) mod stage;
 
