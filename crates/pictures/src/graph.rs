@@ -16,7 +16,13 @@
 //! The DOT reader takes what the scheduler writes (clusters per stage,
 //! boxes per operator, edges) and is lenient with anything else: what it
 //! does not understand it skips, so a strange DOT draws fewer boxes, never
-//! an error.
+//! an error. It is a flat token loop written here rather than a DOT crate:
+//! the DOT comes from a log, so it is untrusted, and `graphviz-rust`
+//! 0.9.9 (pest, the most used DOT parser on crates.io) recurses per
+//! nesting level: 10,000 nested `subgraph {` (110 KB) overflowed the main
+//! thread's stack and aborted the process, which no `catch_unwind` stops.
+//! It also refuses a whole graph for one token it does not know, where
+//! this reader keeps the rest.
 
 use maud::{Markup, html};
 use std::collections::{HashMap, HashSet};
@@ -796,6 +802,15 @@ partitioning=Hash([k@0], 4)"]
         }
         // A cycle alone: no node is placed below another.
         assert_eq!(layers(2, &[(0, 1), (1, 0)]), [0, 0]);
+        // Nesting a recursive parser cannot survive (see the module doc),
+        // and one token a strict one refuses: the edge is still read.
+        let deep = format!(
+            "digraph G {{ {} a -> b; ??? {} }}",
+            "subgraph { ".repeat(100_000),
+            "} ".repeat(100_000)
+        );
+        let dot = Dot::parse(&deep);
+        assert_eq!((dot.stages.len(), dot.edges.len()), (100_000, 1));
     }
 
     /// Regression: layers were found by relaxing every edge up to once per
