@@ -8,7 +8,7 @@
 //! standard output as frames: a `Head` then the answer's bytes, or one
 //! `Refusal`. A frame is a tag byte, a little-endian `u32` length and
 //! that many bytes; both sides decode it with `tokio-util`'s
-//! length-delimited codec ([`frames`]), which also enforces the limit.
+//! length-delimited codec (`frames`), which also enforces the limit.
 //!
 //! The worker encodes the answer as it streams out of DataFusion, batch
 //! by batch, into a buffer capped at the answer limit, and only then
