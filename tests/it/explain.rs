@@ -196,6 +196,66 @@ async fn recurring_queries_and_comparisons_of_real_runs() {
         .filter(|l| l.starts_with(r#"{"ev":"TaskEnd""#))
         .count();
     assert_eq!(d1["task_attempts"], tasks);
+    // Its what-if: one slot against two differs by what the log's task
+    // records add up to (each from its launch to its end on the
+    // executor, once per partition the stored stages answer gives the
+    // task), counted apart here; the executors are those the records name.
+    let stages = get_json(&sched.url(&format!("/api/job/{first}/stages"))).await;
+    let mut partitions = std::collections::BTreeMap::new();
+    for stage in stages["stages"].as_array().unwrap() {
+        let id: u64 = stage["stage_id"]
+            .to_string()
+            .trim_matches('"')
+            .parse()
+            .unwrap();
+        for task in stage["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| !t.is_null())
+        {
+            let n = task["partition_id"].as_array().map_or(1, Vec::len).max(1) as u64;
+            partitions.insert((id, task["id"].as_u64().unwrap()), n);
+        }
+    }
+    let ends: Vec<Value> = lines
+        .iter()
+        .filter(|l| l.starts_with(r#"{"ev":"TaskEnd""#))
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["data"].clone())
+        .collect();
+    let held: u64 = ends
+        .iter()
+        .map(|t| {
+            let at = |k: &str| t[k].as_u64().unwrap();
+            let start = at("start_exec_time");
+            let from = if (1..=start).contains(&at("launch_time")) {
+                at("launch_time")
+            } else {
+                start
+            };
+            let parts = partitions
+                .get(&(at("stage_id"), at("task_id")))
+                .copied()
+                .unwrap_or(1);
+            (at("end_exec_time") - from) * parts
+        })
+        .sum();
+    let executors: std::collections::BTreeSet<&str> = ends
+        .iter()
+        .map(|t| t["executor_id"].as_str().unwrap())
+        .collect();
+    let ideal = |e: u32| {
+        let url = sched.url(&format!("/api/job/{first}/whatif?executors={e}&slots=1"));
+        async move { get_json(&url).await }
+    };
+    let (one, two) = (ideal(1).await, ideal(2).await);
+    assert_eq!(
+        one["ideal_ms"].as_u64().unwrap() - two["ideal_ms"].as_u64().unwrap(),
+        held - held.div_ceil(2),
+        "{one:#} {two:#}"
+    );
+    assert_eq!(one["observed_shape"]["executors"], executors.len());
+    assert!(one["critical_path_ms"].as_u64() <= one["predicted_ms"].as_u64());
 
     // The list, filtered by hash: the two runs, whether the scheduler
     // still holds them or not.
@@ -243,4 +303,124 @@ async fn recurring_queries_and_comparisons_of_real_runs() {
     assert_eq!(c["same_query"], false);
     assert!(c["note"].as_str().unwrap().contains("different queries"));
     assert!(c["plan_diff"].as_str().unwrap().starts_with("--- "));
+}
+
+/// `GET /api/job/{id}/whatif` on the planted straggler, whose answers are
+/// worked out from how the log was written: 16 tasks on two executors of
+/// one slot, 2,000 + id ms each but task 14's 9,000, from 5 ms after the
+/// job's start; and the bounds a request cannot pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_what_if_replays_the_planted_job_as_worked_out_by_hand() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    write_straggler_log(dir, "planted", 9_000);
+    // A job still running: its log has no end.
+    std::fs::write(
+        dir.join("unended.eventlog.running"),
+        line(
+            "JobStart",
+            json!({"job_id": "unended", "job_name": "x", "queued_at": 1, "submitted_at": 2,
+                   "logical_plan": "TableScan: t", "physical_plan": "DataSourceExec"}),
+        ),
+    )
+    .unwrap();
+    let mut server = Proc::history(dir, &[]);
+    server.wait_healthy().await;
+    eventually("both logs are indexed", || async {
+        job_ids_where(&server, "include_unfinished=true")
+            .await
+            .len()
+            == 2
+    })
+    .await;
+    let durations: Vec<u64> = (0..16u64)
+        .map(|t| if t == 14 { 9_000 } else { 2_000 + t })
+        .collect();
+    let sum: u64 = durations.iter().sum();
+    // Lane 0 ran the even tasks back to back, lane 1 the odd ones.
+    let lane = |parity| -> u64 { durations.iter().skip(parity).step_by(2).sum() };
+    let observed = 5 + lane(0).max(lane(1));
+    let whatif = |query: &str| {
+        let url = server.url(&format!("/api/job/planted/whatif{query}"));
+        async move { get_json(&url).await }
+    };
+
+    let w = whatif("").await;
+    assert_eq!(w["observed_ms"], observed, "{w:#}");
+    assert_eq!(
+        w["observed_shape"],
+        json!({"executors": 2, "slots": 1, "inferred": true})
+    );
+    // Handed out in id order to the slot free first, the tasks fall on the
+    // lanes they ran on: the replay is the run.
+    assert_eq!(w["replayed_ms"], observed);
+    assert_eq!(w["predicted_ms"], observed);
+    assert_eq!(w["critical_path_ms"], 5 + 9_000);
+    assert_eq!(w["ideal_ms"], 5 + sum.div_ceil(2));
+    // Task 14 starts at once only with 15 slots; with 14 it waits for
+    // task 0 (2,000 ms), beyond 10% of the floor.
+    let curve = w["curve"].as_array().unwrap();
+    assert_eq!(curve.len(), 15, "{w:#}");
+    assert_eq!(curve[0]["predicted_ms"], 5 + sum);
+    assert_eq!(curve[14]["predicted_ms"], 5 + 9_000);
+    assert_eq!(curve[13]["predicted_ms"], 5 + 2_000 + 9_000);
+    assert_eq!(w["knee"]["total_slots"], 15);
+
+    let w = whatif("?executors=1&slots=1").await;
+    assert_eq!(w["predicted_ms"], 5 + sum);
+    assert_eq!(w["curve"], json!([]));
+    assert_eq!(w["shape"], json!({"executors": 1, "slots": 1}));
+    let w = whatif("?executors=3").await;
+    assert_eq!(w["shape"], json!({"executors": 3, "slots": 1}));
+    assert_eq!(w["ideal_ms"], 5 + sum.div_ceil(3));
+    // Without exec-0's pace, the straggler takes exec-1's median (nearest
+    // rank of 2,001, 2,003, ... 2,015: 2,007).
+    let w = whatif("?without_executor=exec-0&executors=2&slots=1").await;
+    let paced: u64 = (0..16u64)
+        .map(|t| if t % 2 == 0 { 2_007 } else { 2_000 + t })
+        .sum();
+    assert_eq!(w["ideal_ms"], 5 + paced.div_ceil(2));
+    assert!(
+        w["predicted_ms"].as_u64().unwrap() < observed - 6_000,
+        "{w:#}"
+    );
+    // The largest shape costs no more than the tasks: every task on a
+    // slot of its own.
+    let w = whatif("?executors=10000&slots=1024").await;
+    assert_eq!(w["predicted_ms"], 5 + 9_000);
+
+    for (path, status, names) in [
+        ("/api/job/planted/whatif?executors=0", 400, "executors"),
+        ("/api/job/planted/whatif?executors=10001", 400, "executors"),
+        (
+            "/api/job/planted/whatif?executors=99999999999",
+            400,
+            "executors",
+        ),
+        ("/api/job/planted/whatif?slots=1025", 400, "slots"),
+        ("/api/job/planted/whatif?slots=-1", 400, "slots"),
+        (
+            "/api/job/planted/whatif?executors=2&executors=3",
+            400,
+            "executors",
+        ),
+        (
+            "/api/job/planted/whatif?without_executor=nobody",
+            400,
+            "without_executor",
+        ),
+        ("/api/job/nope/whatif", 404, "no event log"),
+        ("/api/job/%3Cscript%3E/whatif", 404, "no event log"),
+        ("/api/job/unended/whatif", 409, "not finished"),
+    ] {
+        let (got, _, body) = get(&server.url(path)).await;
+        let text = String::from_utf8_lossy(&body);
+        assert_eq!(got, status, "{path}: {text}");
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["http_code"], status, "{path}");
+        assert!(
+            body["error"].as_str().unwrap().contains(names),
+            "{path}: {text}"
+        );
+    }
 }

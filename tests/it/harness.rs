@@ -348,8 +348,13 @@ pub async fn get_json(url: &str) -> serde_json::Value {
 }
 
 /// Starts an executor of the `ballista-executor` crate in this process,
-/// registered with the scheduler on `port`.
+/// registered with the scheduler on `port`, with 2 task slots.
 pub async fn start_executor(port: u16) {
+    start_executor_with(port, 2).await
+}
+
+/// [`start_executor`] with `slots` task slots.
+pub async fn start_executor_with(port: u16, slots: usize) {
     let url = format!("http://127.0.0.1:{port}");
     let start = Instant::now();
     let client = loop {
@@ -364,7 +369,7 @@ pub async fn start_executor(port: u16) {
             }
         }
     };
-    ballista_executor::new_standalone_executor(client, 2, BallistaCodec::default())
+    ballista_executor::new_standalone_executor(client, slots, BallistaCodec::default())
         .await
         .expect("the executor starts");
 }

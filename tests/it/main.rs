@@ -42,3 +42,4 @@ mod tidy;
 mod tpch;
 mod traces;
 mod ui;
+mod whatif;

@@ -51,14 +51,30 @@ const TABLES: [&str; 8] = [
     "customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier",
 ];
 
-/// Writes the eight tables at scale factor 0.01 as Parquet into `dir`.
-fn generate(dir: &Path) {
+/// Writes the eight tables at scale factor `scale` as Parquet into `dir`.
+pub fn generate(dir: &Path, scale: &str) {
     let status = std::process::Command::new("tpchgen-cli")
-        .args(["parquet", "-s", "0.01", "--output-dir"])
+        .args(["parquet", "-s", scale, "--output-dir"])
         .arg(dir)
         .status()
         .expect("tpchgen-cli runs (pip install tpchgen-cli)");
     assert!(status.success());
+}
+
+/// Registers the eight tables of `dir` with `ctx`.
+pub async fn register(ctx: &datafusion::prelude::SessionContext, dir: &Path) {
+    for table in TABLES {
+        let path = dir.join(format!("{table}.parquet"));
+        ctx.register_parquet(table, path.to_str().unwrap(), ParquetReadOptions::default())
+            .await
+            .unwrap();
+    }
+}
+
+/// The text of TPC-H query `q`.
+pub fn query(q: u32) -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tpch");
+    std::fs::read_to_string(dir.join(format!("q{q}.sql"))).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -71,21 +87,12 @@ async fn the_22_tpch_queries_draw_whole_stage_graphs_with_no_edge_through_a_box(
     let _heavy = HEAVY.write().await;
     let cluster = Cluster::start(&[]).await;
     let data = cluster.tmp.path().join("tpch");
-    generate(&data);
-    for table in TABLES {
-        let path = data.join(format!("{table}.parquet"));
-        cluster
-            .ctx
-            .register_parquet(table, path.to_str().unwrap(), ParquetReadOptions::default())
-            .await
-            .unwrap();
-    }
+    generate(&data, "0.01");
+    register(&cluster.ctx, &data).await;
     let sched = &cluster.sched;
-    let queries = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tpch");
     let mut jobs = Vec::new();
     for q in 1..=22 {
-        let sql = std::fs::read_to_string(queries.join(format!("q{q}.sql"))).unwrap();
-        let (job_id, result) = run_job(sched, &cluster.ctx, &sql).await;
+        let (job_id, result) = run_job(sched, &cluster.ctx, &query(q)).await;
         assert!(result.is_ok(), "q{q}: {result:?}");
         completed_log(&cluster.logs, &job_id).await;
         jobs.push((q, job_id));

@@ -261,6 +261,23 @@ async fn the_pages_show_real_jobs_in_a_browser() {
         api["findings"].as_array().unwrap().len()
     );
     b.shot("diagnosis").await;
+    // The What-if tab: the API's curve, drawn point for point and listed.
+    b.click(Locator::LinkText("What if")).await;
+    b.until("what if", "location.search.includes('tab=whatif')")
+        .await;
+    let whatif = get_json(&sched.url(&format!("/api/job/{join_job}/whatif"))).await;
+    let points = whatif["curve"].as_array().unwrap().len();
+    assert!(points >= 1, "{whatif:#}");
+    assert_eq!(b.texts("#whatif-table tbody tr").await.len(), points);
+    let drawn = b
+        .js("return document.querySelectorAll('#whatif-curve circle.predicted').length;")
+        .await;
+    assert_eq!(drawn, points);
+    let knee = b
+        .js("return document.querySelectorAll('#whatif-curve circle.knee').length;")
+        .await;
+    assert_eq!(knee, usize::from(!whatif["knee"].is_null()));
+    b.shot("whatif").await;
 
     // A stage page: from the graph.
     b.open(&sched.url(&format!("/ui/job/{join_job}"))).await;

@@ -1,6 +1,7 @@
 //! Analysis: what a job's records mean. Its diagnosis (`diagnosis`), the
 //! recurring queries of a history (`queries`), the comparison of two runs
-//! (`compare`) and the metrics of a stage's plan (`plan_metrics`).
+//! (`compare`), the metrics of a stage's plan (`plan_metrics`) and the
+//! replay of a job on another cluster shape (`whatif`).
 //!
 //! Pure computation over what the store reads (`store::records` hands it a
 //! job's records): nothing here opens a file, serves HTTP or writes
@@ -16,3 +17,4 @@ pub mod diagnosis;
 pub mod plan_metrics;
 pub mod queries;
 pub mod stats;
+pub mod whatif;

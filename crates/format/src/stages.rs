@@ -10,6 +10,7 @@
 //! id is a number or a numeric string, a `null` task is skipped.
 
 use serde::{Deserialize, Deserializer};
+use std::collections::BTreeMap;
 
 /// The three times a task attempt carries, and the rules every reader uses
 /// to place it: one definition for the pages, the diagnoses and the
@@ -73,6 +74,8 @@ pub struct StageAnswer {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct TaskAnswer {
+    /// Its id within the stage.
+    pub id: u32,
     /// The partitions it computed.
     pub partition_id: Vec<u32>,
     /// Launched by the scheduler.
@@ -130,6 +133,82 @@ impl StageAnswer {
         }
         out
     }
+
+    /// Whether the stage's partitions funnel into one below its root, so
+    /// that one thread drives the whole task (Ballista 55's "collapse"
+    /// stage): on the chain from the root's only child down through only
+    /// children, before a shuffle read, a join or a leaf, an operator that
+    /// merges partitions into one (`CoalescePartitionsExec`,
+    /// `SortPreservingMergeExec`). Read from the plan's indentation in one
+    /// pass.
+    pub fn collapses(&self) -> bool {
+        let lines: Vec<(usize, &str)> = self
+            .plan()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| (l.len() - l.trim_start().len(), l.trim_start()))
+            .collect();
+        // Children per line: a line's parent is the nearest line above it
+        // that is less deep.
+        let mut children = vec![0usize; lines.len()];
+        let mut open: Vec<usize> = Vec::new();
+        for (i, &(depth, _)) in lines.iter().enumerate() {
+            while open.last().is_some_and(|&p| lines[p].0 >= depth) {
+                open.pop();
+            }
+            if let Some(&parent) = open.last() {
+                children[parent] += 1;
+            }
+            open.push(i);
+        }
+        let mut at = 0;
+        while children.get(at) == Some(&1) {
+            at += 1;
+            let name = lines[at].1;
+            if name.contains("ShuffleReaderExec") {
+                return false;
+            }
+            if name.starts_with("CoalescePartitionsExec")
+                || name.starts_with("SortPreservingMergeExec")
+            {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// The reads `stages`' plans state, as `(from, to)` stage ids: the stage
+/// graph's edges as far as the plans tell them.
+pub fn plan_reads<'a>(stages: impl IntoIterator<Item = &'a StageAnswer>) -> Vec<(u32, u32)> {
+    stages
+        .into_iter()
+        .flat_map(|s| {
+            s.reads_from()
+                .into_iter()
+                .map(move |from| (from, s.stage_id))
+        })
+        .collect()
+}
+
+/// The task slots each task of `stages` held, by `(stage id, task id)`.
+/// Ballista 55 packs as many of a stage's partitions into one task as the
+/// executor has slots free, and the task holds one slot per partition,
+/// but a stage that [collapses](StageAnswer::collapses) packs them all
+/// into one task that holds one slot. At least 1.
+pub fn task_slots<'a>(
+    stages: impl IntoIterator<Item = &'a StageAnswer>,
+) -> BTreeMap<(u32, u32), u32> {
+    stages
+        .into_iter()
+        .flat_map(|s| {
+            let collapses = s.collapses();
+            s.tasks.iter().map(move |t| {
+                let held = if collapses { 1 } else { t.partition_id.len() };
+                ((s.stage_id, t.id), held.max(1) as u32)
+            })
+        })
+        .collect()
 }
 
 impl TaskTimes for TaskAnswer {
@@ -194,6 +273,50 @@ mod tests {
         assert_eq!(o.tasks[0].partition_id, their_tasks[0].partition_id);
         assert_eq!(o.began(), their_tasks[0].launch_time);
         assert_eq!(o.ended(), their_tasks[0].finish_time);
+    }
+
+    #[test]
+    fn each_task_holds_a_slot_per_partition_and_at_least_one() {
+        let answer = StagesAnswer::parse(
+            br#"{"stages":[{"stage_id":"1","tasks":[{"id":0,"partition_id":[0,1]},null,
+                {"id":1,"partition_id":[2,3,4]}]},{"stage_id":2,"tasks":[{"id":0}]}]}"#,
+        );
+        let counted = task_slots(&answer.stages);
+        let expected = BTreeMap::from([((1, 0), 2), ((1, 1), 3), ((2, 0), 1)]);
+        assert_eq!(counted, expected);
+        assert_eq!(plan_reads(&answer.stages), vec![]);
+    }
+
+    #[test]
+    fn a_stage_collapses_when_its_chain_merges_partitions_before_a_read() {
+        let stage = |plan: &str| StageAnswer {
+            stage_plan: Some(plan.into()),
+            ..StageAnswer::default()
+        };
+        let merged = "ShuffleWriterExec: partitioning: Hash([k@0], 4)\n  ProjectionExec: expr=[k@0]\n    \
+                      CoalescePartitionsExec\n      AggregateExec: mode=Partial\n        \
+                      DataSourceExec: file_groups={4 groups}";
+        assert!(stage(merged).collapses());
+        let sorted = "ShuffleWriterExec\n  SortPreservingMergeExec: [k@0 ASC]\n    \
+                      RangeShuffleReaderExec: upstream_stage: 1";
+        assert!(stage(sorted).collapses());
+        // A shuffle read first, a join, a plain chain, nothing: no.
+        let read_first =
+            "ShuffleWriterExec\n  ShuffleReaderExec: upstream_stage: 1\n    CoalescePartitionsExec";
+        assert!(!stage(read_first).collapses());
+        let join = "ShuffleWriterExec\n  HashJoinExec\n    CoalescePartitionsExec\n      \
+                    ShuffleReaderExec: upstream_stage: 1\n    ShuffleReaderExec: upstream_stage: 2";
+        assert!(!stage(join).collapses());
+        assert!(!stage("ShuffleWriterExec\n  FilterExec\n    DataSourceExec").collapses());
+        assert!(!StageAnswer::default().collapses());
+        // Its tasks hold one slot however many partitions they computed.
+        let mut answer = stage(merged);
+        answer.stage_id = 3;
+        answer.tasks = vec![TaskAnswer {
+            partition_id: vec![0, 1, 2, 3],
+            ..TaskAnswer::default()
+        }];
+        assert_eq!(task_slots([&answer]), BTreeMap::from([((3, 0), 1)]));
     }
 
     #[test]

@@ -34,6 +34,10 @@ pub enum ApiError {
     /// name it).
     #[error("{0}")]
     Forbidden(String),
+    /// A request the resource cannot answer in its present state (a
+    /// replay of a job still running).
+    #[error("{0}")]
+    Conflict(String),
 }
 
 /// The JSON body of every error: the scheduler's own shape.
@@ -58,6 +62,7 @@ impl ApiError {
             ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::UnsupportedType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
         }
     }
 }
@@ -76,7 +81,8 @@ impl IntoResponse for ApiError {
             | ApiError::Internal(e)
             | ApiError::Busy(e)
             | ApiError::UnsupportedType(e)
-            | ApiError::Forbidden(e) => Some(e),
+            | ApiError::Forbidden(e)
+            | ApiError::Conflict(e) => Some(e),
             ApiError::Unauthorized(e) => Some(e.to_string()),
         };
         let body = ErrorBody {

@@ -1,5 +1,6 @@
 //! The routes that explain jobs: `GET /api/job/{id}/diagnosis`,
-//! `GET /api/queries` and `GET /api/compare?a=&b=`. They read through the
+//! `GET /api/job/{id}/whatif` (in `whatif`), `GET /api/queries` and
+//! `GET /api/compare?a=&b=`. They read through the
 //! same [`JobSource`] as every job route and compute with `analysis`.
 
 use crate::error::ApiError;
@@ -30,6 +31,7 @@ pub const MAX_QUERIES: usize = 10_000;
 pub(crate) fn routes(source: Source, store: Option<Arc<LogStore>>) -> Router {
     Router::new()
         .route("/api/job/{job_id}/diagnosis", get(get_diagnosis))
+        .route("/api/job/{job_id}/whatif", get(crate::whatif::get_whatif))
         .route("/api/compare", get(get_compare))
         .with_state(source)
         .route("/api/queries", get(get_queries).with_state(store))

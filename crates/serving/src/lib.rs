@@ -2,8 +2,9 @@
 //!
 //! A [`source::JobSource`] is where answers come from (the live scheduler,
 //! the store, or live then store); the list query, the timeline and the
-//! router are the same code for every source; `insight` serves what
-//! `analysis` computes (diagnosis, recurring queries, comparison); `ui`
+//! router are the same code for every source; `insight` and `whatif` serve
+//! what `analysis` computes (diagnosis, recurring queries, comparison,
+//! replays on other cluster shapes); `ui`
 //! renders web pages from the same source; `sql` answers SQL over the
 //! history in worker processes over the columnar history; `auth` guards
 //! `/api` and the pages; `hosts` answers only the names of this server
@@ -45,6 +46,7 @@ pub mod source;
 pub mod sql_route;
 pub mod timeline;
 pub mod ui;
+pub mod whatif;
 
 /// What the routes of one server share.
 #[derive(Clone)]

@@ -38,8 +38,9 @@ pub enum Mode {
         title = "Apache DataFusion Ballista Scheduler REST API, with job history",
         description = "The scheduler's REST API, answered from the live scheduler \
                        and from event logs, and the job-history routes: filtered \
-                       job lists, timelines, event logs, diagnoses, comparisons, \
-                       recurring queries and SQL over every job.",
+                       job lists, timelines, event logs, diagnoses, what-if \
+                       replays, comparisons, recurring queries and SQL over \
+                       every job.",
         license(name = "Apache-2.0", url = "https://www.apache.org/licenses/LICENSE-2.0")
     ),
     paths(
@@ -48,6 +49,7 @@ pub enum Mode {
         crate::router::get_timeline_svg,
         crate::router::get_eventlog,
         crate::insight::get_diagnosis,
+        crate::whatif::get_whatif,
         crate::insight::get_compare,
         crate::insight::get_queries,
         crate::sql_route::run_sql,

@@ -2,10 +2,10 @@
 //! and the timeline's data: the stored responses it reads and the stage
 //! numbers worked out from the log's task records.
 //!
-//! The job page is a summary, then one of four tabs (`?tab=`): the
+//! The job page is a summary, then one of six tabs (`?tab=`): the
 //! overview (stage graph, stage table with task quantiles, timeline), the
-//! plans (`&format=text|tree|metrics`), the config (`&q=` filters it) and
-//! the diagnosis. The stage numbers come from the log's task records, read
+//! profile, the plans (`&format=text|tree|metrics`), the config (`&q=`
+//! filters it), the diagnosis and the what-if replay (`ui::whatif`). The stage numbers come from the log's task records, read
 //! once per page; the plans, config and DOT are the stored responses.
 
 use crate::error::ApiError;
@@ -33,8 +33,8 @@ use std::collections::{BTreeMap, HashMap};
 #[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct TabParams {
-    /// The tab: overview (the default), profile, plans, config or
-    /// diagnosis.
+    /// The tab: overview (the default), profile, plans, config,
+    /// diagnosis or whatif.
     pub tab: Option<String>,
     /// The plans' format: text (the default), tree or metrics.
     pub format: Option<String>,
@@ -257,6 +257,7 @@ pub const TABS: &[(&str, &str)] = &[
     ("plans", "Plans"),
     ("config", "Config"),
     ("diagnosis", "Diagnosis"),
+    ("whatif", "What if"),
 ];
 
 /// The newest run of the same query before this one, if any.
@@ -287,7 +288,7 @@ impl JobTab {
     pub fn new(p: &TabParams) -> Result<Self, ApiError> {
         let tab = p.tab.as_deref().unwrap_or("overview");
         let known = TABS.iter().find(|t| t.0 == tab);
-        let takes = "overview, profile, plans, config or diagnosis";
+        let takes = "overview, profile, plans, config, diagnosis or whatif";
         check("tab", tab, known.is_some(), takes)?;
         let asked = p.format.as_deref().unwrap_or_default();
         let format = match asked {
@@ -356,6 +357,7 @@ pub async fn page(
         "profile" => profile(&ui, &job_id).await,
         "plans" => plans(&ui, &job_id, &view, format).await,
         "config" => config(&ui, &job_id, &filter).await,
+        "whatif" => crate::ui::whatif::whatif_tab(&ui, &job_id).await,
         _ => diagnosis_tab(&ui, &job_id, loaded.as_ref()).await,
     };
     // A running job's page follows it, on a scheduler or on a history

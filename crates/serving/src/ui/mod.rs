@@ -4,7 +4,8 @@
 //! - `/`: the jobs (`jobs`);
 //! - `/ui/job/{id}` and `/ui/job/{id}/stage/{n}`: a job (`job`) and a
 //!   stage (`stage`), with the stage graph drawn from the stored DOT
-//!   (`graph`); what their scripts fetch and their links download
+//!   (`graph`), the profile (`profile`) and the what-if replay's curve
+//!   (`whatif`); what their scripts fetch and their links download
 //!   (`data`);
 //! - `/ui/queries` and `/ui/compare?a=&b=`: recurring queries and a
 //!   comparison of two runs (`insight`);
@@ -35,6 +36,7 @@ pub(crate) mod page;
 pub(crate) mod profile;
 pub(crate) mod sql;
 pub(crate) mod stage;
+pub(crate) mod whatif;
 
 use crate::auth::ApiToken;
 use crate::params::Params;

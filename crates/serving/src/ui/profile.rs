@@ -11,7 +11,7 @@ use crate::ui::job::{body, stored_stages};
 use crate::ui::page::{count, duration_ns, job_href};
 use ballista_api_types::dto::PlanFormat;
 use bjh_analysis::plan_metrics::{OperatorProfile, operator_profiles};
-use bjh_format::stages::StageAnswer;
+use bjh_format::stages::{StageAnswer, plan_reads};
 use bjh_pictures::graph::{Dot, Frame, Node, Stage, draw, draw_frames, operator_name};
 use maud::{Markup, html};
 use std::collections::{BTreeMap, HashMap};
@@ -45,7 +45,11 @@ pub fn stage_graph(job_id: &str, dot: &Dot, stored: &BTreeMap<u32, StageAnswer>)
             }
         })
         .collect();
-    draw(&nodes, &dot.stage_edges(&plan_reads(stored)), "Stage graph")
+    draw(
+        &nodes,
+        &dot.stage_edges(&plan_reads(stored.values())),
+        "Stage graph",
+    )
 }
 
 /// The operators of one stage, from its own DOT or the job's cluster: a
@@ -117,7 +121,7 @@ pub async fn profile(ui: &Ui, job_id: &str) -> Markup {
     for &(_, f, o) in ranked.iter().take(HOT_OPERATORS) {
         frames[f].inner[o].class = "hot";
     }
-    let edges = dot.stage_edges(&plan_reads(&stored));
+    let edges = dot.stage_edges(&plan_reads(stored.values()));
     html! {
         section aria-labelledby="profile-h" {
             h2 id="profile-h" { "Query profile" }
@@ -171,14 +175,6 @@ pub fn stage_frame(
         inner: operator_boxes(dot, &stage.operators, profiles, total),
         inner_edges: inner_edges(dot, &stage.operators),
     }
-}
-
-/// The stage reads the stage plans state, as `(from, to)` stage ids.
-pub fn plan_reads(stored: &BTreeMap<u32, StageAnswer>) -> Vec<(u32, u32)> {
-    stored
-        .values()
-        .flat_map(|s| s.reads_from().into_iter().map(|from| (from, s.stage_id)))
-        .collect()
 }
 
 /// An operator's compute (ns), 0 when unknown.

@@ -1,0 +1,182 @@
+//! What-if predictions graded against real runs: TPC-H queries over
+//! `tpchgen-cli`'s data through real clusters of three shapes (1 executor
+//! of 1 slot, 1 of 2, 2 of 1), each query twice at each shape. Every job's
+//! replay at its own shape is compared with what it took (the model's
+//! error on the job), and its predictions for the two other shapes with
+//! what those shapes' runs of the same query took, beside the run-to-run
+//! noise of the same runs and the naive prediction "as long as this run".
+//! The figures are printed (`--nocapture`) for `docs/diagnosis.md`.
+
+use crate::harness::*;
+use crate::tpch::{generate, query, register};
+use std::path::Path;
+
+/// The shapes: executors x task slots each.
+const SHAPES: [(u32, u32); 3] = [(1, 1), (1, 2), (2, 1)];
+/// Queries whose tasks take a second or more here at [`SCALE`].
+const QUERIES: [u32; 4] = [1, 3, 6, 12];
+/// TPC-H scale factor.
+const SCALE: &str = "1";
+
+/// One job: its query, the shape it ran on (index into [`SHAPES`]), what
+/// it took and its replay at each shape.
+struct Run {
+    query: u32,
+    shape: usize,
+    observed: u64,
+    predicted: [u64; 3],
+    inferred: (u64, u64),
+    replayed: u64,
+}
+
+/// `|got - want| / want`.
+fn rel(got: u64, want: u64) -> f64 {
+    (got as f64 - want as f64).abs() / want.max(1) as f64
+}
+
+/// The median and the p90 (nearest rank) of `v`.
+fn median_p90(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let rank = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+    (rank(0.5), rank(0.9))
+}
+
+/// Runs every query twice on a fresh cluster of `SHAPES[shape]`, and asks
+/// each job's replay at every shape; the scheduler is handed back so that
+/// its executors stay in touch with it until the end.
+async fn runs_at(tmp: &Path, data: &Path, shape: usize) -> (Proc, Vec<Run>) {
+    let (executors, slots) = SHAPES[shape];
+    let logs = tmp.join(format!("logs-{executors}x{slots}"));
+    let mut sched = Proc::scheduler(&logs, &[]);
+    sched.wait_healthy().await;
+    for _ in 0..executors {
+        start_executor_with(sched.port, slots as usize).await;
+    }
+    eventually("every executor registered", || async {
+        get_json(&sched.url("/api/executors"))
+            .await
+            .as_array()
+            .unwrap()
+            .len()
+            == executors as usize
+    })
+    .await;
+    let csv = write_csv(tmp, &format!("t{shape}.csv"), 10);
+    let options = [("datafusion.execution.target_partitions", "4")];
+    let ctx = client_with(sched.port, &csv, &options).await;
+    register(&ctx, data).await;
+    let mut runs = Vec::new();
+    for q in QUERIES {
+        for _ in 0..2 {
+            let (job_id, result) = run_job(&sched, &ctx, &query(q)).await;
+            assert!(result.is_ok(), "q{q} on {executors}x{slots}: {result:?}");
+            completed_log(&logs, &job_id).await;
+            let mut predicted = [0; 3];
+            let mut observed = 0;
+            let mut inferred = (0, 0);
+            for (i, (e, s)) in SHAPES.iter().enumerate() {
+                let url = sched.url(&format!("/api/job/{job_id}/whatif?executors={e}&slots={s}"));
+                let w = get_json(&url).await;
+                predicted[i] = w["predicted_ms"].as_u64().unwrap();
+                observed = w["observed_ms"].as_u64().unwrap();
+                // The inference never makes up capacity the cluster lacked.
+                let seen = &w["observed_shape"];
+                assert!(
+                    seen["executors"].as_u64().unwrap() <= u64::from(executors),
+                    "{w}"
+                );
+                inferred = (
+                    seen["executors"].as_u64().unwrap(),
+                    seen["slots"].as_u64().unwrap(),
+                );
+            }
+            let own = sched.url(&format!("/api/job/{job_id}/whatif"));
+            let replayed = get_json(&own).await["replayed_ms"].as_u64().unwrap();
+            runs.push(Run {
+                query: q,
+                shape,
+                observed,
+                predicted,
+                inferred,
+                replayed,
+            });
+        }
+    }
+    (sched, runs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(no_tpchgen, ignore = "tpchgen-cli (PyPI) is not installed")]
+async fn predictions_for_other_shapes_are_graded_against_their_real_runs() {
+    let _heavy = HEAVY.write().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("tpch");
+    generate(&data, SCALE);
+    let mut runs = Vec::new();
+    let mut schedulers = Vec::new();
+    for shape in 0..SHAPES.len() {
+        let (sched, at) = runs_at(tmp.path(), &data, shape).await;
+        schedulers.push(sched);
+        runs.extend(at);
+    }
+    let (mut own, mut cross, mut naive, mut noise) = (vec![], vec![], vec![], vec![]);
+    for a in &runs {
+        own.push(rel(a.replayed, a.observed));
+        for b in runs
+            .iter()
+            .filter(|b| b.query == a.query && !std::ptr::eq(*b, a))
+        {
+            if b.shape == a.shape {
+                noise.push(rel(a.observed, b.observed));
+            } else {
+                cross.push(rel(a.predicted[b.shape], b.observed));
+                naive.push(rel(a.observed, b.observed));
+            }
+        }
+    }
+    let pct = |(m, p): (f64, f64)| (m * 100.0, p * 100.0);
+    let (own, cross, naive, noise) = (
+        pct(median_p90(own)),
+        pct(median_p90(cross)),
+        pct(median_p90(naive)),
+        pct(median_p90(noise)),
+    );
+    println!("what-if grading, TPC-H SF {SCALE}, queries {QUERIES:?}, shapes {SHAPES:?}:");
+    for r in &runs {
+        let (e, s) = SHAPES[r.shape];
+        println!(
+            "  q{} on {e}x{s} (seen {:?}): observed {} ms, replayed at 1x1/1x2/2x1 {:?} ms, at the seen shape {} ms",
+            r.query, r.inferred, r.observed, r.predicted, r.replayed
+        );
+    }
+    println!(
+        "  self-replay error     median {:5.1}%  p90 {:5.1}%",
+        own.0, own.1
+    );
+    println!(
+        "  cross-shape error     median {:5.1}%  p90 {:5.1}%",
+        cross.0, cross.1
+    );
+    println!(
+        "  run-to-run noise      median {:5.1}%  p90 {:5.1}%",
+        noise.0, noise.1
+    );
+    println!(
+        "  naive (same as run)   median {:5.1}%  p90 {:5.1}%",
+        naive.0, naive.1
+    );
+    // The targets met here: the replay at the shape a job ran on
+    // within 5% at the median, and predictions for the other shapes well
+    // under the naive error (under half of it in the runs measured; 0.6
+    // leaves this machine's drift room). Not met yet, and so not asserted:
+    // the cross-shape median within 10 points of the noise's, the p90
+    // within 15 (`docs/diagnosis.md` says why).
+    assert!(own.0 < 5.0, "self-replay median {:.1}%", own.0);
+    assert!(
+        cross.0 < naive.0 * 0.6,
+        "cross median {:.1}% against naive {:.1}%",
+        cross.0,
+        naive.0
+    );
+    drop(schedulers);
+}
