@@ -93,6 +93,7 @@ pub fn job_messages(id: &str, tasks: usize, start: u64) -> Vec<WriterMsg> {
         scheduler_id: Some("scheduler".into()),
         logical_plan: Some(plan(12)),
         physical_plan: Some(plan(20)),
+        executors: None,
     })];
     for chunk in (0..tasks).collect::<Vec<_>>().chunks(64) {
         out.push(WriterMsg::Tasks {

@@ -79,12 +79,11 @@ async fn runs_at(tmp: &Path, data: &Path, shape: usize) -> (Proc, Vec<Run>) {
                 let w = get_json(&url).await;
                 predicted[i] = w["predicted_ms"].as_u64().unwrap();
                 observed = w["observed_ms"].as_u64().unwrap();
-                // The inference never makes up capacity the cluster lacked.
+                // The job's start recorded the cluster the test made.
                 let seen = &w["observed_shape"];
-                assert!(
-                    seen["executors"].as_u64().unwrap() <= u64::from(executors),
-                    "{w}"
-                );
+                let made =
+                    serde_json::json!({"executors": executors, "slots": slots, "inferred": false});
+                assert_eq!(seen, &made, "{w}");
                 inferred = (
                     seen["executors"].as_u64().unwrap(),
                     seen["slots"].as_u64().unwrap(),
@@ -165,18 +164,77 @@ async fn predictions_for_other_shapes_are_graded_against_their_real_runs() {
         "  naive (same as run)   median {:5.1}%  p90 {:5.1}%",
         naive.0, naive.1
     );
-    // The targets met here: the replay at the shape a job ran on
-    // within 5% at the median, and predictions for the other shapes well
-    // under the naive error (under half of it in the runs measured; 0.6
-    // leaves this machine's drift room). Not met yet, and so not asserted:
-    // the cross-shape median within 10 points of the noise's, the p90
-    // within 15 (`docs/diagnosis.md` says why).
+    // Met here with room: the replay at the shape a job ran on within 5%
+    // at the median, and predictions for the other shapes under half the
+    // naive error. The cross-shape median within 10 points of the noise's
+    // and the p90 within 15 were met in the latest run by margins smaller
+    // than this machine moves them; printed, not asserted
+    // (`docs/diagnosis.md`).
     assert!(own.0 < 5.0, "self-replay median {:.1}%", own.0);
     assert!(
-        cross.0 < naive.0 * 0.6,
+        cross.0 < naive.0 * 0.5,
         "cross median {:.1}% against naive {:.1}%",
         cross.0,
         naive.0
     );
     drop(schedulers);
+
+    // The history grades itself: a history server over all 24 logs pairs
+    // each query's consecutive runs. The same pairs, made here from the
+    // order the runs were made in, with the per-job answers above.
+    let all = tmp.path().join("all");
+    std::fs::create_dir(&all).unwrap();
+    for (e, s) in SHAPES {
+        for entry in std::fs::read_dir(tmp.path().join(format!("logs-{e}x{s}"))).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|x| x == "eventlog") {
+                std::fs::copy(&path, all.join(path.file_name().unwrap())).unwrap();
+            }
+        }
+    }
+    let mut history = Proc::history(&all, &[]);
+    history.wait_healthy().await;
+    eventually("every log is indexed", || async {
+        job_ids(&history).await.len() == runs.len()
+    })
+    .await;
+    let graded = get_json(&history.url("/api/whatif/accuracy?limit=500")).await;
+    println!(
+        "  /api/whatif/accuracy: across shapes {}, same shape {}",
+        graded["across_shapes"], graded["same_shape"]
+    );
+    let (mut across, mut same) = (vec![], vec![]);
+    for q in QUERIES {
+        let mine: Vec<&Run> = runs.iter().filter(|r| r.query == q).collect();
+        for w in mine.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            let error = rel(a.predicted[b.shape], b.observed);
+            if a.shape == b.shape {
+                same.push(error)
+            } else {
+                across.push(error)
+            }
+        }
+    }
+    let near = |v: &serde_json::Value, x: f64| (v.as_f64().unwrap() - x).abs() < 1e-3;
+    assert_eq!(graded["across_shapes"]["pairs"], across.len(), "{graded:#}");
+    assert_eq!(graded["same_shape"]["pairs"], same.len());
+    let (m, p) = median_p90(across);
+    assert!(
+        near(&graded["across_shapes"]["median_error"], m),
+        "{graded:#}: {m}"
+    );
+    assert!(
+        near(&graded["across_shapes"]["p90_error"], p),
+        "{graded:#}: {p}"
+    );
+    assert!(near(
+        &graded["same_shape"]["median_error"],
+        median_p90(same).0
+    ));
+    assert_eq!(graded["queries"].as_array().unwrap().len(), QUERIES.len());
+    assert_eq!(
+        graded["by_kind"]["executors and slots"]["pairs"],
+        QUERIES.len()
+    );
 }

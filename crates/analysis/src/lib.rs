@@ -1,7 +1,8 @@
 //! Analysis: what a job's records mean. Its diagnosis (`diagnosis`), the
 //! recurring queries of a history (`queries`), the comparison of two runs
-//! (`compare`), the metrics of a stage's plan (`plan_metrics`) and the
-//! replay of a job on another cluster shape (`whatif`).
+//! (`compare`), the metrics of a stage's plan (`plan_metrics`), the
+//! replay of a job on another cluster shape (`whatif`) and the grading of
+//! those replays against the next run of the same query (`accuracy`).
 //!
 //! Pure computation over what the store reads (`store::records` hands it a
 //! job's records): nothing here opens a file, serves HTTP or writes
@@ -12,6 +13,7 @@
 
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
+pub mod accuracy;
 pub mod compare;
 pub mod diagnosis;
 pub mod plan_metrics;

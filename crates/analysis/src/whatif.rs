@@ -14,6 +14,13 @@
 //!   held k slots is k units of work of its duration: the replay places
 //!   partitions, not tasks, and a shape with other slots packs them
 //!   otherwise.
+//! - **Slots shared.** Where the log records the executors' slots (ours,
+//!   since the `JobStart` record names them), an attempt that ran while
+//!   its executor held more partitions than it has slots (Ballista's pull
+//!   mode lets a task of several partitions and another task overlap) is
+//!   counted at the share of a slot it had: its time times the slots over
+//!   the partitions the executor held meanwhile, on average. A shape's
+//!   slots then run one unit of work each.
 //! - **Dependencies** are the stage graph's edges: a stage becomes
 //!   runnable when every stage it reads has finished.
 //! - **Placement** follows the scheduler's hand-out: runnable stages in the
@@ -88,8 +95,10 @@ pub struct Work {
     tail_ms: u64,
     /// Job start to job end (ms).
     observed_ms: u64,
-    /// The shape the job ran on, as its tasks show it.
+    /// The shape the job ran on: recorded, or as its tasks show it.
     observed: Shape,
+    /// Whether the log recorded the shape (else it is inferred).
+    recorded: bool,
 }
 
 /// One stage's work.
@@ -129,22 +138,35 @@ impl Work {
             let known = layout.task_slots.get(&(t.stage_id, t.task_id));
             known.copied().unwrap_or(1).clamp(1, MAX_SLOTS)
         };
-        let mut by_stage: BTreeMap<u32, Vec<&Task>> = BTreeMap::new();
-        for t in &records.tasks {
-            by_stage.entry(t.stage_id).or_default().push(t);
+        let recorded = records.start.executors.as_deref().filter(|e| !e.is_empty());
+        let capacity: Vec<Option<u32>> = records
+            .executors
+            .iter()
+            .map(|id| {
+                recorded?
+                    .iter()
+                    .find(|e| &e.id == id)
+                    .map(|e| e.slots.max(1))
+            })
+            .collect();
+        let paces = paces(records, &parts, &capacity);
+        let mut by_stage: BTreeMap<u32, Vec<(&Task, f64)>> = BTreeMap::new();
+        for (t, pace) in records.tasks.iter().zip(paces) {
+            by_stage.entry(t.stage_id).or_default().push((t, pace));
         }
         let index: BTreeMap<u32, usize> =
             by_stage.keys().enumerate().map(|(i, &s)| (s, i)).collect();
         let mut stages: Vec<StageWork> = by_stage
             .values_mut()
             .map(|tasks| {
-                tasks.sort_by_key(|t| (t.task_id, t.stage_attempt, took_slot(t)));
+                tasks.sort_by_key(|(t, _)| (t.task_id, t.stage_attempt, took_slot(t)));
+                let work = |&(t, pace): &(&Task, f64)| {
+                    let took = (held(t) as f64 * pace).round() as u64;
+                    (t.executor, took, parts(t))
+                };
                 StageWork {
                     inputs: Vec::new(),
-                    tasks: tasks
-                        .iter()
-                        .map(|t| (t.executor, held(t), parts(t)))
-                        .collect(),
+                    tasks: tasks.iter().map(work).collect(),
                 }
             })
             .collect();
@@ -169,36 +191,26 @@ impl Work {
                 .for_each(|t| t.2 = 1);
         }
         let observed_ms = end_time.saturating_sub(start_time);
-        let mut spans: Vec<(u64, u64)> = records
-            .tasks
-            .iter()
-            .map(|t| (took_slot(t), t.end_exec_time.max(took_slot(t))))
-            .collect();
-        spans.sort_unstable();
-        let (lead_ms, gaps_ms, tail_ms) = match (spans.first(), spans.iter().map(|s| s.1).max()) {
-            (Some(&(first, _)), Some(last)) => {
-                let mut gaps = 0u64;
-                let mut reach = first;
-                for &(from, to) in &spans {
-                    gaps += from.saturating_sub(reach);
-                    reach = reach.max(to);
-                }
-                let lead = if start_time == 0 {
-                    0
-                } else {
-                    first.saturating_sub(start_time)
-                };
-                (lead, gaps, end_time.saturating_sub(last))
-            }
-            _ => (observed_ms, 0, 0),
-        };
+        let (lead_ms, gaps_ms, tail_ms) = overheads(records, start_time, end_time);
         Self {
             stages,
             lead_ms,
             gaps_ms,
             tail_ms,
             observed_ms,
-            observed: observed_shape(records, |t| if believed { parts(t) } else { 1 }),
+            observed: match recorded {
+                Some(e) => Shape {
+                    executors: (e.len() as u32).clamp(1, MAX_EXECUTORS),
+                    slots: e
+                        .iter()
+                        .map(|e| e.slots)
+                        .max()
+                        .unwrap_or(1)
+                        .clamp(1, MAX_SLOTS),
+                },
+                None => observed_shape(records, |t| if believed { parts(t) } else { 1 }),
+            },
+            recorded: recorded.is_some(),
         }
     }
 
@@ -207,10 +219,17 @@ impl Work {
         self.observed_ms
     }
 
-    /// The shape the job ran on as its tasks show it: the executors that
-    /// ran a task, and the most attempts any of them held at once.
+    /// The shape the job ran on: as its `JobStart` recorded it (the
+    /// executors registered, the most slots of one), else as its tasks
+    /// show it (the executors that ran a task, the most slots one of them
+    /// held at once).
     pub fn observed_shape(&self) -> Shape {
         self.observed
+    }
+
+    /// Whether [`Work::observed_shape`] was recorded rather than inferred.
+    pub fn shape_recorded(&self) -> bool {
+        self.recorded
     }
 
     /// What is the same at every shape: lead, gaps and tail (ms).
@@ -373,6 +392,87 @@ pub fn knee(curve: &[Point], floor: u64) -> Option<Point> {
         .iter()
         .find(|p| p.predicted_ms as f64 <= floor as f64 * 1.1)
         .copied()
+}
+
+/// What a job spent outside its tasks (ms): from `start_time` to its
+/// first launch, the stretches between its first launch and its last end
+/// with no task running, and from its last end to `end_time`. With no
+/// task, all of it is lead.
+fn overheads(records: &JobRecords, start_time: u64, end_time: u64) -> (u64, u64, u64) {
+    let mut spans: Vec<(u64, u64)> = records.tasks.iter().map(span).collect();
+    spans.sort_unstable();
+    let (Some(&(first, _)), Some(last)) = (spans.first(), spans.iter().map(|s| s.1).max()) else {
+        return (end_time.saturating_sub(start_time), 0, 0);
+    };
+    let mut gaps = 0u64;
+    let mut reach = first;
+    for &(from, to) in &spans {
+        gaps += from.saturating_sub(reach);
+        reach = reach.max(to);
+    }
+    let lead = if start_time == 0 {
+        0
+    } else {
+        first.saturating_sub(start_time)
+    };
+    (lead, gaps, end_time.saturating_sub(last))
+}
+
+/// When an attempt held its slot: from [`took_slot`] to its end.
+fn span(t: &Task) -> (u64, u64) {
+    let from = took_slot(t);
+    (from, t.end_exec_time.max(from))
+}
+
+/// Each attempt's pace, in the order of `records.tasks`: on an executor
+/// whose slots are known (`capacity`, by executor index), its slots over
+/// the slots its attempts held on average while this one ran, at most 1;
+/// elsewhere 1. One sweep per executor, then a binary search per attempt.
+fn paces(
+    records: &JobRecords,
+    parts: &impl Fn(&Task) -> u32,
+    capacity: &[Option<u32>],
+) -> Vec<f64> {
+    let known = |t: &Task| capacity.get(t.executor as usize).copied().flatten();
+    let mut events: BTreeMap<u32, Vec<(u64, i64)>> = BTreeMap::new();
+    for t in records.tasks.iter().filter(|t| known(t).is_some()) {
+        let ((from, to), held) = (span(t), i64::from(parts(t)));
+        let e = events.entry(t.executor).or_default();
+        e.extend([(from, held), (to, -held)]);
+    }
+    // Per executor: (time, slots held from then on, slot-ms held before).
+    let curves: BTreeMap<u32, Vec<(u64, i64, f64)>> = events
+        .into_iter()
+        .map(|(x, mut e)| {
+            e.sort_unstable();
+            let (mut level, mut area, mut last) = (0i64, 0f64, e.first().map_or(0, |p| p.0));
+            let curve = e.into_iter().map(|(t, step)| {
+                area += level as f64 * (t - last) as f64;
+                (level, last) = (level + step, t);
+                (t, level, area)
+            });
+            (x, curve.collect())
+        })
+        .collect();
+    let area_at = |curve: &[(u64, i64, f64)], t: u64| match curve.partition_point(|p| p.0 <= t) {
+        0 => 0.0,
+        i => {
+            let (at, level, area) = curve[i - 1];
+            area + level as f64 * (t - at) as f64
+        }
+    };
+    let pace = |t: &Task| {
+        let (Some(slots), Some(curve)) = (known(t), curves.get(&t.executor)) else {
+            return 1.0;
+        };
+        let (from, to) = span(t);
+        if to <= from {
+            return 1.0;
+        }
+        let held = (area_at(curve, to) - area_at(curve, from)) / (to - from) as f64;
+        (f64::from(slots) / held.max(1.0)).min(1.0)
+    };
+    records.tasks.iter().map(pace).collect()
 }
 
 /// The observed shape: executors that ran a task (at least 1), and the

@@ -87,6 +87,21 @@ pub struct JobStart {
     /// Physical plan text, if the job got as far as planning.
     #[serde(default)]
     pub physical_plan: Option<String>,
+    /// Ours: the executors registered when the job started and the task
+    /// slots of each (the scheduler's vcores), the cluster shape a what-if
+    /// replay starts from. Absent from upstream's logs (and from ours
+    /// written before it), where the shape is inferred from the tasks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executors: Option<Vec<ExecutorSlots>>,
+}
+
+/// An executor and its task slots, as a job's start saw them.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub struct ExecutorSlots {
+    /// The executor's id.
+    pub id: String,
+    /// Its task slots (vcores).
+    pub slots: u32,
 }
 
 /// `StageStart`: a stage of the job.

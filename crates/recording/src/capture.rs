@@ -18,7 +18,8 @@ use crate::redact::Redactor;
 use crate::writer::{WriterHandle, WriterMsg};
 use ballista_core::serde::protobuf::job_status;
 use bjh_format::record::{
-    JobEnd, JobEndStatus, JobIndex, JobStart, Responses, StageEnd, StageStart, Variant, raw_or_null,
+    ExecutorSlots, JobEnd, JobEndStatus, JobIndex, JobStart, Responses, StageEnd, StageStart,
+    Variant, raw_or_null,
 };
 use bjh_format::stages::{StageAnswer, StagesAnswer};
 use http::StatusCode;
@@ -159,7 +160,35 @@ impl Capturer {
             start.logical_plan = plans.logical_plan;
             start.physical_plan = plans.physical_plan;
         }
+        start.executors = self.executors().await;
         (start, secrets)
+    }
+
+    /// The executors the scheduler has registered now, with their task
+    /// slots (its `GET /api/executors`, in process); `None` when it does
+    /// not answer with a list.
+    async fn executors(&self) -> Option<Vec<ExecutorSlots>> {
+        #[derive(Deserialize)]
+        struct Listed {
+            id: String,
+            #[serde(default)]
+            specification: Spec,
+        }
+        #[derive(Deserialize, Default)]
+        struct Spec {
+            #[serde(default)]
+            vcores: u32,
+        }
+        let answer = self.api.get("/api/executors").await;
+        if answer.status != StatusCode::OK {
+            return None;
+        }
+        let listed: Vec<Listed> = serde_json::from_slice(&answer.body).ok()?;
+        let slots = |e: Listed| ExecutorSlots {
+            id: e.id,
+            slots: e.specification.vcores.max(1),
+        };
+        Some(listed.into_iter().map(slots).collect())
     }
 
     /// Waits for the terminal status, then renders every response.
@@ -368,6 +397,7 @@ impl Capturer {
             scheduler_id: Some(self.api.scheduler_id().to_string()),
             logical_plan: plans.logical_plan,
             physical_plan: plans.physical_plan,
+            executors: None,
         }
     }
 

@@ -1,5 +1,6 @@
 //! The routes that explain jobs: `GET /api/job/{id}/diagnosis`,
-//! `GET /api/job/{id}/whatif` (in `whatif`), `GET /api/queries` and
+//! `GET /api/job/{id}/whatif` and `GET /api/whatif/accuracy` (in
+//! `whatif`), `GET /api/queries` and
 //! `GET /api/compare?a=&b=`. They read through the
 //! same [`JobSource`] as every job route and compute with `analysis`.
 
@@ -33,7 +34,11 @@ pub(crate) fn routes(source: Source, store: Option<Arc<LogStore>>) -> Router {
         .route("/api/job/{job_id}/diagnosis", get(get_diagnosis))
         .route("/api/job/{job_id}/whatif", get(crate::whatif::get_whatif))
         .route("/api/compare", get(get_compare))
-        .with_state(source)
+        .with_state(source.clone())
+        .route(
+            "/api/whatif/accuracy",
+            get(crate::whatif::get_accuracy).with_state((source, store.clone())),
+        )
         .route("/api/queries", get(get_queries).with_state(store))
 }
 

@@ -50,6 +50,7 @@ pub enum Mode {
         crate::router::get_eventlog,
         crate::insight::get_diagnosis,
         crate::whatif::get_whatif,
+        crate::whatif::get_accuracy,
         crate::insight::get_compare,
         crate::insight::get_queries,
         crate::sql_route::run_sql,

@@ -1,6 +1,8 @@
 //! `GET /api/job/{id}/whatif`: a finished job replayed on another cluster
 //! shape (`analysis::whatif`), its stage graph and its tasks' partitions
-//! read from the stored `/stages` answer.
+//! read from the stored `/stages` answer; and `GET /api/whatif/accuracy`,
+//! the replays graded against the next run of the same query
+//! (`analysis::accuracy`).
 
 use crate::error::ApiError;
 use crate::params::{Params, check};
@@ -8,11 +10,18 @@ use crate::source::{JobSource, Resource, read_log};
 use axum::Json;
 use axum::extract::{Path, State};
 use ballista_api_types::dto::PlanFormat;
+use bjh_analysis::accuracy::{Accuracy, Pair, grade};
 use bjh_analysis::whatif::{Layout, MAX_EXECUTORS, MAX_SLOTS, Point, Shape, Work, knee};
+use bjh_format::JobState;
+use bjh_format::query_hash::{hash_text, parse_hash};
 use bjh_format::stages::{StagesAnswer, plan_reads, task_slots};
+use bjh_store::LogStore;
+use bjh_store::query::JobFacts;
+use bjh_store::records::JobHeader;
 use bjh_store::records::JobRecords;
 use http::StatusCode;
 use serde::Serialize;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// `GET /api/job/{id}/whatif`'s parameters.
@@ -31,13 +40,16 @@ pub struct WhatIfParams {
 /// The shape a job ran on, and whether the log said so or its tasks did.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ObservedShape {
-    /// Executors that ran a task.
+    /// Executors: registered when the job started, as its log records
+    /// them; else those that ran a task.
     pub executors: u32,
-    /// The most task slots one executor held at once (a task holds one
-    /// per partition it computes).
+    /// Task slots of each: the most one executor had, as recorded; else
+    /// the most one executor held at once (a task holds one per partition
+    /// it computes).
     pub slots: u32,
-    /// Always `true` for now: the shape is inferred from the tasks'
-    /// concurrency, not recorded.
+    /// `false` when the log recorded the shape (our logs since the
+    /// `JobStart` record names the executors), `true` when it was read
+    /// from the tasks (upstream's logs).
     pub inferred: bool,
 }
 
@@ -111,30 +123,7 @@ pub(crate) async fn whatif_of(
     if let Some(s) = asked.slots {
         check("slots", s, (1..=MAX_SLOTS).contains(&s), &takes(MAX_SLOTS))?;
     }
-    let Some((header, log)) = source.log_of(&job_id) else {
-        return Err(ApiError::Missing(format!(
-            "no event log of job {job_id} here: a what-if reads the job's log"
-        )));
-    };
-    if header.state.is_unfinished() {
-        return Err(ApiError::Conflict(format!(
-            "job {job_id} has not finished: a what-if replays a finished job"
-        )));
-    }
-    let records = read_log(&job_id, move || JobRecords::read(&log)).await?;
-    let layout = match source
-        .get(&job_id, Resource::Stages(PlanFormat::Default))
-        .await
-    {
-        Ok(Some(a)) if a.status == StatusCode::OK => {
-            let stages = StagesAnswer::parse(&a.body).stages;
-            Layout {
-                edges: plan_reads(&stages),
-                task_slots: task_slots(&stages),
-            }
-        }
-        _ => Layout::default(),
-    };
+    let (header, records, layout) = load(source, &job_id).await?;
     let without = match &asked.without_executor {
         None => None,
         Some(id) => Some(
@@ -177,7 +166,7 @@ pub(crate) async fn whatif_of(
             observed_shape: ObservedShape {
                 executors: seen.executors,
                 slots: seen.slots,
-                inferred: true,
+                inferred: !work.shape_recorded(),
             },
             without_executor: asked.without_executor,
             knee: knee(&curve, critical_path_ms),
@@ -186,4 +175,151 @@ pub(crate) async fn whatif_of(
     })
     .await
     .map_err(|e| ApiError::Internal(format!("the replay failed: {e}")))
+}
+
+/// A finished job's header, records and layout, for a replay.
+async fn load(
+    source: &dyn JobSource,
+    job_id: &str,
+) -> Result<(JobHeader, JobRecords, Layout), ApiError> {
+    let Some((header, log)) = source.log_of(job_id) else {
+        return Err(ApiError::Missing(format!(
+            "no event log of job {job_id} here: a what-if reads the job's log"
+        )));
+    };
+    if header.state.is_unfinished() {
+        return Err(ApiError::Conflict(format!(
+            "job {job_id} has not finished: a what-if replays a finished job"
+        )));
+    }
+    let records = read_log(job_id, move || JobRecords::read(&log)).await?;
+    let layout = match source
+        .get(job_id, Resource::Stages(PlanFormat::Default))
+        .await
+    {
+        Ok(Some(a)) if a.status == StatusCode::OK => {
+            let stages = StagesAnswer::parse(&a.body).stages;
+            Layout {
+                edges: plan_reads(&stages),
+                task_slots: task_slots(&stages),
+            }
+        }
+        _ => Layout::default(),
+    };
+    Ok((header, records, layout))
+}
+
+/// `GET /api/whatif/accuracy`'s parameters.
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AccuracyParams {
+    /// At most this many pairs, the newest first: 1 to 500 (default 100).
+    pub limit: Option<usize>,
+    /// Only the runs of this query (16 hex digits).
+    pub query_hash: Option<String>,
+}
+
+/// Pairs graded unless `limit` says otherwise.
+pub const DEFAULT_PAIRS: usize = 100;
+/// The most pairs one request grades (each reads two logs).
+pub const MAX_PAIRS: usize = 500;
+
+/// What the accuracy route reads: the jobs' source and the log directory
+/// that lists the completed runs.
+pub(crate) type Graded = (Arc<dyn JobSource>, Option<Arc<LogStore>>);
+
+/// A completed run: its query hash, start time and job id.
+type Run = (u64, u64, String);
+
+/// `GET /api/whatif/accuracy`.
+#[utoipa::path(
+    get,
+    path = "/api/whatif/accuracy",
+    tag = "history",
+    params(AccuracyParams),
+    responses(
+        (status = 200, description = "Consecutive completed runs of each recurring query graded as experiments: the earlier run replayed on the later run's shape against what the later run took, over the whole history, by kind of change and by query; pairs on one shape give the noise", body = Accuracy),
+        (status = 400, description = "A parameter's bad value", body = crate::error::ErrorBody),
+        (status = 404, description = "No log directory here", body = crate::error::ErrorBody),
+    )
+)]
+pub(crate) async fn get_accuracy(
+    State((source, store)): State<Graded>,
+    Params { value, .. }: Params<AccuracyParams>,
+) -> Result<Json<Accuracy>, ApiError> {
+    let limit = value.limit.unwrap_or(DEFAULT_PAIRS);
+    check(
+        "limit",
+        limit,
+        (1..=MAX_PAIRS).contains(&limit),
+        "an integer from 1 to 500",
+    )?;
+    let only = match value.query_hash.as_deref().filter(|h| !h.is_empty()) {
+        None => None,
+        Some(hex) => {
+            let hash = parse_hash(hex);
+            check("query_hash", hex, hash.is_some(), "16 hex digits")?;
+            hash
+        }
+    };
+    let Some(store) = store else {
+        return Err(ApiError::Missing("no log directory here".into()));
+    };
+    // (hash, start, id) of every completed run with a query hash.
+    let mut runs: Vec<Run> = tokio::task::spawn_blocking(move || {
+        store.with_completed(|jobs| {
+            jobs.map(|j| j as &dyn JobFacts)
+                .filter(|j| j.state() == JobState::Completed && j.query_hash() != 0)
+                .filter(|j| only.is_none_or(|h| h == j.query_hash()))
+                .map(|j| (j.query_hash(), j.start_time(), j.job_id().to_string()))
+                .collect()
+        })
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("listing the runs failed: {e}")))?;
+    runs.sort_unstable();
+    // Consecutive runs of one query, the newest pairs first.
+    let mut pairs: Vec<(&Run, &Run)> = runs
+        .windows(2)
+        .filter(|w| w[0].0 == w[1].0)
+        .map(|w| (&w[0], &w[1]))
+        .collect();
+    pairs.sort_by_key(|(_, b)| std::cmp::Reverse((b.1, b.2.clone())));
+    pairs.truncate(limit);
+    let mut works: HashMap<String, Option<Work>> = HashMap::new();
+    let mut graded = Vec::with_capacity(pairs.len());
+    for (a, b) in pairs {
+        for id in [&a.2, &b.2] {
+            if !works.contains_key(id) {
+                let work = match load(source.as_ref(), id).await {
+                    Ok((header, records, layout)) => Some(
+                        tokio::task::spawn_blocking(move || {
+                            Work::of(&records, &layout, header.start_time, header.end_time)
+                        })
+                        .await
+                        .map_err(|e| ApiError::Internal(format!("the replay failed: {e}")))?,
+                    ),
+                    // A log gone or unreadable since it was listed: the
+                    // pair is left out, not the answer.
+                    Err(_) => None,
+                };
+                works.insert(id.clone(), work);
+            }
+        }
+        let (Some(Some(wa)), Some(Some(wb))) = (works.get(&a.2), works.get(&b.2)) else {
+            continue;
+        };
+        let shape_b = wb.observed_shape();
+        graded.push(Pair {
+            query_hash: hash_text(a.0),
+            a: a.2.clone(),
+            b: b.2.clone(),
+            shape_a: wa.observed_shape(),
+            shape_b,
+            predicted_ms: wa.replay(shape_b),
+            actual_ms: wb.observed_ms(),
+            naive_ms: wa.observed_ms(),
+        });
+    }
+    Ok(Json(grade(graded)))
 }

@@ -1,6 +1,7 @@
 //! Replays of jobs whose answers are worked out by hand.
 
 use super::*;
+use bjh_format::record::ExecutorSlots;
 
 /// Where the tests' clocks start (epoch ms; 0 reads as "not recorded").
 const T0: u64 = 1_000_000;
@@ -250,4 +251,42 @@ fn a_task_of_two_partitions_holds_two_slots() {
     let work = Work::of(&jobs, &lying, at(0), at(200));
     assert_eq!(work.observed_shape(), shape(1, MAX_SLOTS));
     assert_eq!(work.replay(shape(1, 1)), (u64::from(MAX_SLOTS) + 1) * 100);
+}
+
+#[test]
+fn an_oversubscribed_executor_counts_each_attempt_at_its_share_of_a_slot() {
+    // The log records one executor of 2 slots; it ran three attempts side
+    // by side for 300 ms (as Ballista's pull mode can), so each had 2/3
+    // of a slot: 200 ms of work.
+    let mut jobs = records((0..3).map(|i| task(1, i, 0, 0, 300)).collect());
+    jobs.executors = vec!["e0".into()];
+    jobs.start.executors = Some(vec![ExecutorSlots {
+        id: "e0".into(),
+        slots: 2,
+    }]);
+    let work = Work::of(&jobs, &graph(&[]), at(0), at(300));
+    assert!(work.shape_recorded());
+    assert_eq!(work.observed_shape(), shape(1, 2));
+    assert_eq!(work.replay(shape(1, 1)), 600);
+    assert_eq!(work.replay(shape(1, 3)), 200);
+    // On its own two slots, one unit each: two side by side, then one.
+    assert_eq!(work.replay(shape(1, 2)), 400);
+    assert_eq!(work.ideal(shape(1, 2)), 300);
+    // Slots shared for part of a run: one slot, attempt A on [0, 200]
+    // and B on [100, 300] each held 1.5 slots on average, 2/3 of a slot
+    // each: 133 ms of work apiece.
+    jobs.tasks = vec![task(1, 0, 0, 0, 200), task(1, 1, 0, 100, 300)];
+    jobs.start.executors = Some(vec![ExecutorSlots {
+        id: "e0".into(),
+        slots: 1,
+    }]);
+    let work = Work::of(&jobs, &graph(&[]), at(0), at(300));
+    assert_eq!(work.replay(shape(1, 1)), 266);
+    // An executor the start did not see (registered later) keeps its
+    // times; the shape is still the one recorded.
+    jobs.executors = vec!["late".into()];
+    let work = Work::of(&jobs, &graph(&[]), at(0), at(300));
+    assert_eq!(work.replay(shape(1, 1)), 400);
+    assert_eq!(work.observed_shape(), shape(1, 1));
+    assert!(work.shape_recorded());
 }

@@ -33,7 +33,8 @@ pub async fn whatif_tab(ui: &Ui, job_id: &str) -> Markup {
     html! {
         p.summary id="whatif-summary" {
             "This run took " (duration(w.observed_ms)) " on " (shape(seen.executors, seen.slots))
-            " (inferred from its tasks). Replayed on that shape: "
+            (if seen.inferred { " (inferred from its tasks)" } else { " (as recorded when it started)" })
+            ". Replayed on that shape: "
             (duration(w.replayed_ms)) " (" (format!("{:+.1}%", error * 100.0)) ", the model's error on this job). "
             "Critical path: " (duration(w.critical_path_ms)) ", no shape is faster."
         }

@@ -1,0 +1,213 @@
+//! The history grades its own replays: two runs of one recurring query
+//! (same query hash), one after the other, are an experiment that already
+//! happened. The earlier run's replay at the later run's shape is a
+//! prediction, and the later run's time is what happened
+//! (`GET /api/whatif/accuracy`). Pairs on the same shape are graded too:
+//! their error is the run-to-run noise the other kinds are read against.
+
+use crate::whatif::Shape;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One graded pair: run `a`, then run `b` of the same query.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Pair {
+    /// The query hash (16 hex digits).
+    pub query_hash: String,
+    /// The earlier run.
+    pub a: String,
+    /// The later run.
+    pub b: String,
+    /// The shape `a` ran on.
+    pub shape_a: Shape,
+    /// The shape `b` ran on.
+    pub shape_b: Shape,
+    /// `a` replayed on `b`'s shape (ms).
+    pub predicted_ms: u64,
+    /// What `b` took (ms).
+    pub actual_ms: u64,
+    /// What `a` took: the naive prediction (ms).
+    pub naive_ms: u64,
+}
+
+impl Pair {
+    /// What changed between the runs: `same shape`, `executors`, `slots`
+    /// or `executors and slots`.
+    pub fn kind(&self) -> &'static str {
+        let (a, b) = (self.shape_a, self.shape_b);
+        match (a.executors == b.executors, a.slots == b.slots) {
+            (true, true) => "same shape",
+            (false, true) => "executors",
+            (true, false) => "slots",
+            (false, false) => "executors and slots",
+        }
+    }
+
+    /// `|predicted - actual| / actual`.
+    pub fn error(&self) -> f64 {
+        relative(self.predicted_ms, self.actual_ms)
+    }
+
+    /// The naive prediction's error.
+    pub fn naive_error(&self) -> f64 {
+        relative(self.naive_ms, self.actual_ms)
+    }
+}
+
+/// `|got - want| / want` (a `want` of 0 read as 1 ms).
+fn relative(got: u64, want: u64) -> f64 {
+    (got as f64 - want as f64).abs() / want.max(1) as f64
+}
+
+/// How far a set of pairs' predictions were off, as fractions.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Errors {
+    /// Pairs graded.
+    pub pairs: usize,
+    /// The median of `|predicted - actual| / actual`.
+    pub median_error: f64,
+    /// Its 90th percentile (nearest rank).
+    pub p90_error: f64,
+    /// The median error of the naive prediction (`b` takes what `a`
+    /// took), beside it.
+    pub naive_median_error: f64,
+}
+
+impl Errors {
+    fn of<'a>(pairs: impl Iterator<Item = &'a Pair>) -> Self {
+        let (errors, naive): (Vec<f64>, Vec<f64>) =
+            pairs.map(|p| (p.error(), p.naive_error())).unzip();
+        Self {
+            pairs: errors.len(),
+            median_error: rank(errors.clone(), 0.5),
+            p90_error: rank(errors, 0.9),
+            naive_median_error: rank(naive, 0.5),
+        }
+    }
+}
+
+/// The `q`-quantile by nearest rank, rounded to four decimals; 0 for none.
+fn rank(mut v: Vec<f64>, q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let at = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+    (v[at] * 10_000.0).round() / 10_000.0
+}
+
+/// One query's grades.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct QueryGrades {
+    /// The query hash.
+    pub query_hash: String,
+    /// Its pairs on different shapes.
+    pub across_shapes: Errors,
+    /// Its pairs on the same shape: the noise.
+    pub same_shape: Errors,
+}
+
+/// `GET /api/whatif/accuracy`'s answer.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Accuracy {
+    /// Every pair on different shapes.
+    pub across_shapes: Errors,
+    /// Every pair on the same shape: the run-to-run noise.
+    pub same_shape: Errors,
+    /// By what changed between the runs.
+    pub by_kind: BTreeMap<String, Errors>,
+    /// By query, most pairs first.
+    pub queries: Vec<QueryGrades>,
+    /// The pairs themselves, the newest first.
+    pub pairs: Vec<Pair>,
+}
+
+/// Grades `pairs` (the newest first).
+pub fn grade(pairs: Vec<Pair>) -> Accuracy {
+    let across = |p: &&Pair| p.shape_a != p.shape_b;
+    let same = |p: &&Pair| p.shape_a == p.shape_b;
+    let mut kinds: BTreeMap<&str, Vec<&Pair>> = BTreeMap::new();
+    let mut queries: BTreeMap<&str, Vec<&Pair>> = BTreeMap::new();
+    for p in &pairs {
+        kinds.entry(p.kind()).or_default().push(p);
+        queries.entry(&p.query_hash).or_default().push(p);
+    }
+    let mut by_query: Vec<QueryGrades> = queries
+        .into_iter()
+        .map(|(hash, ps)| QueryGrades {
+            query_hash: hash.to_string(),
+            across_shapes: Errors::of(ps.iter().copied().filter(across)),
+            same_shape: Errors::of(ps.iter().copied().filter(same)),
+        })
+        .collect();
+    by_query.sort_by_key(|q| std::cmp::Reverse(q.across_shapes.pairs + q.same_shape.pairs));
+    Accuracy {
+        across_shapes: Errors::of(pairs.iter().filter(across)),
+        same_shape: Errors::of(pairs.iter().filter(same)),
+        by_kind: kinds
+            .into_iter()
+            .map(|(k, ps)| (k.to_string(), Errors::of(ps.into_iter())))
+            .collect(),
+        queries: by_query,
+        pairs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(a: (u32, u32), b: (u32, u32), predicted_ms: u64, actual_ms: u64) -> Pair {
+        let shape = |(executors, slots)| Shape { executors, slots };
+        Pair {
+            query_hash: "q".into(),
+            a: "a".into(),
+            b: "b".into(),
+            shape_a: shape(a),
+            shape_b: shape(b),
+            predicted_ms,
+            actual_ms,
+            naive_ms: 1_000,
+        }
+    }
+
+    #[test]
+    fn pairs_are_graded_by_what_changed() {
+        // Worked by hand: errors 0.1, 0.3 and 0.5 across shapes; 0.02 on
+        // the same shape; naive errors 0, 1 and 1 across.
+        let pairs = vec![
+            pair((1, 1), (2, 1), 1_100, 1_000),
+            pair((2, 1), (1, 2), 650, 500),
+            pair((1, 2), (1, 1), 750, 500),
+            pair((1, 1), (1, 1), 980, 1_000),
+        ];
+        let graded = grade(pairs);
+        assert_eq!(graded.across_shapes.pairs, 3);
+        assert_eq!(graded.across_shapes.median_error, 0.3);
+        assert_eq!(graded.across_shapes.p90_error, 0.5);
+        assert_eq!(graded.across_shapes.naive_median_error, 1.0);
+        assert_eq!(graded.same_shape.pairs, 1);
+        assert_eq!(graded.same_shape.median_error, 0.02);
+        let kinds: Vec<(&str, usize)> = graded
+            .by_kind
+            .iter()
+            .map(|(k, e)| (k.as_str(), e.pairs))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("executors", 1),
+                ("executors and slots", 1),
+                ("same shape", 1),
+                ("slots", 1)
+            ]
+        );
+        assert_eq!(graded.queries.len(), 1);
+        assert_eq!(graded.queries[0].across_shapes.pairs, 3);
+        let empty = grade(Vec::new());
+        assert_eq!(
+            (empty.across_shapes.pairs, empty.across_shapes.median_error),
+            (0, 0.0)
+        );
+    }
+}
