@@ -386,7 +386,7 @@ async fn a_what_if_replays_the_planted_job_as_worked_out_by_hand() {
         ("/api/job/%3Cscript%3E/whatif", 404, "no event log"),
         ("/api/job/unended/whatif", 409, "not finished"),
         ("/api/whatif/accuracy?limit=0", 400, "limit"),
-        ("/api/whatif/accuracy?limit=501", 400, "limit"),
+        ("/api/whatif/accuracy?limit=201", 400, "limit"),
         ("/api/whatif/accuracy?query_hash=xyz", 400, "query_hash"),
     ] {
         let (got, _, body) = get(&server.url(path)).await;

@@ -198,7 +198,7 @@ async fn predictions_for_other_shapes_are_graded_against_their_real_runs() {
         job_ids(&history).await.len() == runs.len()
     })
     .await;
-    let graded = get_json(&history.url("/api/whatif/accuracy?limit=500")).await;
+    let graded = get_json(&history.url("/api/whatif/accuracy?limit=200")).await;
     println!(
         "  /api/whatif/accuracy: across shapes {}, same shape {}",
         graded["across_shapes"], graded["same_shape"]

@@ -42,7 +42,7 @@
 use bjh_store::records::{JobRecords, Task};
 use serde::Serialize;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 /// A cluster's shape: `executors`, each with `slots` task slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -139,15 +139,16 @@ impl Work {
             known.copied().unwrap_or(1).clamp(1, MAX_SLOTS)
         };
         let recorded = records.start.executors.as_deref().filter(|e| !e.is_empty());
+        // By id once, so that a long list (a lying log) costs one pass.
+        let slots_of: HashMap<&str, u32> = recorded
+            .into_iter()
+            .flatten()
+            .map(|e| (e.id.as_str(), e.slots.max(1)))
+            .collect();
         let capacity: Vec<Option<u32>> = records
             .executors
             .iter()
-            .map(|id| {
-                recorded?
-                    .iter()
-                    .find(|e| &e.id == id)
-                    .map(|e| e.slots.max(1))
-            })
+            .map(|id| slots_of.get(id.as_str()).copied())
             .collect();
         let paces = paces(records, &parts, &capacity);
         let mut by_stage: BTreeMap<u32, Vec<(&Task, f64)>> = BTreeMap::new();

@@ -213,16 +213,17 @@ async fn load(
 #[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct AccuracyParams {
-    /// At most this many pairs, the newest first: 1 to 500 (default 100).
+    /// At most this many pairs, the newest first: 1 to 200 (default 50).
     pub limit: Option<usize>,
     /// Only the runs of this query (16 hex digits).
     pub query_hash: Option<String>,
 }
 
 /// Pairs graded unless `limit` says otherwise.
-pub const DEFAULT_PAIRS: usize = 100;
-/// The most pairs one request grades (each reads two logs).
-pub const MAX_PAIRS: usize = 500;
+pub const DEFAULT_PAIRS: usize = 50;
+/// The most pairs one request grades: each reads two logs (a log read for
+/// two pairs is read once), so a request reads at most 400.
+pub const MAX_PAIRS: usize = 200;
 
 /// What the accuracy route reads: the jobs' source and the log directory
 /// that lists the completed runs.
@@ -252,7 +253,7 @@ pub(crate) async fn get_accuracy(
         "limit",
         limit,
         (1..=MAX_PAIRS).contains(&limit),
-        "an integer from 1 to 500",
+        "an integer from 1 to 200",
     )?;
     let only = match value.query_hash.as_deref().filter(|h| !h.is_empty()) {
         None => None,
