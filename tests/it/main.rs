@@ -23,6 +23,7 @@ mod harness;
 mod history;
 mod hostile;
 mod isolation;
+mod labels;
 mod library;
 mod live;
 mod mcp;

@@ -26,6 +26,8 @@ const DIFF_BUDGET: std::time::Duration = std::time::Duration::from_millis(200);
 pub struct ComparedRun {
     /// The job.
     pub job_id: String,
+    /// Its name (empty when it has none).
+    pub job_name: String,
     /// Its status word.
     pub status: String,
     /// End minus start (ms), when both are known.
@@ -47,6 +49,10 @@ pub struct ComparedRun {
 pub struct Side {
     /// The job.
     pub job_id: String,
+    /// Its name (empty when it has none).
+    pub job_name: String,
+    /// Its query's label, made from the plan (`null`: none known).
+    pub query_label: Option<String>,
     /// Its status word.
     pub status: String,
     /// Duration (ms).
@@ -207,6 +213,8 @@ fn side(run: &ComparedRun, stages: &[StageFacts]) -> Side {
     let d = run.diagnosis.as_ref();
     Side {
         job_id: run.job_id.clone(),
+        job_name: run.job_name.clone(),
+        query_label: bjh_store::labels::get(run.query_hash).map(|l| l.to_string()),
         status: run.status.clone(),
         duration_ms: run.duration_ms,
         query_hash: (run.query_hash != 0).then(|| hash_text(run.query_hash)),
@@ -460,6 +468,7 @@ mod tests {
         let sort = "SortExec: s";
         let a = ComparedRun {
             job_id: "a".into(),
+            job_name: String::new(),
             status: "Completed".into(),
             duration_ms: Some(2_000),
             query_hash: 5,
@@ -470,6 +479,7 @@ mod tests {
         };
         let b = ComparedRun {
             job_id: "b".into(),
+            job_name: String::new(),
             duration_ms: Some(3_500),
             stages: stages(&[("0", agg, 1_700), ("1", scan, 400)]),
             config: br#"{"k1":"v","k2":"y","k3":"new","secret":"***"}"#.to_vec(),

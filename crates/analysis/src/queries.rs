@@ -37,6 +37,9 @@ pub struct QueryRow {
     pub query_hash: String,
     /// The last run's job name.
     pub job_name: String,
+    /// The query's label, made from its plan (`bjh_format::label`); `null`
+    /// when none is known. Shown where the name is empty.
+    pub query_label: Option<String>,
     /// Finished runs.
     pub runs: usize,
     /// Of which failed or cancelled.
@@ -107,6 +110,7 @@ pub fn recurring<'a>(jobs: impl Iterator<Item = &'a (dyn JobFacts + 'a)>) -> Vec
             QueryRow {
                 query_hash: hash_text(hash),
                 job_name: name.to_string(),
+                query_label: bjh_store::labels::get(hash).map(|l| l.to_string()),
                 runs: runs.len(),
                 unsuccessful_runs: runs.iter().filter(|r| r.0.status != "Completed").count(),
                 last_job_id: last.job_id,

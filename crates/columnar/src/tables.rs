@@ -45,6 +45,7 @@ pub static JOBS: LazyLock<SchemaRef> = LazyLock::new(|| {
         field("scheduler_id", DataType::Utf8View, true),
         field("log_size", DataType::Int64, true),
         field("query_hash", DataType::Utf8View, true),
+        field("query_label", DataType::Utf8View, true),
     ]))
 });
 
@@ -396,10 +397,11 @@ pub fn jobs_batch(lines: &[JobLine<'_>]) -> RecordBatch {
     let mut text: [StringViewBuilder; 3] = Default::default();
     let mut times: [TimestampMillisecondBuilder; 3] = Default::default();
     let mut ints: [Int64Builder; 9] = Default::default();
-    let mut extra: [StringViewBuilder; 3] = Default::default();
+    let mut extra: [StringViewBuilder; 4] = Default::default();
     for b in &mut ints {
         *b = Int64Builder::with_capacity(n);
     }
+    let labels = bjh_store::labels::all();
     for l in lines {
         let f = l.facts;
         text[0].append_value(f.job_id());
@@ -421,7 +423,9 @@ pub fn jobs_batch(lines: &[JobLine<'_>]) -> RecordBatch {
         extra[2].append_option(
             (f.query_hash() != 0).then(|| bjh_format::query_hash::hash_text(f.query_hash())),
         );
+        extra[3].append_option(labels.get(f.query_hash()));
     }
+    drop(labels);
     let [id, name, status] = text;
     let [queued, start, end] = times;
     let [
@@ -435,7 +439,7 @@ pub fn jobs_batch(lines: &[JobLine<'_>]) -> RecordBatch {
         size,
         _,
     ] = ints;
-    let [error, scheduler, hash] = extra;
+    let [error, scheduler, hash, label] = extra;
     finish(
         &JOBS,
         vec![
@@ -456,6 +460,7 @@ pub fn jobs_batch(lines: &[JobLine<'_>]) -> RecordBatch {
             Arc::new({ scheduler }.finish()),
             Arc::new({ size }.finish()),
             Arc::new({ hash }.finish()),
+            Arc::new({ label }.finish()),
         ],
     )
 }

@@ -1,7 +1,7 @@
 //! The bottom layer: what an event log is on disk. The record shapes
 //! (upstream's schema v1 envelope plus our additions), the names of log
 //! files, the footer's framing, the job-state words and epoch-millisecond
-//! times the records use, the query hash of a logical plan, and the lenient
+//! times the records use, the query hash and label of a logical plan, and the lenient
 //! reading of the stored `/stages` answer with the rule for a task's times.
 //!
 //! Everything else builds on this layer and it builds on nothing of the
@@ -12,6 +12,7 @@
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 pub mod footer;
+pub mod label;
 pub mod name;
 pub mod query_hash;
 pub mod record;

@@ -314,6 +314,9 @@ pub struct JobEndSummary {
     /// The query hash as a footer states it, when read from one.
     #[serde(skip)]
     pub stated_hash: Option<u64>,
+    /// The query's label as a footer states it, when read from one.
+    #[serde(skip)]
+    pub stated_label: Option<String>,
     /// The scheduler that ran the job, as a footer states it (logs
     /// without a footer, and older footers, do not say).
     #[serde(skip)]
@@ -344,6 +347,13 @@ impl PlansOfJob {
             .as_deref()
             .and_then(crate::query_hash::query_hash)
     }
+
+    /// The query's label made from the logical plan, if there is one.
+    pub fn query_label(&self) -> Option<String> {
+        self.logical_plan
+            .as_deref()
+            .and_then(crate::label::query_label)
+    }
 }
 
 /// Ours: the last line of a completed log. It locates the `JobEnd` line so a
@@ -368,6 +378,11 @@ pub struct Footer {
     /// was written before the field existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query_hash: Option<String>,
+    /// Ours: the query's label (see `format::label`), made from the same
+    /// plan as `query_hash`; absent when the plan names nothing it knows
+    /// or the log was written before the field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_label: Option<String>,
     /// Ours: a copy of `JobStart.scheduler_id`, the scheduler that ran the
     /// job, so listing a job tells the clusters apart; absent in logs
     /// written before the field existed.

@@ -654,10 +654,12 @@ impl Writer {
         let pieces = record::job_end_pieces(end).map_err(std::io::Error::other)?;
         let located = |name: &str| !end.responses.missing.iter().any(|m| m == name);
         let mut payloads = std::collections::BTreeMap::new();
-        let query_hash = serde_json::from_str::<record::PlansOfJob>(end.job.get())
-            .ok()
+        let plans = serde_json::from_str::<record::PlansOfJob>(end.job.get()).ok();
+        let query_hash = plans
+            .as_ref()
             .and_then(|plans| plans.query_hash())
             .map(bjh_format::query_hash::hash_text);
+        let query_label = plans.as_ref().and_then(|plans| plans.query_label());
         let scheduler_id = self.jobs.get(job_id).and_then(|j| j.scheduler_id.clone());
         let footer = |offset: u64, len: u64, payloads| Footer {
             job_end_offset: offset,
@@ -667,6 +669,7 @@ impl Writer {
             index: end.index.clone(),
             dropped_records: end.dropped_records,
             query_hash: query_hash.clone(),
+            query_label: query_label.clone(),
             scheduler_id: scheduler_id.clone(),
             payloads,
         };

@@ -217,6 +217,7 @@ pub(crate) async fn run_view(
         .unwrap_or_default();
     Ok(ComparedRun {
         job_id: job_id.to_string(),
+        job_name: facts.job_name.to_string(),
         status: facts.state.status_word().to_string(),
         duration_ms: facts.duration(),
         query_hash: facts.query_hash,

@@ -10,7 +10,9 @@
 //!   scrape (O(unfinished logs + schedulers), not O(jobs));
 //! - for the recurring queries with the most runs (the top N, N from
 //!   `--metrics-top-queries`, so the series stay few whatever the
-//!   history holds), labelled `query_hash` and `job_name`: the last run's
+//!   history holds), labelled `query_hash`, `job_name` and `query_label`
+//!   (the label made from the plan, empty when none is known; one value
+//!   per hash, so it adds no series): the last run's
 //!   duration, its ratio to the median of the runs before it, whether that
 //!   is a regression (`/api/queries`' rule: a `slower` trend) and the
 //!   number of runs.
@@ -102,7 +104,7 @@ fn opts(name: &str, help: &str) -> Opts {
 
 impl JobGauges {
     fn new() -> Self {
-        let labels = &["query_hash", "job_name"];
+        let labels = &["query_hash", "job_name", "query_label"];
         Self {
             target: RwLock::new(None),
             scrape: Mutex::new(()),
@@ -230,7 +232,8 @@ impl QueryGauges {
         self.clear();
         for row in rows {
             let name: String = row.job_name.chars().take(MAX_NAME_LABEL).collect();
-            let labels = [row.query_hash.as_str(), name.as_str()];
+            let label = row.query_label.as_deref().unwrap_or("");
+            let labels = [row.query_hash.as_str(), name.as_str(), label];
             if let Some(last) = row.recent.last() {
                 self.last_duration
                     .with_label_values(&labels)

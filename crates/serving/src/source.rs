@@ -166,17 +166,24 @@ impl LiveSource {
 /// The scheduler's list entry `raw` (a JSON object) with ours added: the
 /// scheduler running the job.
 pub fn with_scheduler(raw: &str, scheduler: &str) -> Bytes {
+    with_field(raw, "scheduler_id", &scheduler)
+}
+
+/// The list entry `raw` (a JSON object) with the field `key` added, set to
+/// `value`; anything but an object is left as it is.
+pub fn with_field(raw: &str, key: &str, value: &impl serde::Serialize) -> Bytes {
     let body = raw.trim_end();
     let Some(open) = body.strip_suffix('}') else {
         return Bytes::copy_from_slice(raw.as_bytes());
     };
-    let mut out = Vec::with_capacity(body.len() + scheduler.len() + 20);
+    let mut out = Vec::with_capacity(body.len() + key.len() + 40);
     out.extend_from_slice(open.as_bytes());
     if !open.trim_end().ends_with('{') {
         out.push(b',');
     }
-    out.extend_from_slice(b"\"scheduler_id\":");
-    let _ = serde_json::to_writer(&mut out, scheduler);
+    let _ = serde_json::to_writer(&mut out, key);
+    out.push(b':');
+    let _ = serde_json::to_writer(&mut out, value);
     out.push(b'}');
     out.into()
 }
@@ -522,24 +529,33 @@ impl JobSource for Layered {
         // Every live job, and the disk's first `offset + limit` jobs among
         // the others: enough to cut the merged page.
         // The scheduler does not list query hashes: a live job's is its
-        // log's (its `.running` log holds its plans from submission).
+        // log's (its `.running` log holds its plans from submission), and
+        // its label the query's.
         let live: Vec<Row> = self
             .live
             .rows()
             .await?
             .into_iter()
-            .map(|row| match self.disk.query_hash(row.facts.job_id()) {
-                0 => row,
-                query_hash => Row {
-                    facts: Arc::new(Tagged {
-                        facts: Facts {
-                            query_hash,
-                            ..Facts::of(&*row.facts)
-                        },
-                        scheduler_id: row.facts.scheduler_id().map(Arc::from),
-                    }),
-                    entry: row.entry,
-                },
+            .map(|row| {
+                let query_hash = self.disk.query_hash(row.facts.job_id());
+                let label = bjh_store::labels::get(query_hash);
+                let entry = match std::str::from_utf8(&row.entry) {
+                    Ok(raw) => with_field(raw, "query_label", &label.as_deref()),
+                    Err(_) => row.entry,
+                };
+                Row {
+                    facts: match query_hash {
+                        0 => row.facts,
+                        query_hash => Arc::new(Tagged {
+                            facts: Facts {
+                                query_hash,
+                                ..Facts::of(&*row.facts)
+                            },
+                            scheduler_id: row.facts.scheduler_id().map(Arc::from),
+                        }),
+                    },
+                    entry,
+                }
             })
             .collect();
         let skip: HashSet<String> = live.iter().map(|r| r.facts.job_id().to_string()).collect();

@@ -28,6 +28,7 @@
 
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
+pub mod labels;
 pub mod query;
 pub mod records;
 pub mod remote;
@@ -631,6 +632,7 @@ mod tests {
                         },
                         dropped_records: 0,
                         query_hash: None,
+                        query_label: None,
                         scheduler_id: None,
                         payloads: Default::default(),
                     },
@@ -1105,10 +1107,11 @@ mod tests {
         let summary = s.summary("w").unwrap();
         let wire: JobResponse = serde_json::from_slice(&summary.entry()).unwrap();
         assert_eq!(wire.job_name, "ü \"q\"");
-        // Upstream's bytes, then ours: the scheduler (none in this log).
+        // Upstream's bytes, then ours: the scheduler and the query's label
+        // (neither in this log).
         let upstream = String::from_utf8(serde_json::to_vec(&wire).unwrap()).unwrap();
         let ours = format!(
-            "{},\"scheduler_id\":null}}",
+            "{},\"scheduler_id\":null,\"query_label\":null}}",
             upstream.strip_suffix('}').unwrap()
         );
         assert_eq!(ours.as_bytes(), &summary.entry()[..]);

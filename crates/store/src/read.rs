@@ -196,6 +196,7 @@ fn summary_of<'a>(
         dropped_records,
         plans,
         stated_hash: None,
+        stated_label: None,
         scheduler_id: None,
     };
     Some((summary, Some(ranges)))
@@ -264,18 +265,25 @@ fn parsed(line: &[u8], start: u64) -> Result<(JobEndSummary, Option<PayloadRange
         dropped_records: end.dropped_records,
         plans,
         stated_hash: None,
+        stated_label: None,
         scheduler_id: None,
     };
     Ok((summary, Some(ranges)))
 }
 
 /// A summary from a footer. A footer written before it stated the query
-/// hash has it computed from the `job` payload it locates (one more read);
-/// a hash that cannot be had is left unknown rather than failing the log.
+/// hash, or the label of a query not labelled yet, has them made from the
+/// `job` payload it locates (one more read, once per query for a label);
+/// what cannot be had is left unknown rather than failing the log.
 fn footer_summary(path: &LogRef, footer: Footer, file_len: u64) -> JobEndSummary {
-    let stated_hash = match &footer.query_hash {
-        Some(text) => bjh_format::query_hash::parse_hash(text),
-        None => footer
+    let stated_hash = footer
+        .query_hash
+        .as_deref()
+        .and_then(bjh_format::query_hash::parse_hash);
+    let unlabelled =
+        footer.query_label.is_none() && stated_hash.is_none_or(|h| !crate::labels::known(h));
+    let plans = if stated_hash.is_none() || unlabelled {
+        footer
             .payloads
             .get(bjh_format::record::payload::JOB)
             .and_then(|&[offset, len]| {
@@ -290,17 +298,20 @@ fn footer_summary(path: &LogRef, footer: Footer, file_len: u64) -> JobEndSummary
                         file_len,
                     )
                 };
-                let plans: PlansOfJob = serde_json::from_slice(&bytes.ok()?).ok()?;
-                plans.query_hash()
-            }),
+                serde_json::from_slice::<PlansOfJob>(&bytes.ok()?).ok()
+            })
+            .unwrap_or_default()
+    } else {
+        PlansOfJob::default()
     };
     JobEndSummary {
         status: footer.status,
         queued_at: footer.queued_at,
         index: footer.index,
         dropped_records: footer.dropped_records,
-        plans: PlansOfJob::default(),
+        plans,
         stated_hash,
+        stated_label: footer.query_label,
         scheduler_id: footer.scheduler_id,
     }
 }

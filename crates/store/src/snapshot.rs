@@ -8,7 +8,7 @@
 //! corrupt or foreign file is detected (magic, length, checksum) and
 //! ignored, and the index is rebuilt from the directory; nothing is lost.
 //!
-//! Format (little-endian): the magic `BJHIDX05`, then one record per job,
+//! Format (little-endian): the magic `BJHIDX06`, then one record per job,
 //! then the record count (u64) and a checksum (u64) of everything before it.
 //! A record: file name, job id, job name (each a u32 length and UTF-8
 //! bytes), state (u8), queue, start and end times (u64 millis), query hash
@@ -18,8 +18,9 @@
 //! nanoseconds; `i64::MIN` when unknown), then the payload ranges of a log
 //! without a footer: a u8 (0 none, 1 present) and, when present, five
 //! `[offset, length]` pairs (u64) for `job`, `stages`, `config`, `dot` and
-//! `responses` (length 0: absent), and last the scheduler id (a string,
-//! empty when the log does not say).
+//! `responses` (length 0: absent), the scheduler id (a string, empty when
+//! the log does not say), and last the query's label (a string, empty when
+//! none is known; see `labels`).
 //!
 //! Written to a temporary file and renamed over the old one, so a reader
 //! never sees a torn index; several processes may share one (the last
@@ -33,7 +34,7 @@ use std::time::{Duration, SystemTime};
 
 /// The index file's name inside the log directory, by default.
 pub const DEFAULT_FILE_NAME: &str = ".ballista-job-history.index";
-const MAGIC: &[u8; 8] = b"BJHIDX05";
+const MAGIC: &[u8; 8] = b"BJHIDX06";
 
 /// Why a persisted index was not used.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +74,7 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
 pub fn encode<'a>(jobs: impl Iterator<Item = &'a JobSummary>) -> Vec<u8> {
     let mut out = MAGIC.to_vec();
     let mut count: u64 = 0;
+    let labels = crate::labels::all();
     for s in jobs {
         count += 1;
         put_str(&mut out, &s.file_name());
@@ -112,6 +114,7 @@ pub fn encode<'a>(jobs: impl Iterator<Item = &'a JobSummary>) -> Vec<u8> {
             }
         }
         put_str(&mut out, s.scheduler_id().unwrap_or(""));
+        put_str(&mut out, labels.get(s.query_hash()).unwrap_or(""));
     }
     out.extend_from_slice(&count.to_le_bytes());
     let sum = checksum(&out);
@@ -173,6 +176,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<JobSummary>, IndexError> {
         at: MAGIC.len(),
     };
     let mut out = Vec::with_capacity(count.min(10_000_000) as usize);
+    let mut labels = Vec::new();
     while c.at < records.len() {
         let file_name = c.str()?;
         let job_id = c.str()?;
@@ -203,6 +207,10 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<JobSummary>, IndexError> {
             _ => return Err(IndexError::Damaged("unknown payload-ranges flag")),
         };
         let scheduler_id = Some(c.str()?).filter(|s| !s.is_empty());
+        let label = c.str()?;
+        if !label.is_empty() {
+            labels.push((query_hash, label));
+        }
         let modified = match secs {
             i64::MIN => None,
             s if s >= 0 => Some(SystemTime::UNIX_EPOCH + Duration::new(s as u64, nanos)),
@@ -232,6 +240,9 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<JobSummary>, IndexError> {
     }
     if out.len() as u64 != count {
         return Err(IndexError::Damaged("record count mismatch"));
+    }
+    for (hash, label) in labels {
+        crate::labels::remember(hash, Some(label));
     }
     Ok(out)
 }

@@ -154,6 +154,13 @@ impl JobSummary {
         stamp: Stamp,
     ) -> Self {
         let query_hash = summary.query_hash();
+        match (&summary.stated_label, &summary.plans.logical_plan) {
+            (Some(label), _) => crate::labels::remember(query_hash, Some(label)),
+            (None, Some(plan)) => {
+                crate::labels::remember(query_hash, bjh_format::label::query_label(plan).as_deref())
+            }
+            (None, None) => {}
+        }
         let i = summary.index;
         let state = match summary.status {
             JobEndStatus::Succeeded => JobState::Completed,
@@ -316,12 +323,12 @@ impl JobSummary {
     /// (`JobResponse` without plans), serialized from borrowed fields.
     pub(crate) fn entry(&self) -> Bytes {
         let mut out = Vec::with_capacity(160 + self.text.len());
-        self.write_entry(&mut out);
+        self.write_entry(&mut out, &crate::labels::all());
         out.into()
     }
 
-    /// Appends [`JobSummary::entry`] to `out`.
-    pub(crate) fn write_entry(&self, out: &mut Vec<u8>) {
+    /// Appends [`JobSummary::entry`] to `out`, its label from `labels`.
+    pub(crate) fn write_entry(&self, out: &mut Vec<u8>, labels: &crate::labels::Labels) {
         /// `ballista_api_types::dto::JobResponse` as the list serializes it
         /// (plans absent), field for field.
         #[derive(serde::Serialize)]
@@ -337,6 +344,8 @@ impl JobSummary {
             end_time: u64,
             /// Ours: `null` when the log does not say.
             scheduler_id: Option<&'a str>,
+            /// Ours: the query's label (`null`: none known).
+            query_label: Option<&'a str>,
         }
         let entry = Entry {
             job_id: self.job_id(),
@@ -349,6 +358,7 @@ impl JobSummary {
             start_time: self.start_time,
             end_time: self.end_time,
             scheduler_id: self.scheduler.as_deref(),
+            query_label: labels.get(self.query_hash),
         };
         let _ = serde_json::to_writer(out, &entry);
     }
@@ -380,9 +390,10 @@ impl JobFacts for JobSummary {
 pub(super) fn rows_of<'a>(jobs: impl Iterator<Item = &'a Arc<JobSummary>>) -> Vec<Row> {
     let mut buffer = Vec::new();
     let mut spans = Vec::new();
+    let labels = crate::labels::all();
     for job in jobs {
         let start = buffer.len();
-        job.write_entry(&mut buffer);
+        job.write_entry(&mut buffer, &labels);
         spans.push((job.clone(), start..buffer.len()));
     }
     let buffer = Bytes::from(buffer);

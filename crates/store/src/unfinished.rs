@@ -113,16 +113,20 @@ impl Unfinished {
             physical_plan: plans.and_then(|p| p.physical_plan.clone()),
             stage_plan: None,
         };
-        /// The scheduler's answer, and ours: the scheduler running it.
+        /// The scheduler's answer, and ours: the scheduler running it and
+        /// the query's label.
         #[derive(serde::Serialize)]
         struct Entry<'a> {
             #[serde(flatten)]
             entry: JobResponse,
             scheduler_id: Option<&'a str>,
+            query_label: Option<&'a str>,
         }
+        let label = crate::labels::get(self.query_hash);
         let entry = Entry {
             entry,
             scheduler_id: self.scheduler_id.as_deref(),
+            query_label: label.as_deref(),
         };
         serde_json::to_vec(&entry).unwrap_or_default().into()
     }
@@ -193,6 +197,12 @@ pub(super) fn scan_running(
                     .as_deref()
                     .and_then(bjh_format::query_hash::query_hash)
                     .unwrap_or(0);
+                if let Some(plan) = start.logical_plan.as_deref()
+                    && !crate::labels::known(state.query_hash)
+                {
+                    let label = bjh_format::label::query_label(plan);
+                    crate::labels::remember(state.query_hash, label.as_deref());
+                }
             }
             Parsed::Record(Rec::Task(task)) => {
                 state.tasks += 1;

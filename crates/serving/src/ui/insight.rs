@@ -46,14 +46,14 @@ pub async fn queries_page(State(ui): State<Ui>) -> Response {
             div.table-wrap {
                 table {
                     thead { tr {
-                        th { "Query hash" } th { "Last name" } th.num { "Runs" } th.num { "Unsuccessful" }
+                        th { "Query hash" } th { "Last name, query" } th.num { "Runs" } th.num { "Unsuccessful" }
                         th { "Last run" } th { "Last status" } th.num { "Median" } th.num { "p95" } th { "Trend" } @if schedulers { th { "Schedulers" } } th { "" }
                     } }
                     tbody {
                         @for q in shown {
                             tr {
                                 td { a href={ "/" (query_string([("query_hash", q.query_hash.as_str())])) } { code { (q.query_hash) } } }
-                                td.name { (q.job_name) }
+                                td.name { (page::name_and_label(&q.job_name, q.query_label.as_deref())) }
                                 td.num { (q.runs) }
                                 td.num { (q.unsuccessful_runs) }
                                 td { a href=(job_href(&q.last_job_id)) { (page::time(q.last_run)) } }
@@ -149,6 +149,7 @@ pub fn runs(c: &Comparison) -> Markup {
     let side = |s: &Side| {
         html! {
             td { a href=(job_href(&s.job_id)) { (s.job_id) } }
+            td.name { (page::name_or_label(&s.job_name, s.query_label.as_deref())) }
             td { (page::status(&s.status)) }
             td.num { @match s.duration_ms { Some(d) => (duration(d)), None => "—" } }
             td.num { (s.stages) }
@@ -159,7 +160,7 @@ pub fn runs(c: &Comparison) -> Markup {
     };
     html! {
         table {
-            thead { tr { th { "" } th { "Job" } th { "Status" } th.num { "Duration" } th.num { "Stages" } th.num { "Task attempts" } th.num { "Failed" } th.num { "Rows out" } } }
+            thead { tr { th { "" } th { "Job" } th { "Name or label" } th { "Status" } th.num { "Duration" } th.num { "Stages" } th.num { "Task attempts" } th.num { "Failed" } th.num { "Rows out" } } }
             tbody {
                 tr { th { "a" } (side(&c.a)) }
                 tr { th { "b" } (side(&c.b)) }

@@ -214,6 +214,9 @@ pub fn summary(
     html! {
         h1 { "Job " span.id { (job_id) } }
         @if !view.job_name.is_empty() { p.job-name { (view.job_name) } }
+        @else if let Some(label) = view.logical_plan.as_deref().and_then(bjh_format::label::query_label) {
+            p.job-name { (crate::ui::page::name_or_label("", Some(&label))) }
+        }
         dl.facts {
             div { dt { "Status" } dd { (page::status(facts.state.status_word())) } }
             div { dt { "Queued" } dd { (page::time(facts.queued_time)) } }

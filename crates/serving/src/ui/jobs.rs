@@ -31,6 +31,7 @@ pub struct Entry {
     job_status: String,
     num_stages: u64,
     completed_stages: u64,
+    query_label: Option<String>,
 }
 
 /// The query's parameters without the cursor: what every link of the page
@@ -242,7 +243,7 @@ pub fn job_row(row: &Row, longest: u64, schedulers: bool, dropped_any: bool) -> 
     html! {
         tr {
             td.id { a href=(job_href(f.job_id())) { (f.job_id()) } }
-            td.name title=[(f.job_name().len() > 40).then_some(f.job_name())] { (f.job_name()) }
+            td.name title=[(f.job_name().len() > 40).then_some(f.job_name())] { (page::name_or_label(f.job_name(), entry.query_label.as_deref())) }
             td title=[(f.state() == JobState::Failed).then_some(&entry.job_status)] { (page::status(f.state().status_word())) }
             td { (page::time(f.queued_time())) }
             td { (page::time(f.start_time())) }

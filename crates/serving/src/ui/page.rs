@@ -123,6 +123,24 @@ pub fn status(word: &str) -> Markup {
     html! { span class={ "status " (status_class(word)) } { (word) } }
 }
 
+/// A job's name, or where it has none its query's label (made from the
+/// plan, `bjh_format::label`), set apart so it is not taken for a name.
+pub fn name_or_label(name: &str, label: Option<&str>) -> Markup {
+    name_and_label(name, label.filter(|_| name.is_empty()))
+}
+
+/// A name and, under it, the query's label (where the rows are queries,
+/// whose runs' names vary and whose label does not).
+pub fn name_and_label(name: &str, label: Option<&str>) -> Markup {
+    html! {
+        (name)
+        @if let Some(label) = label {
+            @if !name.is_empty() { br; }
+            span.qlabel title="A label made from the query's plan" { (label) }
+        }
+    }
+}
+
 /// A query string of `pairs` (`?a=1&b=2`, or empty).
 pub fn query_string<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
     let mut s = url::form_urlencoded::Serializer::new(String::new());
