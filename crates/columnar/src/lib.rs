@@ -19,7 +19,10 @@
 //! unreadable, so its jobs are read from their logs again (its files are
 //! deleted). A log that cannot be read is tried again later (after 1 s,
 //! then twice as long each time up to an hour), never left out for good:
-//! a file unreadable for a moment costs its jobs a moment. The manifest is
+//! a file unreadable for a moment costs its jobs a moment; a refresh tries
+//! at most [`RETRIES_PER_REFRESH`] of them, so a directory of many
+//! unreadable logs does not make every query read them all again. The
+//! manifest is
 //! replaced atomically (written aside, then renamed). Files a refresh
 //! replaces are deleted once no query holds the generation that listed
 //! them.
@@ -527,9 +530,18 @@ impl Columnar {
         completed: &HashSet<String>,
     ) -> Result<bool, ColumnarError> {
         let held = held_jobs(&state.manifest);
+        let (mut retries, now) = (0, std::time::Instant::now());
         let mut new: Vec<String> = completed
             .iter()
-            .filter(|id| !held.contains(id.as_str()) && !state.retry_later(id))
+            .filter(|id| !held.contains(id.as_str()))
+            .filter(|id| match state.unreadable.get(id.as_str()) {
+                None => true,
+                Some((_, at)) if *at > now => false,
+                Some(_) => {
+                    retries += 1;
+                    retries <= RETRIES_PER_REFRESH
+                }
+            })
             .cloned()
             .collect();
         new.sort();
@@ -639,6 +651,10 @@ impl Columnar {
 /// the first time; each failure doubles it, up to [`UNREADABLE_RETRY_MAX`].
 const UNREADABLE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 const UNREADABLE_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(3600);
+/// Logs that failed before read again by one refresh at most (the rest
+/// wait for the next): each refresh runs before a query, so its cost is
+/// bounded whatever the directory holds.
+pub const RETRIES_PER_REFRESH: usize = 256;
 
 /// The wait after the `tries`th failure in a row (`backon`'s exponential
 /// schedule, without jitter: a retry here is no stampede).
@@ -654,13 +670,6 @@ fn retry_wait(tries: u32) -> std::time::Duration {
 }
 
 impl State {
-    /// Whether `id`'s log failed lately and waits to be read again.
-    fn retry_later(&self, id: &str) -> bool {
-        self.unreadable
-            .get(id)
-            .is_some_and(|(_, at)| *at > std::time::Instant::now())
-    }
-
     /// Whether a log that failed is due to be read again.
     fn retry_due(&self) -> bool {
         let now = std::time::Instant::now();
@@ -793,6 +802,61 @@ mod tests {
         }
         assert_eq!(retry_wait(13), UNREADABLE_RETRY_MAX);
         assert_eq!(retry_wait(u32::MAX), UNREADABLE_RETRY_MAX);
+    }
+
+    /// Regression: every unreadable log was read again by the first
+    /// refresh after its wait, so a directory of a million of them made
+    /// each query read a million logs (13 s a query in the SQL bench).
+    #[tokio::test]
+    async fn a_refresh_reads_a_bounded_number_of_failed_logs_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = RETRIES_PER_REFRESH + 44;
+        for i in 0..n {
+            let id = format!("j{i:04}");
+            let end = serde_json::json!({"ev": "JobEnd", "version": 1, "data": {
+                "status": "Succeeded", "queued_at": 1, "started_at": 2, "completed_at": 3,
+                "index": {"job_id": id, "job_name": "", "status": "Completed",
+                          "job_status": "Completed", "start_time": 2, "end_time": 3,
+                          "num_stages": 0, "completed_stages": 0, "percent_complete": 100},
+                "job": {}, "stages": {"stages": []}, "config": {}, "dot": ""}});
+            std::fs::write(
+                dir.path().join(format!("{id}.eventlog")),
+                format!("{end}\n"),
+            )
+            .unwrap();
+        }
+        let metrics = Arc::new(HistoryMetrics::unregistered());
+        let store = Arc::new(LogStore::new(dir.path(), metrics.clone()));
+        store.rescan();
+        assert_eq!(store.len(), n);
+        // The logs go after indexing: each read of one fails.
+        for i in 0..n {
+            std::fs::remove_file(dir.path().join(format!("j{i:04}.eventlog"))).unwrap();
+        }
+        let columnar = Columnar::open(Some(dir.path().join("columnar")), metrics);
+        columnar.refresh(&store, false).await.unwrap();
+        let tries = |state: &State| {
+            let mut t: Vec<u32> = state.unreadable.values().map(|(n, _)| *n).collect();
+            t.sort();
+            t
+        };
+        assert_eq!(
+            tries(&*columnar.state.lock().await),
+            vec![1; n],
+            "each tried once"
+        );
+        // All due again: one refresh tries the bound's worth, the next the rest.
+        for (_, at) in columnar.state.lock().await.unreadable.values_mut() {
+            *at = std::time::Instant::now() - std::time::Duration::from_secs(1);
+        }
+        columnar.refresh(&store, false).await.unwrap();
+        let after = tries(&*columnar.state.lock().await);
+        assert_eq!(
+            after.iter().filter(|&&t| t == 2).count(),
+            RETRIES_PER_REFRESH
+        );
+        columnar.refresh(&store, false).await.unwrap();
+        assert_eq!(tries(&*columnar.state.lock().await), vec![2; n]);
     }
 
     fn segs(rows: &[u64]) -> Vec<Segment> {
