@@ -13,7 +13,7 @@ fn line(ev: &str, data: Value) -> String {
 
 /// A completed log of 2 executors x 8 tasks of 2 s each in one stage, the
 /// last task of `exec-0` running `slow_ms` instead, on the same rows.
-fn write_straggler_log(dir: &Path, id: &str, slow_ms: u64) {
+pub(crate) fn write_straggler_log(dir: &Path, id: &str, slow_ms: u64) {
     let base = 1_800_000_000_000u64;
     let mut text = line(
         "JobStart",
@@ -398,5 +398,69 @@ async fn a_what_if_replays_the_planted_job_as_worked_out_by_hand() {
             body["error"].as_str().unwrap().contains(names),
             "{path}: {text}"
         );
+    }
+}
+
+/// Four runs of one query on one shape, alternately quick and held up by
+/// a straggler: each replay predicts the run before it again, so the
+/// history grades them far off (worked out from how the logs are
+/// written), marks the query unreliable, and its What-if says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_query_whose_replays_missed_is_marked_unreliable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let slow = [2_000u64, 30_000, 2_000, 30_000];
+    for (i, s) in slow.iter().enumerate() {
+        write_straggler_log(tmp.path(), &format!("run{i}"), *s);
+    }
+    let mut server = Proc::history(tmp.path(), &[]);
+    server.wait_ready().await;
+    // Lane 0 ran the even tasks, lane 1 the odd ones; task 14 (even) took
+    // `s`; the replay on the same shape is the run (see above).
+    let observed = |s: u64| -> u64 {
+        let d = |t: u64| if t == 14 { s } else { 2_000 + t };
+        let lane = |p: u64| (0..16).filter(|t| t % 2 == p).map(d).sum::<u64>();
+        5 + lane(0).max(lane(1))
+    };
+    let mut errors: Vec<f64> = slow
+        .windows(2)
+        .map(|w| (observed(w[0]) as f64 - observed(w[1]) as f64).abs() / observed(w[1]) as f64)
+        .collect();
+    errors.sort_by(f64::total_cmp);
+    let median = (errors[1] * 10_000.0).round() / 10_000.0;
+    assert!(median > 0.25, "the plan of this test: {errors:?}");
+
+    let graded = get_json(&server.url("/api/whatif/accuracy")).await;
+    let q = &graded["queries"][0];
+    assert_eq!(q["all"]["pairs"], 3, "{graded:#}");
+    assert_eq!(q["all"]["median_error"], json!(median));
+    assert_eq!(q["unreliable"], true);
+    assert_eq!(q["query_label"], "t");
+    // The later run's what-if carries the query's record.
+    let w = get_json(&server.url("/api/job/run3/whatif")).await;
+    assert_eq!(w["history"]["unreliable"], true, "{w:#}");
+    assert_eq!(w["history"]["all"]["pairs"], 3);
+    let w = get_json(&server.url("/api/job/run3/whatif?graded=false")).await;
+    assert!(w["history"].is_null());
+
+    // The pages: the tab warns, the accuracy page lists every pair and
+    // marks the query; bad parameters are a page naming them.
+    let (_, _, tab) = get(&server.url("/ui/job/run3?tab=whatif")).await;
+    let tab = String::from_utf8(tab).unwrap();
+    assert!(tab.contains("id=\"whatif-unreliable\""), "{tab}");
+    let (status, _, page) = get(&server.url("/ui/accuracy")).await;
+    let page = String::from_utf8(page).unwrap();
+    assert_eq!(status, 200);
+    for run in ["run0", "run1", "run2", "run3"] {
+        assert!(page.contains(&format!("/ui/job/{run}")), "{run}");
+    }
+    assert!(page.contains("class=\"warn unreliable\""));
+    for (path, names) in [
+        ("/ui/accuracy?limit=0", "limit"),
+        ("/ui/accuracy?limit=201", "limit"),
+        ("/ui/accuracy?query_hash=xyz", "query_hash"),
+    ] {
+        let (status, _, body) = get(&server.url(path)).await;
+        assert_eq!(status, 400, "{path}");
+        assert!(String::from_utf8_lossy(&body).contains(names), "{path}");
     }
 }

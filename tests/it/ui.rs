@@ -601,3 +601,56 @@ async fn upstream_logs_are_browsable() {
     );
     server.terminate();
 }
+
+/// The What-if accuracy page over four runs of one query on one shape,
+/// alternately held up by a straggler (`explain`'s planted log): the API's
+/// pairs and queries row for row, the query marked unreliable, and a
+/// pair's later run opening on its What-if tab, which warns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(
+    no_chromium,
+    ignore = "chromium and chromium-driver (Debian) are not installed"
+)]
+async fn the_accuracy_page_grades_the_replays_in_a_browser() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, slow) in [2_000u64, 30_000, 2_000, 30_000].iter().enumerate() {
+        crate::explain::write_straggler_log(tmp.path(), &format!("run{i}"), *slow);
+    }
+    let mut server = Proc::history(tmp.path(), &[]);
+    server.wait_ready().await;
+    let graded = get_json(&server.url("/api/whatif/accuracy")).await;
+    let b = Browser::start().await;
+    b.open(&server.url("/")).await;
+    b.click(Locator::LinkText("What-if accuracy")).await;
+    b.until("the page", "location.pathname === '/ui/accuracy'")
+        .await;
+    let pairs = b.texts("#accuracy-pairs tbody tr").await;
+    assert_eq!(pairs.len(), graded["pairs"].as_array().unwrap().len());
+    assert_eq!(pairs.len(), 3);
+    let queries = b.texts("#accuracy-queries tbody tr").await;
+    assert_eq!(queries.len(), 1);
+    assert!(queries[0].contains("unreliable"), "{queries:?}");
+    let median = graded["queries"][0]["all"]["median_error"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        queries[0].contains(&format!("{:.1}%", median * 100.0)),
+        "{queries:?}"
+    );
+    b.shot("accuracy").await;
+    b.click(Locator::Css(
+        "#accuracy-pairs tbody tr:first-child td:nth-child(2) a",
+    ))
+    .await;
+    b.until(
+        "the later run's What-if tab",
+        "location.search.includes('tab=whatif')",
+    )
+    .await;
+    let warning = b.texts("#whatif-unreliable").await;
+    assert_eq!(warning.len(), 1);
+    assert!(
+        warning[0].starts_with("Unreliable for this query"),
+        "{warning:?}"
+    );
+}

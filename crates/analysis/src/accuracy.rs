@@ -4,6 +4,12 @@
 //! prediction, and the later run's time is what happened
 //! (`GET /api/whatif/accuracy`). Pairs on the same shape are graded too:
 //! their error is the run-to-run noise the other kinds are read against.
+//!
+//! A query whose replays were off by a median of more than
+//! [`UNRELIABLE_ERROR`] over at least [`UNRELIABLE_MIN_PAIRS`] pairs (of
+//! any kind: a query whose runs differ that much on one shape cannot be
+//! predicted on another either) is `unreliable`, and its predictions say
+//! so.
 
 use crate::whatif::Shape;
 use serde::Serialize;
@@ -96,11 +102,23 @@ fn rank(mut v: Vec<f64>, q: f64) -> f64 {
     (v[at] * 10_000.0).round() / 10_000.0
 }
 
+/// A query's replays are unreliable past this median error...
+pub const UNRELIABLE_ERROR: f64 = 0.25;
+/// ...over at least this many graded pairs.
+pub const UNRELIABLE_MIN_PAIRS: usize = 3;
+
 /// One query's grades.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct QueryGrades {
     /// The query hash.
     pub query_hash: String,
+    /// The query's label (`bjh_format::label`), when known.
+    pub query_label: Option<String>,
+    /// All its pairs, whatever changed.
+    pub all: Errors,
+    /// Its replays were off by a median over [`UNRELIABLE_ERROR`] in at
+    /// least [`UNRELIABLE_MIN_PAIRS`] pairs.
+    pub unreliable: bool,
     /// Its pairs on different shapes.
     pub across_shapes: Errors,
     /// Its pairs on the same shape: the noise.
@@ -134,10 +152,19 @@ pub fn grade(pairs: Vec<Pair>) -> Accuracy {
     }
     let mut by_query: Vec<QueryGrades> = queries
         .into_iter()
-        .map(|(hash, ps)| QueryGrades {
-            query_hash: hash.to_string(),
-            across_shapes: Errors::of(ps.iter().copied().filter(across)),
-            same_shape: Errors::of(ps.iter().copied().filter(same)),
+        .map(|(hash, ps)| {
+            let all = Errors::of(ps.iter().copied());
+            QueryGrades {
+                query_hash: hash.to_string(),
+                query_label: bjh_format::query_hash::parse_hash(hash)
+                    .and_then(bjh_store::labels::get)
+                    .map(|l| l.to_string()),
+                unreliable: all.pairs >= UNRELIABLE_MIN_PAIRS
+                    && all.median_error > UNRELIABLE_ERROR,
+                all,
+                across_shapes: Errors::of(ps.iter().copied().filter(across)),
+                same_shape: Errors::of(ps.iter().copied().filter(same)),
+            }
         })
         .collect();
     by_query.sort_by_key(|q| std::cmp::Reverse(q.across_shapes.pairs + q.same_shape.pairs));
@@ -204,10 +231,44 @@ mod tests {
         );
         assert_eq!(graded.queries.len(), 1);
         assert_eq!(graded.queries[0].across_shapes.pairs, 3);
+        // Errors 0.02, 0.1, 0.3, 0.5: a median (nearest rank) of 0.1.
+        assert_eq!(graded.queries[0].all.median_error, 0.1);
+        assert!(!graded.queries[0].unreliable);
         let empty = grade(Vec::new());
         assert_eq!(
             (empty.across_shapes.pairs, empty.across_shapes.median_error),
             (0, 0.0)
         );
+    }
+
+    /// Worked by hand: errors 0.3, 0.4 and 0.5 (median 0.4) over three
+    /// pairs is unreliable; the same query's two pairs off by 0.9 are too
+    /// few to say; three pairs with a median of exactly the bound are not.
+    #[test]
+    fn a_query_whose_replays_were_far_off_is_unreliable() {
+        let off = |hash: &str, errors: &[f64]| -> Vec<Pair> {
+            errors
+                .iter()
+                .map(|e| Pair {
+                    query_hash: hash.into(),
+                    ..pair((1, 1), (2, 1), (1_000.0 * (1.0 + e)) as u64, 1_000)
+                })
+                .collect()
+        };
+        let mut pairs = off("far", &[0.3, 0.4, 0.5]);
+        pairs.extend(off("few", &[0.9, 0.9]));
+        pairs.extend(off("edge", &[0.1, 0.25, 0.6]));
+        let graded = grade(pairs);
+        let unreliable = |hash: &str| {
+            let q = graded
+                .queries
+                .iter()
+                .find(|q| q.query_hash == hash)
+                .unwrap();
+            (q.all.pairs, q.unreliable)
+        };
+        assert_eq!(unreliable("far"), (3, true));
+        assert_eq!(unreliable("few"), (2, false));
+        assert_eq!(unreliable("edge"), (3, false));
     }
 }

@@ -32,9 +32,12 @@ pub const MAX_QUERIES: usize = 10_000;
 pub(crate) fn routes(source: Source, store: Option<Arc<LogStore>>) -> Router {
     Router::new()
         .route("/api/job/{job_id}/diagnosis", get(get_diagnosis))
-        .route("/api/job/{job_id}/whatif", get(crate::whatif::get_whatif))
         .route("/api/compare", get(get_compare))
         .with_state(source.clone())
+        .route(
+            "/api/job/{job_id}/whatif",
+            get(crate::whatif::get_whatif).with_state((source.clone(), store.clone())),
+        )
         .route(
             "/api/whatif/accuracy",
             get(crate::whatif::get_accuracy).with_state((source, store.clone())),

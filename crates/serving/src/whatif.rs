@@ -10,7 +10,7 @@ use crate::source::{JobSource, Resource, read_log};
 use axum::Json;
 use axum::extract::{Path, State};
 use ballista_api_types::dto::PlanFormat;
-use bjh_analysis::accuracy::{Accuracy, Pair, grade};
+use bjh_analysis::accuracy::{Accuracy, Pair, QueryGrades, grade};
 use bjh_analysis::whatif::{Layout, MAX_EXECUTORS, MAX_SLOTS, Point, Shape, Work, knee};
 use bjh_format::JobState;
 use bjh_format::query_hash::{hash_text, parse_hash};
@@ -35,6 +35,8 @@ pub struct WhatIfParams {
     /// An executor whose tasks run at the pace of the others' on the same
     /// stage (what a bad node cost).
     pub without_executor: Option<String>,
+    /// `false`: leave out `history` (it reads the query's last runs).
+    pub graded: Option<bool>,
 }
 
 /// The shape a job ran on, and whether the log said so or its tasks did.
@@ -81,7 +83,15 @@ pub struct WhatIf {
     pub curve: Vec<Point>,
     /// The smallest shape of `curve` within 10% of the critical path.
     pub knee: Option<Point>,
+    /// How the replays of this query's runs fared against its next runs
+    /// (its newest [`HISTORY_PAIRS`] pairs), with `unreliable` set when
+    /// they were far off; `null` for a job without a query hash, without
+    /// another run, or with `graded=false`.
+    pub history: Option<QueryGrades>,
 }
+
+/// Pairs of a query's runs a what-if grades its history by.
+pub const HISTORY_PAIRS: usize = 5;
 
 /// `GET /api/job/{id}/whatif`.
 #[utoipa::path(
@@ -97,11 +107,31 @@ pub struct WhatIf {
     )
 )]
 pub(crate) async fn get_whatif(
-    State(source): State<Arc<dyn JobSource>>,
+    State((source, store)): State<Graded>,
     Path(job_id): Path<String>,
     Params { value, .. }: Params<WhatIfParams>,
 ) -> Result<Json<WhatIf>, ApiError> {
-    Ok(Json(whatif_of(&*source, job_id, value).await?))
+    let graded = value.graded != Some(false);
+    let mut answer = whatif_of(&*source, job_id, value).await?;
+    if graded && let Some(store) = store {
+        answer.history = history_of(source, store, &answer.job_id).await?;
+    }
+    Ok(Json(answer))
+}
+
+/// The grades of `job_id`'s query over its newest [`HISTORY_PAIRS`] pairs
+/// of runs, when it has a hash and a pair.
+pub(crate) async fn history_of(
+    source: Arc<dyn JobSource>,
+    store: Arc<LogStore>,
+    job_id: &str,
+) -> Result<Option<QueryGrades>, ApiError> {
+    let hash = match source.facts(job_id).await? {
+        Some(f) if f.query_hash != 0 => f.query_hash,
+        _ => return Ok(None),
+    };
+    let graded = accuracy_of(source, store, Some(hash), HISTORY_PAIRS).await?;
+    Ok(graded.queries.into_iter().next())
 }
 
 /// The what-if of `job_id` for `asked`: the route's answer, and the job
@@ -171,6 +201,7 @@ pub(crate) async fn whatif_of(
             without_executor: asked.without_executor,
             knee: knee(&curve, critical_path_ms),
             curve,
+            history: None,
         }
     })
     .await
@@ -266,6 +297,17 @@ pub(crate) async fn get_accuracy(
     let Some(store) = store else {
         return Err(ApiError::Missing("no log directory here".into()));
     };
+    Ok(Json(accuracy_of(source, store, only, limit).await?))
+}
+
+/// The newest `limit` pairs of consecutive completed runs (of the query
+/// `only`, or of every query) graded.
+pub(crate) async fn accuracy_of(
+    source: Arc<dyn JobSource>,
+    store: Arc<LogStore>,
+    only: Option<u64>,
+    limit: usize,
+) -> Result<Accuracy, ApiError> {
     // (hash, start, id) of every completed run with a query hash.
     let mut runs: Vec<Run> = tokio::task::spawn_blocking(move || {
         store.with_completed(|jobs| {
@@ -322,5 +364,5 @@ pub(crate) async fn get_accuracy(
             naive_ms: wa.observed_ms(),
         });
     }
-    Ok(Json(grade(graded)))
+    Ok(grade(graded))
 }

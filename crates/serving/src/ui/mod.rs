@@ -9,6 +9,8 @@
 //!   (`data`);
 //! - `/ui/queries` and `/ui/compare?a=&b=`: recurring queries and a
 //!   comparison of two runs (`insight`);
+//! - `/ui/accuracy`: the what-if replays graded against the next runs
+//!   (`accuracy`);
 //! - `/ui/sql?q=`: SQL over the history, with the documented questions
 //!   (`sql`);
 //! - `/ui/events`: server-sent events telling a live page when what it
@@ -27,6 +29,7 @@
 //! request the API would accept and shows nothing the API would refuse
 //! (the token guards both, see `auth`).
 
+pub(crate) mod accuracy;
 pub(crate) mod data;
 pub(crate) mod events;
 pub(crate) mod insight;
@@ -81,6 +84,7 @@ pub fn routes(ui: Ui) -> Router {
         .route("/ui/job/{job_id}/eventlog", get(data::eventlog))
         .route("/ui/queries", get(insight::queries_page))
         .route("/ui/compare", get(insight::compare_page))
+        .route("/ui/accuracy", get(accuracy::page))
         .route("/ui/sql", get(sql::page))
         .route("/ui/sql.csv", get(sql::csv))
         .route("/ui/events", get(events::events))

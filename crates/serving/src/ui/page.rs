@@ -13,6 +13,7 @@ use maud::{DOCTYPE, Markup, html};
 pub enum Nav {
     Jobs,
     Queries,
+    Accuracy,
     Sql,
     None,
 }
@@ -48,6 +49,7 @@ pub fn frame(ui: &Ui, title: &str, nav: Nav, refresh: bool, body: Markup) -> Mar
                     nav aria-label="Pages" {
                         a href="/" aria-current=[(nav == Nav::Jobs).then_some("page")] { "Jobs" }
                         a href="/ui/queries" aria-current=[(nav == Nav::Queries).then_some("page")] { "Recurring queries" }
+                        a href="/ui/accuracy" aria-current=[(nav == Nav::Accuracy).then_some("page")] { "What-if accuracy" }
                         @if ui.sql.is_some() {
                             a href="/ui/sql" aria-current=[(nav == Nav::Sql).then_some("page")] { "SQL" }
                         }

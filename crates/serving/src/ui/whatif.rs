@@ -6,7 +6,7 @@
 use crate::error::ApiError;
 use crate::ui::Ui;
 use crate::ui::page::{duration, segment};
-use crate::whatif::{WhatIf, WhatIfParams, whatif_of};
+use crate::whatif::{WhatIf, WhatIfParams, history_of, whatif_of};
 use bjh_analysis::whatif::Point;
 use maud::{Markup, html};
 
@@ -30,7 +30,30 @@ pub async fn whatif_tab(ui: &Ui, job_id: &str) -> Markup {
     };
     let seen = &w.observed_shape;
     let error = w.replayed_ms as f64 / w.observed_ms.max(1) as f64 - 1.0;
+    let history = match &ui.store {
+        Some(store) => history_of(ui.source.clone(), store.clone(), job_id)
+            .await
+            .ok()
+            .flatten(),
+        None => None,
+    };
     html! {
+        @if let Some(h) = &history {
+            @let pct = |e: f64| format!("{:.0}%", e * 100.0);
+            @if h.unreliable {
+                p.notice.unreliable id="whatif-unreliable" {
+                    strong { "Unreliable for this query: " }
+                    "its replays were off by a median of " (pct(h.all.median_error))
+                    " against its next runs (" (h.all.pairs) " pairs). Read the curve as a rough guide."
+                }
+            }
+            p.muted id="whatif-history" {
+                "This query's record: " (h.all.pairs) " of its runs replayed on the next run's shape were off by a median of "
+                (pct(h.all.median_error)) " (p90 " (pct(h.all.p90_error)) "); \"same time as before\" was off by "
+                (pct(h.all.naive_median_error)) ". "
+                a href={ "/ui/accuracy?query_hash=" (h.query_hash) } { "Every graded pair" }
+            }
+        }
         p.summary id="whatif-summary" {
             "This run took " (duration(w.observed_ms)) " on " (shape(seen.executors, seen.slots))
             (if seen.inferred { " (inferred from its tasks)" } else { " (as recorded when it started)" })
