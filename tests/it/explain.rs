@@ -464,3 +464,73 @@ async fn a_query_whose_replays_missed_is_marked_unreliable() {
         assert!(String::from_utf8_lossy(&body).contains(names), "{path}");
     }
 }
+
+/// The planted straggler's diagnosis advises settings with their predicted
+/// effect, each worked out apart: one stage of 16 tasks handed out in id
+/// order to the slot free first (the list scheduling the replay does on a
+/// stage without inputs), from 5 ms after the job's start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_diagnosis_advises_settings_with_their_predicted_effect() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_straggler_log(tmp.path(), "planted", 9_000);
+    let mut server = Proc::history(tmp.path(), &[]);
+    server.wait_ready().await;
+    let durations: Vec<u64> = (0..16u64)
+        .map(|t| if t == 14 { 9_000 } else { 2_000 + t })
+        .collect();
+    let on = |slots: usize| -> u64 {
+        let mut free = vec![0u64; slots];
+        for d in &durations {
+            let (i, at) = free
+                .iter()
+                .enumerate()
+                .min_by_key(|(i, f)| (**f, *i))
+                .unwrap();
+            let at = *at;
+            free[i] = at + d;
+        }
+        5 + free.into_iter().max().unwrap()
+    };
+    let replayed = on(2);
+    let d = get_json(&server.url("/api/job/planted/diagnosis")).await;
+    let advice = d["advice"].as_array().unwrap();
+    let find = |setting: &str, value: &str| {
+        advice
+            .iter()
+            .find(|a| a["setting"] == setting && a["value"] == value)
+            .unwrap_or_else(|| panic!("{setting}={value} in {advice:#?}"))
+            .clone()
+    };
+    for (setting, value, slots) in [
+        ("executors", "3", 3),
+        ("executors", "4", 4),
+        ("--concurrent-tasks", "2", 4),
+        ("executors", "15", 15),
+    ] {
+        let a = find(setting, value);
+        assert_eq!(a["predicted_ms"], on(slots), "{setting}={value}");
+        assert_eq!(a["saving_ms"], replayed as i64 - on(slots) as i64);
+        let slot_seconds = on(slots) as f64 * slots as f64 / 1000.0;
+        assert!((a["slot_seconds"].as_f64().unwrap() - slot_seconds).abs() < 1e-9);
+        assert_eq!(a["current_slot_seconds"], replayed as f64 * 2.0 / 1000.0);
+    }
+    // Ranked by the time saved; one executor fewer is slower and dearer
+    // in time, so it is not advised.
+    let savings: Vec<i64> = advice
+        .iter()
+        .filter_map(|a| a["saving_ms"].as_i64())
+        .collect();
+    assert!(savings.windows(2).all(|w| w[0] >= w[1]), "{savings:?}");
+    assert!(!advice.iter().any(|a| a["value"] == "1"));
+    // The page lists the same advice.
+    let (_, _, page) = get(&server.url("/ui/job/planted?tab=diagnosis")).await;
+    let page = String::from_utf8(page).unwrap();
+    let table = page
+        .split("id=\"advice\"")
+        .nth(1)
+        .expect("the advice table");
+    let body = table.split("<tbody>").nth(1).unwrap();
+    let body = body.split("</tbody>").next().unwrap();
+    let rows = body.matches("<tr>").count();
+    assert_eq!(rows, advice.len(), "{body}\n{advice:#?}");
+}

@@ -144,6 +144,10 @@ pub struct Diagnosis {
     pub thresholds: Thresholds,
     /// What was found, most severe first.
     pub findings: Vec<Finding>,
+    /// Settings with a predicted effect, ranked by the time they save
+    /// (`advice`): empty for a job still running, and where the log
+    /// cannot be replayed.
+    pub advice: Vec<crate::advice::Advice>,
 }
 
 fn finding(kind: &'static str, severity: Severity, message: String) -> Finding {
@@ -296,6 +300,7 @@ pub fn diagnose(
         executors: records.executors.len(),
         thresholds: th.clone(),
         findings,
+        advice: Vec::new(),
     }
 }
 

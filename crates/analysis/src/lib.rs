@@ -14,6 +14,7 @@
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 pub mod accuracy;
+pub mod advice;
 pub mod compare;
 pub mod diagnosis;
 pub mod plan_metrics;

@@ -509,4 +509,6 @@ fn observed_shape(records: &JobRecords, parts: impl Fn(&Task) -> u32) -> Shape {
 }
 
 #[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
 mod tests;

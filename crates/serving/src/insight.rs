@@ -11,9 +11,11 @@ use axum::extract::{Path, State};
 use axum::routing::get;
 use axum::{Json, Router};
 use ballista_api_types::dto::PlanFormat;
+use bjh_analysis::advice::advise;
 use bjh_analysis::compare::{ComparedRun, compare};
 use bjh_analysis::diagnosis::{Diagnosis, Thresholds, diagnose, operator_memory};
 use bjh_analysis::queries::recurring;
+use bjh_analysis::whatif::{Layout, Work};
 use bjh_store::LogStore;
 use bjh_store::query::JobFacts;
 use bjh_store::records::JobRecords;
@@ -93,12 +95,33 @@ pub(crate) async fn diagnosis_of(
         Ok(Some(answer)) if answer.status == StatusCode::OK => operator_memory(&answer.body),
         _ => Vec::new(),
     };
-    Ok(Some(diagnose(
-        &header,
-        &records,
-        &operators,
-        &Thresholds::default(),
-    )))
+    let mut diagnosis = diagnose(&header, &records, &operators, &Thresholds::default());
+    if !header.state.is_unfinished() {
+        let layout = crate::whatif::layout_of(source, job_id).await;
+        diagnosis = tokio::task::spawn_blocking(move || {
+            add_advice(&mut diagnosis, &header, &records, &layout);
+            diagnosis
+        })
+        .await
+        .map_err(|e| ApiError::Internal(format!("the replay failed: {e}")))?;
+    }
+    Ok(Some(diagnosis))
+}
+
+/// Settings with a predicted effect (`analysis::advice`) added to the
+/// diagnosis of a finished job: its tasks replayed on other shapes, the
+/// findings the advice answers given its numbers.
+pub(crate) fn add_advice(
+    d: &mut Diagnosis,
+    header: &bjh_store::records::JobHeader,
+    records: &JobRecords,
+    layout: &Layout,
+) {
+    if header.state.is_unfinished() {
+        return;
+    }
+    let work = Work::of(records, layout, header.start_time, header.end_time);
+    d.advice = advise(&work, &records.executors, &mut d.findings);
 }
 
 /// `GET /api/job/{id}/diagnosis`.

@@ -224,7 +224,14 @@ async fn load(
         )));
     }
     let records = read_log(job_id, move || JobRecords::read(&log)).await?;
-    let layout = match source
+    let layout = layout_of(source, job_id).await;
+    Ok((header, records, layout))
+}
+
+/// The stage graph and the tasks' slots of `job_id`, from its stored
+/// `/stages` answer (empty without one: every task one slot, no edges).
+pub(crate) async fn layout_of(source: &dyn JobSource, job_id: &str) -> Layout {
+    match source
         .get(job_id, Resource::Stages(PlanFormat::Default))
         .await
     {
@@ -236,8 +243,7 @@ async fn load(
             }
         }
         _ => Layout::default(),
-    };
-    Ok((header, records, layout))
+    }
 }
 
 /// `GET /api/whatif/accuracy`'s parameters.

@@ -561,7 +561,9 @@ pub async fn diagnosis_tab(
         Some(b) => operator_memory(&b),
         None => Vec::new(),
     };
-    let d: Diagnosis = diagnose(header, records, &operators, &Thresholds::default());
+    let mut d: Diagnosis = diagnose(header, records, &operators, &Thresholds::default());
+    let layout = crate::whatif::layout_of(&*ui.source, job_id).await;
+    crate::insight::add_advice(&mut d, header, records, &layout);
     let base = job_href(job_id);
     html! {
         @if d.partial {
@@ -595,6 +597,23 @@ pub async fn diagnosis_tab(
                         @if f.tasks.len() > 20 { " …" } }
                 }
             }
+        }
+        @if !d.advice.is_empty() {
+            h3 { "Settings with a predicted effect" }
+            div.table-wrap { table id="advice" {
+                thead { tr { th { "Set" } th { "to" } th.num { "predicted" } th.num { "saves" } th.num { "slot-seconds" } th { "how it was predicted" } } }
+                tbody {
+                    @for a in &d.advice {
+                        tr {
+                            td { code { (a.setting) } } td { code { (a.value) } }
+                            td.num { @match a.predicted_ms { Some(ms) => (duration(ms)), None => "—" } }
+                            td.num { @match a.saving_ms { Some(ms) if ms >= 0 => (duration(ms as u64)), Some(ms) => { "−" (duration(ms.unsigned_abs())) }, None => "—" } }
+                            td.num { @match a.slot_seconds { Some(s) => { (format!("{s:.1}")) " (now " (format!("{:.1}", a.current_slot_seconds)) ")" }, None => "—" } }
+                            td.muted { (a.basis) }
+                        }
+                    }
+                }
+            } }
         }
         p.muted { "Thresholds and kinds: see docs/diagnosis.md. As JSON: " code { "/api/job/" (segment(job_id)) "/diagnosis" } }
     }
