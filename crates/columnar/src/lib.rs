@@ -345,22 +345,39 @@ impl Columnar {
         }
         let shared = Shared::of(store, self.metrics.clone());
         let version = Some(store.version());
-        if self.up_to_date(state, version, shared.is_some(), publish) {
+        let settled = self.settled(state, version, shared.is_some(), publish);
+        if settled && !state.retry_due() {
             return Ok(state.current.clone());
         }
-        let completed: HashSet<String> = store.with_completed(|jobs| {
-            jobs.map(|j| bjh_store::query::JobFacts::job_id(j).to_string())
-                .collect()
-        });
         let mut changed = false;
-        if let Some(shared) = &shared {
-            changed |= self.start_from_published(state, shared).await;
+        if settled {
+            // Nothing changed but logs that failed before are due: those
+            // alone are read again (no pass over every job).
+            let now = std::time::Instant::now();
+            let due: HashSet<String> = state
+                .unreadable
+                .iter()
+                .filter(|(id, (_, at))| *at <= now && store.contains(id))
+                .map(|(id, _)| id.clone())
+                .take(RETRIES_PER_REFRESH)
+                .collect();
+            changed |= self.add_from_logs(state, store, &due).await?;
+        } else {
+            let completed: HashSet<String> = store.with_completed(|jobs| {
+                jobs.map(|j| bjh_store::query::JobFacts::job_id(j).to_string())
+                    .collect()
+            });
+            // A job the store no longer lists is not tried again.
+            state.unreadable.retain(|id, _| completed.contains(id));
+            if let Some(shared) = &shared {
+                changed |= self.start_from_published(state, shared).await;
+            }
+            state.merge_failed = false;
+            changed |= self.forget_damaged(state);
+            changed |= self.rewrite_and_merge(state, &completed).await?;
+            changed |= self.add_written(state, &completed).await?;
+            changed |= self.add_from_logs(state, store, &completed).await?;
         }
-        state.merge_failed = false;
-        changed |= self.forget_damaged(state);
-        changed |= self.rewrite_and_merge(state, &completed).await?;
-        changed |= self.add_written(state, &completed).await?;
-        changed |= self.add_from_logs(state, store, &completed).await?;
         state.seen = version.filter(|_| !state.merge_failed);
         if changed {
             state.published = false;
@@ -380,11 +397,11 @@ impl Columnar {
     }
 
     /// Nothing changed in the store, every file is where it was and (object
-    /// stores) published: the files are up to date.
-    fn up_to_date(&self, state: &State, version: Option<u64>, shared: bool, publish: bool) -> bool {
+    /// stores) published: the files are up to date but for the logs that
+    /// failed before and are due to be read again.
+    fn settled(&self, state: &State, version: Option<u64>, shared: bool, publish: bool) -> bool {
         version.is_some()
             && version == state.seen
-            && !state.retry_due()
             && (!shared || state.published || !publish)
             && state.manifest.segments.iter().all(|s| intact(&self.dir, s))
     }
