@@ -125,6 +125,36 @@ pub fn advise(work: &Work, executors: &[String], findings: &mut [Finding]) -> Ve
              of the critical path",
         );
     }
+    answer_findings(
+        work,
+        executors,
+        findings,
+        (seen, more, base, current),
+        &mut out,
+    );
+    out.sort_by(|a, b| {
+        let key = |x: &Advice| {
+            (
+                x.saving_ms.is_none(),
+                std::cmp::Reverse(x.saving_ms.unwrap_or(0)),
+                x.slot_seconds.map_or(0, |s| (s * 1000.0) as i64),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    out
+}
+
+/// Advice for the findings a replay can price (a slow executor; queueing
+/// gains a figure), and the settings that change the tasks, unpriced.
+fn answer_findings(
+    work: &Work,
+    executors: &[String],
+    findings: &mut [Finding],
+    (seen, more, base, current): (Shape, Shape, u64, f64),
+    out: &mut Vec<Advice>,
+) {
+    let slot_seconds = |ms: u64, s: Shape| ms as f64 * s.total() as f64 / 1000.0;
     for f in findings.iter_mut() {
         match f.kind {
             "slow_executor" => {
@@ -186,17 +216,6 @@ pub fn advise(work: &Work, executors: &[String], findings: &mut [Finding]) -> Ve
             _ => {}
         }
     }
-    out.sort_by(|a, b| {
-        let key = |x: &Advice| {
-            (
-                x.saving_ms.is_none(),
-                std::cmp::Reverse(x.saving_ms.unwrap_or(0)),
-                x.slot_seconds.map_or(0, |s| (s * 1000.0) as i64),
-            )
-        };
-        key(a).cmp(&key(b))
-    });
-    out
 }
 
 #[cfg(test)]

@@ -20,30 +20,9 @@ pub async fn page(
     State(ui): State<Ui>,
     params: Result<Params<AccuracyParams>, crate::error::ApiError>,
 ) -> Response {
-    let asked = match params {
-        Ok(p) => p.value,
-        Err(e) => return api_error(&ui, e),
-    };
-    let limit = asked.limit.unwrap_or(DEFAULT_PAIRS);
-    if !(1..=MAX_PAIRS).contains(&limit) {
-        return error(
-            &ui,
-            StatusCode::BAD_REQUEST,
-            &format!("parameter `limit`: {limit} is not an integer from 1 to {MAX_PAIRS}"),
-        );
-    }
-    let only = match asked.query_hash.as_deref().filter(|h| !h.is_empty()) {
-        None => None,
-        Some(hex) => match parse_hash(hex) {
-            Some(h) => Some(h),
-            None => {
-                return error(
-                    &ui,
-                    StatusCode::BAD_REQUEST,
-                    "parameter `query_hash`: not 16 hex digits",
-                );
-            }
-        },
+    let (limit, only) = match asked(&ui, params) {
+        Ok(v) => v,
+        Err(page) => return *page,
     };
     let Some(store) = ui.store.clone() else {
         return error(&ui, StatusCode::NOT_FOUND, "No log directory here.");
@@ -129,6 +108,39 @@ pub async fn page(
         StatusCode::OK,
         page::frame(&ui, "What-if accuracy", Nav::Accuracy, false, body),
     )
+}
+
+/// The page's `limit` and `query_hash`, or the 400 page naming the bad one.
+fn asked(
+    ui: &Ui,
+    params: Result<Params<AccuracyParams>, crate::error::ApiError>,
+) -> Result<(usize, Option<u64>), Box<Response>> {
+    let asked = match params {
+        Ok(p) => p.value,
+        Err(e) => return Err(Box::new(api_error(ui, e))),
+    };
+    let limit = asked.limit.unwrap_or(DEFAULT_PAIRS);
+    if !(1..=MAX_PAIRS).contains(&limit) {
+        return Err(Box::new(error(
+            ui,
+            StatusCode::BAD_REQUEST,
+            &format!("parameter `limit`: {limit} is not an integer from 1 to {MAX_PAIRS}"),
+        )));
+    }
+    let only = match asked.query_hash.as_deref().filter(|h| !h.is_empty()) {
+        None => None,
+        Some(hex) => match parse_hash(hex) {
+            Some(h) => Some(h),
+            None => {
+                return Err(Box::new(error(
+                    ui,
+                    StatusCode::BAD_REQUEST,
+                    "parameter `query_hash`: not 16 hex digits",
+                )));
+            }
+        },
+    };
+    Ok((limit, only))
 }
 
 /// "2×1": executors × slots.
