@@ -6,6 +6,8 @@
 //!
 //! `cargo bench --bench scale` runs everything; `SCALE_JOBS` changes the
 //! 1,000,000; `SCALE_RSS_JOBS` the 100,000 of the memory cases.
+//! `SCALE_ONLY=memory` runs the memory cases alone; `SCALE_RSS_DIR` keeps
+//! their logs in a directory (written when it is empty, reused after).
 
 #![allow(clippy::disallowed_methods)] // scratch files and test channels
 
@@ -210,6 +212,14 @@ fn main() {
         rss_child(&args[i + 1], &args[i + 2]);
         return;
     }
+    if std::env::var("SCALE_ONLY").as_deref() != Ok("memory") {
+        lists_and_restarts();
+    }
+    memory();
+}
+
+/// A million jobs: restarts, pages, the metrics scrape, the process.
+fn lists_and_restarts() {
     let n = env_usize("SCALE_JOBS", 1_000_000);
     let dir = tempfile::tempdir().unwrap();
     let index = dir.path().join("index");
@@ -322,18 +332,25 @@ fn main() {
     }
     metrics_scrape(Arc::new(store), n);
     process_restart(env_usize("SCALE_PROCESS_JOBS", n));
+}
 
-    // Memory per indexed job, each measured in a fresh process.
+/// Memory per indexed job, each measured in a fresh process.
+fn memory() {
     let rss_jobs = env_usize("SCALE_RSS_JOBS", 100_000);
-    let logs = tempfile::tempdir().unwrap();
-    corpus::write_corpus(logs.path(), rss_jobs, 5, |rng| 8 + rng.below(57) as usize);
+    let scratch = tempfile::tempdir().unwrap();
+    let kept = std::env::var_os("SCALE_RSS_DIR").map(std::path::PathBuf::from);
+    let logs = kept.unwrap_or_else(|| scratch.path().to_path_buf());
+    std::fs::create_dir_all(&logs).unwrap();
+    if std::fs::read_dir(&logs).unwrap().next().is_none() {
+        corpus::write_corpus(&logs, rss_jobs, 5, |rng| 8 + rng.below(57) as usize);
+    }
     println!("\n## Memory, {rss_jobs} jobs of 8-64 tasks\n");
     println!("| index | RSS growth | per job |");
     println!("| --- | --- | --- |");
     let exe = std::env::current_exe().unwrap();
     for which in ["ours", "upstream"] {
         let out = std::process::Command::new(&exe)
-            .args(["--rss-child", which, logs.path().to_str().unwrap()])
+            .args(["--rss-child", which, logs.to_str().unwrap()])
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);

@@ -378,3 +378,36 @@ fn the_length_check_counts_a_function_to_its_closing_brace() {
     assert_eq!(found, [("long".to_string(), 1, 103)]);
     assert!(long_functions(&format!("fn ok() {{\n{}}}\n", body(98)), MAX_FN_LINES).is_empty());
 }
+
+#[test]
+fn the_one_foreign_call_stays_in_its_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = sources();
+    for dir in ["tests", "benches"] {
+        let mut more = Vec::new();
+        rust_files(&root.join(dir), &mut more);
+        for path in more {
+            let rel = path.strip_prefix(root).unwrap().display().to_string();
+            files.insert(rel, std::fs::read_to_string(&path).unwrap());
+        }
+    }
+    let allowed = "crates/store/src/heap.rs";
+    let mut found = BTreeMap::new();
+    for (path, text) in &files {
+        let code: String = code_only(text)
+            .lines()
+            .map(strip_strings)
+            .collect::<Vec<_>>()
+            .join("\n");
+        let n = code.matches("unsafe").count();
+        if n > 0 {
+            found.insert(path.clone(), n);
+        }
+    }
+    // One `#[allow(unsafe_code)]` and one `unsafe { .. }` block.
+    assert_eq!(
+        found,
+        BTreeMap::from([(allowed.to_string(), 2)]),
+        "`unsafe` outside {allowed}, or more of it there"
+    );
+}

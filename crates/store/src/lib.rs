@@ -35,6 +35,7 @@ pub mod remote;
 pub mod retention;
 pub mod snapshot;
 
+mod heap;
 mod locate;
 mod location;
 mod read;

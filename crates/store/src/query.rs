@@ -205,11 +205,47 @@ impl<S: AsRef<str> + std::fmt::Debug> JobFacts for Facts<S> {
     }
 }
 
+/// Every accessor forwarded, not only `facts()`: a kind of job may read a
+/// single fact more cheaply than all of them (an index entry does).
+macro_rules! forward_facts {
+    ($s:tt => $($inner:tt)+) => {
+        #[inline]
+        fn facts(&$s) -> FactsRef<'_> {
+            $($inner)+.facts()
+        }
+        #[inline]
+        fn job_id(&$s) -> &str {
+            $($inner)+.job_id()
+        }
+        #[inline]
+        fn job_name(&$s) -> &str {
+            $($inner)+.job_name()
+        }
+        #[inline]
+        fn state(&$s) -> JobState {
+            $($inner)+.state()
+        }
+        #[inline]
+        fn queued_time(&$s) -> u64 {
+            $($inner)+.queued_time()
+        }
+        #[inline]
+        fn start_time(&$s) -> u64 {
+            $($inner)+.start_time()
+        }
+        #[inline]
+        fn end_time(&$s) -> u64 {
+            $($inner)+.end_time()
+        }
+        #[inline]
+        fn query_hash(&$s) -> u64 {
+            $($inner)+.query_hash()
+        }
+    };
+}
+
 impl<T: JobFacts + ?Sized> JobFacts for &T {
-    #[inline]
-    fn facts(&self) -> FactsRef<'_> {
-        (**self).facts()
-    }
+    forward_facts!(self => (**self));
     fn dropped_records(&self) -> u64 {
         (**self).dropped_records()
     }
@@ -219,10 +255,7 @@ impl<T: JobFacts + ?Sized> JobFacts for &T {
 }
 
 impl JobFacts for Row {
-    #[inline]
-    fn facts(&self) -> FactsRef<'_> {
-        self.facts.facts()
-    }
+    forward_facts!(self => self.facts);
     fn dropped_records(&self) -> u64 {
         self.facts.dropped_records()
     }

@@ -80,7 +80,8 @@ pub(super) enum Found {
     Unfinished(Unfinished),
 }
 
-/// The [`CatalogSets`] of `jobs`, built side by side.
+/// The [`CatalogSets`] of `jobs`, built side by side (the ordered set on a
+/// thread of its own; the rest in one pass over `jobs`, in their order).
 fn catalog_sets(jobs: &[Arc<JobSummary>]) -> CatalogSets {
     std::thread::scope(|scope| {
         let order = scope.spawn(|| {
@@ -88,18 +89,22 @@ fn catalog_sets(jobs: &[Arc<JobSummary>]) -> CatalogSets {
                 .map(|j| ByPosition(j.clone()))
                 .collect::<BTreeSet<_>>()
         });
-        let mut ids = HashSet::with_capacity(jobs.len());
-        let mut odd_names = HashMap::new();
+        let mut sets = CatalogSets {
+            ids: HashSet::with_capacity(jobs.len()),
+            ..CatalogSets::default()
+        };
         for job in jobs {
             if job.file == FileKind::Named {
-                odd_names.insert(job.file_name().into(), job.job_id().into());
+                sets.odd_names
+                    .insert(job.file_name().into(), job.job_id().into());
             }
-            ids.insert(ById(job.clone()));
+            sets.count(job);
+            sets.ids.insert(ById(job.clone()));
         }
-        let order = order
+        sets.order = order
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        (order, ids, odd_names)
+        sets
     })
 }
 
@@ -218,7 +223,7 @@ impl LogStore {
                 }
                 let jobs: Vec<Arc<JobSummary>> = jobs.into_iter().map(Arc::new).collect();
                 let sets = catalog_sets(&jobs);
-                if sets.0.len() != n || sets.1.len() != n {
+                if sets.order.len() != n || sets.ids.len() != n {
                     log::warn!(
                         "history: the persistent index {} lists a job twice; rebuilding it \
                          from the directory",
@@ -228,7 +233,8 @@ impl LogStore {
                     return 0;
                 }
                 index.set_completed(sets);
-                drop(index);
+                drop((index, jobs));
+                crate::heap::release_slack();
                 self.ready.store(true, Ordering::Release);
                 log::info!(
                     "history: listed {n} jobs from the persistent index {}; verifying the \
@@ -311,7 +317,12 @@ impl LogStore {
         }
         let mut pass = self.sort_out(entries);
         let results = self.read_new(&pass);
+        let read = pass.to_read.len();
         let report = self.take_in(&mut pass, results);
+        drop(pass);
+        if read >= crate::heap::SLACK_AFTER_LOGS {
+            crate::heap::release_slack();
+        }
         self.ready.store(true, Ordering::Release);
         report
     }
@@ -690,7 +701,7 @@ impl LogStore {
             })
             .collect();
         let sets = catalog_sets(&jobs);
-        if sets.1.len() != jobs.len() || sets.0.len() != jobs.len() {
+        if sets.ids.len() != jobs.len() || sets.order.len() != jobs.len() {
             let jobs = jobs.into_iter().map(Arc::unwrap_or_clone);
             return jobs.map(Found::Completed).chain(rest).collect();
         }

@@ -75,6 +75,7 @@ pub fn encode<'a>(jobs: impl Iterator<Item = &'a JobSummary>) -> Vec<u8> {
     let mut out = MAGIC.to_vec();
     let mut count: u64 = 0;
     let labels = crate::labels::all();
+    let mut labelled = std::collections::HashSet::new();
     for s in jobs {
         count += 1;
         put_str(&mut out, &s.file_name());
@@ -114,7 +115,16 @@ pub fn encode<'a>(jobs: impl Iterator<Item = &'a JobSummary>) -> Vec<u8> {
             }
         }
         put_str(&mut out, s.scheduler_id().unwrap_or(""));
-        put_str(&mut out, labels.get(s.query_hash()).unwrap_or(""));
+        // A query's label once, with its first job: a million runs of a
+        // few queries do not repeat it (decoding learns it from that one).
+        let first = labelled.insert(s.query_hash());
+        put_str(
+            &mut out,
+            first
+                .then(|| labels.get(s.query_hash()))
+                .flatten()
+                .unwrap_or(""),
+        );
     }
     out.extend_from_slice(&count.to_le_bytes());
     let sum = checksum(&out);
@@ -393,5 +403,43 @@ mod tests {
         for len in 0..good.len() {
             assert!(decode(&good[..len]).is_err(), "truncated to {len}");
         }
+    }
+
+    #[test]
+    fn a_label_is_written_once_per_query_and_every_run_reads_it_back() {
+        let hash = 0x5eed_1abe_1000_0001;
+        let label = "snapshot_label_table · sort";
+        crate::labels::remember(hash, Some(label));
+        let job = |id: &str| {
+            JobSummary::restore(SummaryParts {
+                facts: FactsRef {
+                    job_id: id,
+                    job_name: "",
+                    state: JobState::Completed,
+                    queued_time: 1,
+                    start_time: 2,
+                    end_time: 3,
+                    query_hash: hash,
+                },
+                job_status: "",
+                status: "Completed",
+                stages: [1, 1],
+                percent_complete: 100,
+                dropped_records: 0,
+                file_name: &format!("{id}.eventlog"),
+                len: 10,
+                modified: None,
+                ranges: None,
+                scheduler_id: Some("s"),
+            })
+        };
+        let jobs: Vec<JobSummary> = (0..50).map(|i| job(&format!("j{i}"))).collect();
+        let bytes = encode(jobs.iter());
+        let times = memchr::memmem::find_iter(&bytes, label.as_bytes()).count();
+        assert_eq!(times, 1, "the label once for 50 runs of its query");
+        let back = decode(&bytes).unwrap();
+        assert_eq!(back.len(), 50);
+        assert!(back.iter().all(|j| j.query_hash() == hash));
+        assert_eq!(crate::labels::get(hash).as_deref(), Some(label));
     }
 }

@@ -51,6 +51,20 @@ const MAX_SHARED_SCHEDULERS: usize = 4096;
 
 /// `id`, shared with every other job that names the same scheduler.
 pub fn intern(id: &str) -> Arc<str> {
+    // Jobs come in runs of one scheduler (a directory, an index): the last
+    // id this thread interned answers most calls without the lock.
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<Arc<str>>> = const { std::cell::RefCell::new(None) };
+    }
+    if let Some(last) = LAST.with_borrow(|last| last.as_ref().filter(|l| ***l == *id).cloned()) {
+        return last;
+    }
+    let shared = intern_shared(id);
+    LAST.set(Some(shared.clone()));
+    shared
+}
+
+fn intern_shared(id: &str) -> Arc<str> {
     static SHARED: std::sync::LazyLock<parking_lot::Mutex<std::collections::HashSet<Arc<str>>>> =
         std::sync::LazyLock::new(Default::default);
     let mut shared = SHARED.lock();
@@ -377,6 +391,30 @@ impl JobFacts for JobSummary {
             query_hash: self.query_hash,
         }
     }
+    // Each fact read on its own: a sort or a filter over a million jobs
+    // reads one or two of them per job, through `dyn JobFacts`, where
+    // `facts()` would cut both strings out of `text` every time.
+    fn job_id(&self) -> &str {
+        self.piece(0)
+    }
+    fn job_name(&self) -> &str {
+        self.piece(1)
+    }
+    fn state(&self) -> JobState {
+        self.state
+    }
+    fn queued_time(&self) -> u64 {
+        self.queued_time
+    }
+    fn start_time(&self) -> u64 {
+        self.start_time
+    }
+    fn end_time(&self) -> u64 {
+        self.end_time
+    }
+    fn query_hash(&self) -> u64 {
+        self.query_hash
+    }
     fn dropped_records(&self) -> u64 {
         self.dropped_records
     }
@@ -503,13 +541,31 @@ pub(super) struct Catalog {
     pub(super) version: u64,
 }
 
-/// The ordered set, the id set and the odd names of a catalog filled at
-/// once (from the persistent index, or by the first rescan of a directory).
-pub(super) type CatalogSets = (
-    BTreeSet<ByPosition>,
-    HashSet<ById>,
-    HashMap<Box<str>, Box<str>>,
-);
+/// The ordered set, the id set, the odd names and the counts of a catalog
+/// filled at once (from the persistent index, or by the first rescan of a
+/// directory).
+#[derive(Default)]
+pub(super) struct CatalogSets {
+    pub(super) order: BTreeSet<ByPosition>,
+    pub(super) ids: HashSet<ById>,
+    pub(super) odd_names: HashMap<Box<str>, Box<str>>,
+    pub(super) counts: [usize; JobState::ALL.len()],
+    pub(super) by_scheduler: HashMap<Arc<str>, [usize; JobState::ALL.len()]>,
+}
+
+impl CatalogSets {
+    /// Counts `job` (the sets are filled apart).
+    pub(super) fn count(&mut self, job: &JobSummary) {
+        let state = job.state.index();
+        self.counts[state] += 1;
+        if let Some(id) = &job.scheduler {
+            match self.by_scheduler.get_mut(id) {
+                Some(counts) => counts[state] += 1,
+                None => self.by_scheduler.entry(id.clone()).or_default()[state] += 1,
+            }
+        }
+    }
+}
 
 impl Catalog {
     /// Adds or replaces a job; true when it is new to the catalog.
@@ -569,18 +625,12 @@ impl Catalog {
     }
 
     /// Replaces the completed jobs with sets built in bulk.
-    pub(super) fn set_completed(&mut self, (order, ids, odd_names): CatalogSets) {
-        self.counts = Default::default();
-        self.by_scheduler.clear();
+    pub(super) fn set_completed(&mut self, sets: CatalogSets) {
         self.version += 1;
-        for ById(s) in &ids {
-            self.counts[s.state.index()] += 1;
-            if let Some(id) = &s.scheduler {
-                self.by_scheduler.entry(id.clone()).or_default()[s.state.index()] += 1;
-            }
-        }
-        self.jobs = ids;
-        self.order = order;
-        self.odd_names = odd_names;
+        self.jobs = sets.ids;
+        self.order = sets.order;
+        self.odd_names = sets.odd_names;
+        self.counts = sets.counts;
+        self.by_scheduler = sets.by_scheduler;
     }
 }
