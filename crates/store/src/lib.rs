@@ -161,6 +161,7 @@ pub struct CompletedFile {
 impl LogStore {
     /// An empty index of `dir`; call [`LogStore::rescan`] to fill it.
     pub fn new(dir: impl Into<PathBuf>, metrics: Arc<HistoryMetrics>) -> Self {
+        heap::fix_thresholds();
         Self {
             dir: dir.into(),
             remote: None,

@@ -233,8 +233,7 @@ impl LogStore {
                     return 0;
                 }
                 index.set_completed(sets);
-                drop((index, jobs));
-                crate::heap::release_slack();
+                drop(index);
                 self.ready.store(true, Ordering::Release);
                 log::info!(
                     "history: listed {n} jobs from the persistent index {}; verifying the \
@@ -317,12 +316,7 @@ impl LogStore {
         }
         let mut pass = self.sort_out(entries);
         let results = self.read_new(&pass);
-        let read = pass.to_read.len();
         let report = self.take_in(&mut pass, results);
-        drop(pass);
-        if read >= crate::heap::SLACK_AFTER_LOGS {
-            crate::heap::release_slack();
-        }
         self.ready.store(true, Ordering::Release);
         report
     }
@@ -638,7 +632,7 @@ impl LogStore {
         // Summaries read on reader threads are copied onto this one: kept
         // for the store's life, they would otherwise pin pages of the
         // readers' heaps among the freed buffers of the pass, which then
-        // cannot be given back (see `heap`).
+        // cannot be given back (see `crate::heap`).
         let relocate = self.remote.is_some() || pass.to_read.len() >= PARALLEL_FROM;
         for ((name, stamp), found) in pass.to_read.iter().zip(results) {
             match found {
