@@ -1,4 +1,5 @@
-//! The allocator's thresholds, fixed for the process the store lives in.
+//! The allocator, kept from holding freed memory for the process the store
+//! lives in.
 //!
 //! A rescan of many new logs reads them on several threads and frees
 //! large temporary buffers (the listing, the stamps, the results). glibc's
@@ -7,10 +8,10 @@
 //! memory it keeps at a heap's top (its dynamic mmap and trim thresholds,
 //! up to 32 and 64 MiB). The store's summaries, allocated among those
 //! buffers, then sit on pages that cannot be given back: after the first
-//! rescan of 100,000 logs, 518 bytes of resident memory a job; a
-//! `malloc_trim` after the pass still left 295-420. With the thresholds
-//! fixed (128 KiB to 32 MiB measured, 4 MiB chosen), 250-290
-//! (`docs/performance.md`, the scale bench's memory rows).
+//! rescan of 100,000 logs, 518 bytes of resident memory a job: a
+//! `malloc_trim` after the pass alone left 295-420, the thresholds fixed
+//! alone 300-350, both 250-290 (`docs/performance.md`, the scale bench's
+//! memory rows).
 //!
 //! [`fix_thresholds`] sets the mmap threshold to [`MMAP_THRESHOLD`] once
 //! per process (`mallopt(M_MMAP_THRESHOLD)`, which also keeps glibc's
@@ -21,10 +22,15 @@
 //! benches) runs with it. `GLIBC_TUNABLES=glibc.malloc.mmap_threshold=N`
 //! in the environment sets another value and is left alone.
 //!
-//! This is the workspace's one `unsafe` (a foreign call with no
-//! preconditions). No crate offers it safely; the tidy test
-//! `the_one_foreign_call_stays_in_its_file` keeps it the only one. On
-//! other C libraries it does nothing.
+//! [`release_slack`] then asks for every free page back (`malloc_trim`)
+//! after a pass that read at least [`SLACK_AFTER_LOGS`] logs and after
+//! the persistent index is loaded: quiescent points, where the walk over
+//! the heaps costs little next to the pass.
+//!
+//! These are the workspace's only `unsafe` blocks (two foreign calls
+//! with no preconditions). No crate offers them safely; the tidy test
+//! `the_foreign_calls_stay_in_their_file` keeps them the only ones. On
+//! other C libraries they do nothing.
 
 /// Blocks of this size and more are mapped on their own (4 MiB).
 pub const MMAP_THRESHOLD: i32 = 4 << 20;
@@ -51,5 +57,23 @@ fn set_mmap_threshold(bytes: i32) -> bool {
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn set_mmap_threshold(_bytes: i32) -> bool {
+    false
+}
+
+/// A pass reading at least this many logs gives the slack back after it.
+pub const SLACK_AFTER_LOGS: usize = 1_000;
+
+/// Returns freed heap memory to the system; true when some was returned.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+pub fn release_slack() -> bool {
+    // SAFETY: `malloc_trim` takes a padding size and touches only the
+    // allocator's own free lists, under its own locks.
+    unsafe { libc::malloc_trim(0) == 1 }
+}
+
+/// Returns freed heap memory to the system: nothing to do off glibc.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn release_slack() -> bool {
     false
 }

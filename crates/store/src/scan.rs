@@ -233,7 +233,8 @@ impl LogStore {
                     return 0;
                 }
                 index.set_completed(sets);
-                drop(index);
+                drop((index, jobs));
+                crate::heap::release_slack();
                 self.ready.store(true, Ordering::Release);
                 log::info!(
                     "history: listed {n} jobs from the persistent index {}; verifying the \
@@ -316,7 +317,12 @@ impl LogStore {
         }
         let mut pass = self.sort_out(entries);
         let results = self.read_new(&pass);
+        let read = pass.to_read.len();
         let report = self.take_in(&mut pass, results);
+        drop(pass);
+        if read >= crate::heap::SLACK_AFTER_LOGS {
+            crate::heap::release_slack();
+        }
         self.ready.store(true, Ordering::Release);
         report
     }
