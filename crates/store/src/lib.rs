@@ -73,7 +73,7 @@ pub use read::{
 };
 use read::{Ranges, Tolerant};
 pub use summary::intern;
-use summary::{ById, ByPosition, Catalog, CatalogSets, FileKind, rows_of};
+use summary::{ById, ByPosition, Catalog, CatalogSets, FileKind, Listed, rows_of};
 pub use summary::{JobSummary, PayloadRanges, SummaryParts};
 pub use unfinished::*;
 
@@ -504,8 +504,8 @@ impl LogStore {
             .into_iter()
             .flatten();
         let jobs = completed
-            .map(|ByPosition(s)| &**s as &dyn JobFacts)
-            .chain(states.iter().map(|f| f as &dyn JobFacts))
+            .map(|ByPosition(s)| Listed::Done(s))
+            .chain(states.iter().map(Listed::Open))
             .filter(|j| skip.is_empty() || !skip.contains(j.job_id()));
         let (picked, total) = q.pick(jobs, cursor);
         let rows = picked
@@ -518,7 +518,7 @@ impl LogStore {
                 None => {
                     let u = &index.unfinished[j.job_id()];
                     Row {
-                        facts: Arc::new(Tagged::of(j)),
+                        facts: Arc::new(Tagged::of(&j)),
                         entry: u.response(j.state(), None),
                     }
                 }
