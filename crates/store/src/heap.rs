@@ -35,45 +35,40 @@
 /// Blocks of this size and more are mapped on their own (4 MiB).
 pub const MMAP_THRESHOLD: i32 = 4 << 20;
 
-/// Fixes the allocator's thresholds, once per process; true when this
-/// call set them.
-pub fn fix_thresholds() -> bool {
+/// Fixes the allocator's thresholds, once per process.
+pub fn fix_thresholds() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    let mut set = false;
     ONCE.call_once(|| {
         let tuned = std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("mmap_threshold"));
-        set = !tuned && set_mmap_threshold(MMAP_THRESHOLD);
+        if !tuned {
+            set_mmap_threshold(MMAP_THRESHOLD);
+        }
     });
-    set
 }
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
-fn set_mmap_threshold(bytes: i32) -> bool {
+fn set_mmap_threshold(bytes: i32) {
     // SAFETY: `mallopt` takes two integers and changes only the
     // allocator's own parameters, under its own lock.
-    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, bytes) == 1 }
+    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, bytes) };
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn set_mmap_threshold(_bytes: i32) -> bool {
-    false
-}
+fn set_mmap_threshold(_bytes: i32) {}
 
 /// A pass reading at least this many logs gives the slack back after it.
 pub const SLACK_AFTER_LOGS: usize = 1_000;
 
-/// Returns freed heap memory to the system; true when some was returned.
+/// Returns freed heap memory to the system.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
-pub fn release_slack() -> bool {
+pub fn release_slack() {
     // SAFETY: `malloc_trim` takes a padding size and touches only the
     // allocator's own free lists, under its own locks.
-    unsafe { libc::malloc_trim(0) == 1 }
+    unsafe { libc::malloc_trim(0) };
 }
 
 /// Returns freed heap memory to the system: nothing to do off glibc.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn release_slack() -> bool {
-    false
-}
+pub fn release_slack() {}

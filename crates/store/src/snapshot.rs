@@ -117,14 +117,9 @@ pub fn encode<'a>(jobs: impl Iterator<Item = &'a JobSummary>) -> Vec<u8> {
         put_str(&mut out, s.scheduler_id().unwrap_or(""));
         // A query's label once, with its first job: a million runs of a
         // few queries do not repeat it (decoding learns it from that one).
-        let first = labelled.insert(s.query_hash());
-        put_str(
-            &mut out,
-            first
-                .then(|| labels.get(s.query_hash()))
-                .flatten()
-                .unwrap_or(""),
-        );
+        let hash = s.query_hash();
+        let label = labels.get(hash).filter(|_| labelled.insert(hash));
+        put_str(&mut out, label.unwrap_or(""));
     }
     out.extend_from_slice(&count.to_le_bytes());
     let sum = checksum(&out);
