@@ -635,16 +635,8 @@ impl LogStore {
     ) -> (Vec<Found>, Vec<(String, Stamp)>) {
         let mut fresh = Vec::new();
         let mut newly_bad = Vec::new();
-        // Summaries read on reader threads are copied onto this one: kept
-        // for the store's life, they would otherwise pin pages of the
-        // readers' heaps among the freed buffers of the pass, which then
-        // cannot be given back (see `crate::heap`).
-        let relocate = self.remote.is_some() || pass.to_read.len() >= PARALLEL_FROM;
         for ((name, stamp), found) in pass.to_read.iter().zip(results) {
             match found {
-                Ok(Found::Completed(summary)) if relocate => {
-                    fresh.push(Found::Completed(summary.clone()));
-                }
                 Ok(Found::Completed(summary)) => fresh.push(Found::Completed(summary)),
                 Ok(Found::Unfinished(unfinished)) => {
                     pass.seen_unfinished.insert(unfinished.job_id.clone());
