@@ -10,8 +10,10 @@
 //! buffers, then sit on pages that cannot be given back: after the first
 //! rescan of 100,000 logs, 518 bytes of resident memory a job: a
 //! `malloc_trim` after the pass alone left 295-420, the thresholds fixed
-//! alone 300-350, both 250-290 (`docs/performance.md`, the scale bench's
-//! memory rows).
+//! alone 300-350, both 255-260 (`docs/performance.md`, the scale bench's
+//! memory rows). A trim threshold raised with the mmap one (so a heap
+//! keeps up to 32 MiB free at its top) gave 370-415: it is left at
+//! glibc's 128 KiB.
 //!
 //! [`fix_thresholds`] sets the mmap threshold to [`MMAP_THRESHOLD`] once
 //! per process (`mallopt(M_MMAP_THRESHOLD)`, which also keeps glibc's
@@ -32,8 +34,11 @@
 //! `the_foreign_calls_stay_in_their_file` keeps them the only ones. On
 //! other C libraries they do nothing.
 
-/// Blocks of this size and more are mapped on their own (4 MiB).
-pub const MMAP_THRESHOLD: i32 = 4 << 20;
+/// Blocks of this size and more are mapped on their own: 32 MiB, the
+/// most glibc allows, so a large answer built again and again (a 10 MB
+/// `/stages`) comes from a heap rather than a fresh mapping each time
+/// (measured: 2.7 ms a request, against 11 ms at 4 MiB).
+pub const MMAP_THRESHOLD: i32 = 32 << 20;
 
 /// Fixes the allocator's thresholds, once per process.
 pub fn fix_thresholds() {
