@@ -253,6 +253,10 @@ pub fn summaries(n: usize) -> Vec<bjh_store::JobSummary> {
                 modified: Some(std::time::SystemTime::now()),
                 ranges: None,
                 scheduler_id: Some(["scheduler-a", "scheduler-b"][i % 2]),
+                usage: Some(bjh_format::usage::SlotUsage {
+                    busy_slot_ms: 400 + rng.below(100_000),
+                    failed_slot_ms: 0,
+                }),
             })
         })
         .collect()

@@ -61,6 +61,7 @@ fn process_restart(n: usize) {
                 modified: Some(stamp),
                 ranges: None,
                 scheduler_id: j.scheduler_id(),
+                usage: j.usage(),
             })
         })
         .collect();

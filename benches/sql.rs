@@ -99,7 +99,16 @@ fn write_history(dir: &Path, alt: &Path, jobs: usize) -> (Vec<PathBuf>, Vec<Path
     let (mut ours, mut theirs) = (Duration::ZERO, Duration::ZERO);
     for first in (0..jobs).step_by(20) {
         let batches: Vec<_> = (first..(first + 20).min(jobs))
-            .map(|j| job_rows(&job_id(j), &records(j, &mut rng), &BTreeMap::new(), &[]).tasks)
+            .map(|j| {
+                job_rows(
+                    &job_id(j),
+                    &records(j, &mut rng),
+                    &BTreeMap::new(),
+                    &BTreeMap::new(),
+                    &[],
+                )
+                .tasks
+            })
             .collect();
         let batch = datafusion::arrow::compute::concat_batches(&TASKS, &batches).unwrap();
         let path = dir.join(format!("seg-{:08}.parquet", first / 20));
@@ -517,7 +526,7 @@ fn main() {
     let r = records(0, &mut rng);
     let t = Instant::now();
     for _ in 0..5 {
-        std::hint::black_box(job_rows("j", &r, &BTreeMap::new(), &[]));
+        std::hint::black_box(job_rows("j", &r, &BTreeMap::new(), &BTreeMap::new(), &[]));
     }
     let build = t.elapsed() / 5;
     println!(

@@ -170,9 +170,10 @@ fn list(c: &mut Criterion) {
             body_of(&upstream, "/api/jobs").await,
         )
     });
-    // Ours adds `scheduler_id` and `query_label` to each entry (additive
-    // fields: the scheduler that ran the job, the label of its query, none
-    // for these plans); every field upstream has is the same.
+    // Ours adds `scheduler_id`, `query_label` and the slot time to each
+    // entry (additive fields: the scheduler that ran the job, the label of
+    // its query, none for these plans, the slot time its footer states);
+    // every field upstream has is the same.
     let mut mine = sorted(mine);
     for job in &mut mine {
         assert_eq!(job["scheduler_id"], "scheduler");
@@ -180,6 +181,10 @@ fn list(c: &mut Criterion) {
         let job = job.as_object_mut().unwrap();
         job.remove("scheduler_id");
         job.remove("query_label");
+        assert!(job["busy_slot_ms"].is_u64(), "{job:?}");
+        assert!(job["failed_slot_ms"].is_u64(), "{job:?}");
+        job.remove("busy_slot_ms");
+        job.remove("failed_slot_ms");
     }
     assert_eq!(mine.len(), 2_000);
     assert_eq!(mine, sorted(theirs));

@@ -210,8 +210,13 @@ fn columnar_cost(c: &mut Criterion) {
             let log = dir.path().join("job.eventlog");
             b.iter(|| {
                 let records = JobRecords::read(log.as_path()).unwrap();
-                let rows =
-                    bjh_columnar::tables::job_rows("job", &records, &Default::default(), &[]);
+                let rows = bjh_columnar::tables::job_rows(
+                    "job",
+                    &records,
+                    &Default::default(),
+                    &Default::default(),
+                    &[],
+                );
                 assert_eq!(rows.tasks.num_rows(), TASKS);
                 write_rows(dir.path(), &rows);
             })

@@ -56,10 +56,27 @@ async fn finished_jobs_stay_visible_after_cleanup_and_restart() {
             "{r} changed after cleanup"
         );
     }
-    let listed = get_json(&sched.url("/api/jobs")).await;
+    // The same entry, but for the slot time: stated once the log is
+    // complete (`null` in the entry taken before, if it was not yet).
+    let without_slots = |mut list: serde_json::Value| {
+        let mut busy = Vec::new();
+        for job in list.as_array_mut().unwrap() {
+            let job = job.as_object_mut().unwrap();
+            busy.push(job.remove("busy_slot_ms").unwrap());
+            job.remove("failed_slot_ms").unwrap();
+        }
+        (list, busy)
+    };
+    let (listed, busy) = without_slots(get_json(&sched.url("/api/jobs")).await);
+    let (live_entry, busy_before) = without_slots(live_entry);
     assert_eq!(
         listed, live_entry,
         "the list entry is the same before and after cleanup"
+    );
+    assert!(busy[0].is_u64(), "{busy:?}");
+    assert!(
+        busy_before[0].is_null() || busy_before == busy,
+        "{busy_before:?}"
     );
 
     // Cancelling a job known only from history is a conflict.

@@ -43,4 +43,5 @@ mod tidy;
 mod tpch;
 mod traces;
 mod ui;
+mod usage;
 mod whatif;

@@ -174,6 +174,10 @@ pub(crate) struct Totals {
     rows: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     scheduler: Option<String>,
+    /// Busy and failed slot-milliseconds; absent in manifests written
+    /// before they were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    slot_ms: Option<[u64; 2]>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -746,6 +750,12 @@ fn generation(dir: &Path, m: &Manifest) -> Generation {
                     failed_tasks: t.failed,
                     output_rows: t.rows,
                     scheduler_id: t.scheduler.clone(),
+                    usage: t.slot_ms.map(|[busy_slot_ms, failed_slot_ms]| {
+                        bjh_format::usage::SlotUsage {
+                            busy_slot_ms,
+                            failed_slot_ms,
+                        }
+                    }),
                 },
             )
         })
@@ -803,7 +813,8 @@ fn rows_from(job_id: &str, records: &JobRecords, metrics: &[u8]) -> JobRows {
         .map(|s| (s.stage_id, s.stage_status.clone()))
         .collect();
     let operators = plan_metrics(stages.iter().map(|s| (s.stage_id, s.plan())));
-    job_rows(job_id, records, &status, &operators)
+    let slots = bjh_format::stages::task_slots(&stages);
+    job_rows(job_id, records, &status, &slots, &operators)
 }
 
 #[cfg(test)]

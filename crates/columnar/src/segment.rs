@@ -125,6 +125,7 @@ pub(super) fn write_segment(
                 failed: r.totals.failed_tasks,
                 rows: r.totals.output_rows,
                 scheduler: r.totals.scheduler_id,
+                slot_ms: r.totals.usage.map(|u| [u.busy_slot_ms, u.failed_slot_ms]),
             },
         );
     }

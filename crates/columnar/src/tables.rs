@@ -46,6 +46,8 @@ pub static JOBS: LazyLock<SchemaRef> = LazyLock::new(|| {
         field("log_size", DataType::Int64, true),
         field("query_hash", DataType::Utf8View, true),
         field("query_label", DataType::Utf8View, true),
+        field("busy_slot_ms", DataType::Int64, true),
+        field("failed_slot_ms", DataType::Int64, true),
     ]))
 });
 
@@ -116,6 +118,9 @@ pub struct JobTotals {
     pub output_rows: i64,
     /// The scheduler that ran it, when recorded.
     pub scheduler_id: Option<String>,
+    /// Its slot time (`format::usage`); `None` in segments written before
+    /// it was kept.
+    pub usage: Option<bjh_format::usage::SlotUsage>,
 }
 
 /// One job's rows of the three record tables, and its totals.
@@ -129,6 +134,10 @@ pub struct JobRows {
     pub operators: RecordBatch,
     /// What `jobs` shows of it.
     pub totals: JobTotals,
+}
+
+fn clamp(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 fn opt_ts(t: u64) -> Option<i64> {
@@ -145,6 +154,7 @@ pub fn job_rows(
     job_id: &str,
     records: &JobRecords,
     stage_status: &BTreeMap<u32, String>,
+    slots: &BTreeMap<(u32, u32), u32>,
     metrics: &[OperatorMetric],
 ) -> JobRows {
     let mut tasks = TaskColumns::default();
@@ -179,6 +189,7 @@ pub fn job_rows(
             failed_tasks: records.tasks.iter().filter(|t| !t.succeeded()).count() as i64,
             output_rows: last_stage_rows,
             scheduler_id: records.start.scheduler_id.clone(),
+            usage: Some(records.usage(slots)),
         },
     }
 }
@@ -396,7 +407,7 @@ pub fn jobs_batch(lines: &[JobLine<'_>]) -> RecordBatch {
     let n = lines.len();
     let mut text: [StringViewBuilder; 3] = Default::default();
     let mut times: [TimestampMillisecondBuilder; 3] = Default::default();
-    let mut ints: [Int64Builder; 9] = Default::default();
+    let mut ints: [Int64Builder; 11] = Default::default();
     let mut extra: [StringViewBuilder; 4] = Default::default();
     for b in &mut ints {
         *b = Int64Builder::with_capacity(n);
@@ -420,6 +431,9 @@ pub fn jobs_batch(lines: &[JobLine<'_>]) -> RecordBatch {
         ints[6].append_value(f.dropped_records() as i64);
         extra[1].append_option(l.totals.and_then(|t| t.scheduler_id.as_deref()));
         ints[7].append_option(l.log_size.map(|s| s as i64));
+        let usage = l.totals.and_then(|t| t.usage);
+        ints[9].append_option(usage.map(|u| clamp(u.busy_slot_ms)));
+        ints[10].append_option(usage.map(|u| clamp(u.failed_slot_ms)));
         extra[2].append_option(
             (f.query_hash() != 0).then(|| bjh_format::query_hash::hash_text(f.query_hash())),
         );
@@ -438,6 +452,8 @@ pub fn jobs_batch(lines: &[JobLine<'_>]) -> RecordBatch {
         dropped,
         size,
         _,
+        busy,
+        failed_slots,
     ] = ints;
     let [error, scheduler, hash, label] = extra;
     finish(
@@ -461,6 +477,8 @@ pub fn jobs_batch(lines: &[JobLine<'_>]) -> RecordBatch {
             Arc::new({ size }.finish()),
             Arc::new({ hash }.finish()),
             Arc::new({ label }.finish()),
+            Arc::new({ busy }.finish()),
+            Arc::new({ failed_slots }.finish()),
         ],
     )
 }

@@ -18,6 +18,7 @@ pub mod query_hash;
 pub mod record;
 pub mod stages;
 mod state;
+pub mod usage;
 pub mod written;
 
 pub use name::LogName;

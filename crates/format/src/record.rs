@@ -321,6 +321,10 @@ pub struct JobEndSummary {
     /// without a footer, and older footers, do not say).
     #[serde(skip)]
     pub scheduler_id: Option<String>,
+    /// The job's slot time as a footer states it (logs without a footer,
+    /// and older footers, do not say).
+    #[serde(skip)]
+    pub usage: Option<crate::usage::SlotUsage>,
 }
 
 impl JobEndSummary {
@@ -388,6 +392,14 @@ pub struct Footer {
     /// written before the field existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduler_id: Option<String>,
+    /// Ours: the job's busy slot time, every task attempt's span times
+    /// the slots it held (see [`crate::usage`]), in slot-milliseconds;
+    /// absent in logs written before the field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_slot_ms: Option<u64>,
+    /// Ours: the failed attempts' part of `busy_slot_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_slot_ms: Option<u64>,
     /// Ours: where each stored payload's bytes are, by name (see
     /// [`payload`]), as `[offset, length]` in the file. In a plain log, the
     /// JSON value inside the `JobEnd` line; in a compressed log, one zstd

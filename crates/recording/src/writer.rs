@@ -269,8 +269,35 @@ struct OpenJob {
     /// The records written, while [`WriterConfig::written`] wants them and
     /// they are all there.
     kept: Option<Kept>,
+    /// Each attempt received, for the footer's slot time; `None` past
+    /// [`MAX_SPANS`] (the footer then does not state it).
+    spans: Option<Vec<Span>>,
     last_used: u64,
     dirty: bool,
+}
+
+/// One task attempt as the footer's slot time needs it.
+struct Span {
+    stage_id: u32,
+    task_id: u32,
+    ms: u64,
+    failed: bool,
+}
+
+/// Attempts remembered per job for its slot time (24 bytes each).
+const MAX_SPANS: usize = 4_000_000;
+
+/// The slot time of `spans`, each attempt's slots read from the job's final
+/// `/stages` answer (see `format::usage`).
+fn slot_usage(spans: &[Span], end: &JobEnd) -> bjh_format::usage::SlotUsage {
+    let stages = bjh_format::stages::StagesAnswer::parse(end.stages.get().as_bytes());
+    let slots = bjh_format::stages::task_slots(&stages.stages);
+    let mut usage = bjh_format::usage::SlotUsage::default();
+    for s in spans {
+        let held = slots.get(&(s.stage_id, s.task_id)).copied().unwrap_or(1);
+        usage.add_span(s.ms, held, s.failed);
+    }
+    usage
 }
 
 /// One job's records kept for [`WriterConfig::written`].
@@ -394,6 +421,18 @@ impl Writer {
                     .filter_map(|t| record::encode_line(kind::TASK_END, t).ok());
                 let lines: Vec<Vec<u8>> = lines.collect();
                 let job = self.job(&job_id);
+                job.spans = job
+                    .spans
+                    .take()
+                    .filter(|s| s.len() + tasks.len() <= MAX_SPANS);
+                if let Some(spans) = &mut job.spans {
+                    spans.extend(tasks.iter().map(|t| Span {
+                        stage_id: t.stage_id,
+                        task_id: t.task_id,
+                        ms: bjh_format::usage::span_ms(t),
+                        failed: !matches!(t.status, record::TaskOutcome::Successful),
+                    }));
+                }
                 let whole = lines.len() == tasks.len()
                     && (job.started || job.held.len() + lines.len() <= MAX_HELD_LINES);
                 job.kept = job
@@ -463,6 +502,7 @@ impl Writer {
                 .as_ref()
                 .filter(|w| w.wanted())
                 .map(|_| Kept::default()),
+            spans: Some(Vec::new()),
             last_used: 0,
             dirty: false,
         })
@@ -661,6 +701,11 @@ impl Writer {
             .map(bjh_format::query_hash::hash_text);
         let query_label = plans.as_ref().and_then(|plans| plans.query_label());
         let scheduler_id = self.jobs.get(job_id).and_then(|j| j.scheduler_id.clone());
+        let usage = self
+            .jobs
+            .get(job_id)
+            .and_then(|j| j.spans.as_deref())
+            .map(|spans| slot_usage(spans, end));
         let footer = |offset: u64, len: u64, payloads| Footer {
             job_end_offset: offset,
             job_end_len: len,
@@ -671,6 +716,8 @@ impl Writer {
             query_hash: query_hash.clone(),
             query_label: query_label.clone(),
             scheduler_id: scheduler_id.clone(),
+            busy_slot_ms: usage.map(|u| u.busy_slot_ms),
+            failed_slot_ms: usage.map(|u| u.failed_slot_ms),
             payloads,
         };
         let Compression::Zstd(level) = self.config.compression else {
@@ -935,6 +982,46 @@ mod tests {
             vec!["\"JobStart\"", "\"TaskEnd\"", "\"JobEnd\"", "\"Footer\""]
         );
         assert!(!dir.path().join("j1.eventlog.running").exists());
+    }
+
+    /// The footer states the slot time: each attempt's span from launch
+    /// to end times the partitions the final `/stages` lists for it, and
+    /// the failed attempts' part apart.
+    #[tokio::test]
+    async fn the_footer_states_the_slot_time_of_every_attempt() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Arc::new(HistoryMetrics::unregistered());
+        let (handle, thread) = spawn(WriterConfig::new(dir.path()), metrics).unwrap();
+        handle.send(WriterMsg::Start(start("s1")));
+        let mut failed = task(1, 1);
+        failed.status = ballista_api_types::dto::TaskStatus::Failed {
+            reason: "ExecutionError".into(),
+            error: "boom".into(),
+        };
+        // Spans of 2 ms each (launch 1, end 3).
+        handle.try_progress(WriterMsg::Tasks {
+            job_id: "s1".into(),
+            tasks: vec![task(1, 0), failed, task(2, 0)],
+        });
+        let mut end = end("s1");
+        end.stages = raw_or_null(
+            r#"{"stages":[{"stage_id":"1","tasks":[{"id":0,"partition_id":[0,1,2]},
+                {"id":1,"partition_id":[3]}]}]}"#,
+        );
+        handle.send(WriterMsg::End {
+            job_id: "s1".into(),
+            fallback_start: start("s1"),
+            stages: vec![],
+            end,
+            secrets: Vec::new(),
+        });
+        drop(handle);
+        thread.join().unwrap();
+        let text = std::fs::read_to_string(dir.path().join("s1.eventlog")).unwrap();
+        let footer: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+        // 2 ms on 3 slots, 2 ms on 1 (failed), 2 ms on 1 (not listed).
+        assert_eq!(footer["data"]["busy_slot_ms"], 10);
+        assert_eq!(footer["data"]["failed_slot_ms"], 2);
     }
 
     /// Keeps what it is handed.

@@ -190,7 +190,7 @@ impl History {
     }
 
     #[tool(
-        description = "Run one read-only SQL query over the whole history (tables jobs, stages, tasks and operators; e.g. jobs has job_id, job_name, status, start_time, end_time, duration_ms, query_hash, query_label, scheduler_id) and get the rows as JSON. For questions the other tools do not answer: counts, top-N, trends over many jobs. Limits on time, memory and rows apply.",
+        description = "Run one read-only SQL query over the whole history (tables jobs, stages, tasks and operators; e.g. jobs has job_id, job_name, status, start_time, end_time, duration_ms, query_hash, query_label, scheduler_id, busy_slot_ms) and get the rows as JSON. For questions the other tools do not answer: counts, top-N, trends over many jobs. Limits on time, memory and rows apply.",
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn run_sql(&self, Parameters(Sql { sql }): Parameters<Sql>) -> Answer {

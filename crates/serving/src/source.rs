@@ -172,18 +172,31 @@ pub fn with_scheduler(raw: &str, scheduler: &str) -> Bytes {
 /// The list entry `raw` (a JSON object) with the field `key` added, set to
 /// `value`; anything but an object is left as it is.
 pub fn with_field(raw: &str, key: &str, value: &impl serde::Serialize) -> Bytes {
+    with_fields(
+        raw,
+        &[(key, serde_json::to_value(value).unwrap_or_default())],
+    )
+}
+
+/// The list entry `raw` (a JSON object) with `fields` added, in order;
+/// anything but an object is left as it is.
+pub fn with_fields(raw: &str, fields: &[(&str, serde_json::Value)]) -> Bytes {
     let body = raw.trim_end();
     let Some(open) = body.strip_suffix('}') else {
         return Bytes::copy_from_slice(raw.as_bytes());
     };
-    let mut out = Vec::with_capacity(body.len() + key.len() + 40);
+    let mut out = Vec::with_capacity(body.len() + 40 * fields.len());
     out.extend_from_slice(open.as_bytes());
-    if !open.trim_end().ends_with('{') {
-        out.push(b',');
+    let mut empty = open.trim_end().ends_with('{');
+    for (key, value) in fields {
+        if !empty {
+            out.push(b',');
+        }
+        empty = false;
+        let _ = serde_json::to_writer(&mut out, key);
+        out.push(b':');
+        let _ = serde_json::to_writer(&mut out, value);
     }
-    let _ = serde_json::to_writer(&mut out, key);
-    out.push(b':');
-    let _ = serde_json::to_writer(&mut out, value);
     out.push(b'}');
     out.into()
 }
@@ -384,6 +397,11 @@ impl DiskSource {
         self.store.facts(job_id).map_or(0, |f| f.query_hash)
     }
 
+    /// The job's slot time, when its completed log states it.
+    pub fn usage(&self, job_id: &str) -> Option<bjh_format::usage::SlotUsage> {
+        self.store.summary(job_id).and_then(|s| s.usage())
+    }
+
     /// Answers from the payloads the footer locates, reading nothing else;
     /// `Ok(None)` when the log's footer does not locate them.
     async fn get_located(
@@ -539,8 +557,18 @@ impl JobSource for Layered {
             .map(|row| {
                 let query_hash = self.disk.query_hash(row.facts.job_id());
                 let label = bjh_store::labels::get(query_hash);
+                // A finished job's slot time, once its log is complete;
+                // `null` before, as the history's entries say it.
+                let usage = self.disk.usage(row.facts.job_id());
                 let entry = match std::str::from_utf8(&row.entry) {
-                    Ok(raw) => with_field(raw, "query_label", &label.as_deref()),
+                    Ok(raw) => with_fields(
+                        raw,
+                        &[
+                            ("query_label", label.as_deref().into()),
+                            ("busy_slot_ms", usage.map(|u| u.busy_slot_ms).into()),
+                            ("failed_slot_ms", usage.map(|u| u.failed_slot_ms).into()),
+                        ],
+                    ),
                     Err(_) => row.entry,
                 };
                 Row {

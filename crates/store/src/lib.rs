@@ -52,6 +52,7 @@ use bjh_format::record::{
     Envelope, Footer, JobEnd, JobEndStatus, JobEndSummary, JobStart, PlansOfJob, SCHEMA_VERSION,
     kind,
 };
+use bjh_format::usage::SlotUsage;
 use bjh_format::{JobState, LogName, epoch_millis};
 use bjh_metrics::HistoryMetrics;
 use bytes::Bytes;
@@ -636,6 +637,8 @@ mod tests {
                         query_hash: None,
                         query_label: None,
                         scheduler_id: None,
+                        busy_slot_ms: None,
+                        failed_slot_ms: None,
                         payloads: Default::default(),
                     },
                 )
@@ -1109,11 +1112,11 @@ mod tests {
         let summary = s.summary("w").unwrap();
         let wire: JobResponse = serde_json::from_slice(&summary.entry()).unwrap();
         assert_eq!(wire.job_name, "ü \"q\"");
-        // Upstream's bytes, then ours: the scheduler and the query's label
-        // (neither in this log).
+        // Upstream's bytes, then ours: the scheduler, the query's label and
+        // the slot time (none in this log).
         let upstream = String::from_utf8(serde_json::to_vec(&wire).unwrap()).unwrap();
         let ours = format!(
-            "{},\"scheduler_id\":null,\"query_label\":null}}",
+            "{},\"scheduler_id\":null,\"query_label\":null,\"busy_slot_ms\":null,\"failed_slot_ms\":null}}",
             upstream.strip_suffix('}').unwrap()
         );
         assert_eq!(ours.as_bytes(), &summary.entry()[..]);

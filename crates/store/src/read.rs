@@ -198,6 +198,7 @@ fn summary_of<'a>(
         stated_hash: None,
         stated_label: None,
         scheduler_id: None,
+        usage: None,
     };
     Some((summary, Some(ranges)))
 }
@@ -267,6 +268,7 @@ fn parsed(line: &[u8], start: u64) -> Result<(JobEndSummary, Option<PayloadRange
         stated_hash: None,
         stated_label: None,
         scheduler_id: None,
+        usage: None,
     };
     Ok((summary, Some(ranges)))
 }
@@ -313,6 +315,12 @@ fn footer_summary(path: &LogRef, footer: Footer, file_len: u64) -> JobEndSummary
         stated_hash,
         stated_label: footer.query_label,
         scheduler_id: footer.scheduler_id,
+        usage: footer
+            .busy_slot_ms
+            .map(|busy_slot_ms| bjh_format::usage::SlotUsage {
+                busy_slot_ms,
+                failed_slot_ms: footer.failed_slot_ms.unwrap_or(0).min(busy_slot_ms),
+            }),
     }
 }
 

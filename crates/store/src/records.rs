@@ -199,6 +199,19 @@ pub struct JobRecords {
 }
 
 impl JobRecords {
+    /// The job's slot time (`format::usage`), each attempt's slots from
+    /// `slots` (`format::stages::task_slots` of its stored `/stages`).
+    pub fn usage(
+        &self,
+        slots: &std::collections::BTreeMap<(u32, u32), u32>,
+    ) -> bjh_format::usage::SlotUsage {
+        let attempts = self
+            .tasks
+            .iter()
+            .map(|t| (t, t.stage_id, t.task_id, !t.succeeded()));
+        bjh_format::usage::SlotUsage::of(attempts, slots)
+    }
+
     /// Reads the records of the log at `path`.
     pub fn read(log: impl Into<LogRef>) -> Result<Self, StoreError> {
         let path: &LogRef = &log.into();

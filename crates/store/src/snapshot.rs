@@ -8,7 +8,7 @@
 //! corrupt or foreign file is detected (magic, length, checksum) and
 //! ignored, and the index is rebuilt from the directory; nothing is lost.
 //!
-//! Format (little-endian): the magic `BJHIDX06`, then one record per job,
+//! Format (little-endian): the magic `BJHIDX07`, then one record per job,
 //! then the record count (u64) and a checksum (u64) of everything before it.
 //! A record: file name, job id, job name (each a u32 length and UTF-8
 //! bytes), state (u8), queue, start and end times (u64 millis), query hash
@@ -19,8 +19,9 @@
 //! without a footer: a u8 (0 none, 1 present) and, when present, five
 //! `[offset, length]` pairs (u64) for `job`, `stages`, `config`, `dot` and
 //! `responses` (length 0: absent), the scheduler id (a string, empty when
-//! the log does not say), and last the query's label (a string, empty when
-//! none is known; see `labels`).
+//! the log does not say), the query's label (a string, empty when
+//! none is known; see `labels`), and last the busy and failed
+//! slot-milliseconds (u64 each; `u64::MAX` when the log does not say).
 //!
 //! Written to a temporary file and renamed over the old one, so a reader
 //! never sees a torn index; several processes may share one (the last
@@ -34,7 +35,7 @@ use std::time::{Duration, SystemTime};
 
 /// The index file's name inside the log directory, by default.
 pub const DEFAULT_FILE_NAME: &str = ".ballista-job-history.index";
-const MAGIC: &[u8; 8] = b"BJHIDX06";
+const MAGIC: &[u8; 8] = b"BJHIDX07";
 
 /// Why a persisted index was not used.
 #[derive(Debug, thiserror::Error)]
@@ -120,6 +121,13 @@ pub fn encode<'a>(jobs: impl Iterator<Item = &'a JobSummary>) -> Vec<u8> {
         let hash = s.query_hash();
         let label = labels.get(hash).filter(|_| labelled.insert(hash));
         put_str(&mut out, label.unwrap_or(""));
+        let usage = s.usage();
+        for ms in [
+            usage.map_or(u64::MAX, |u| u.busy_slot_ms),
+            usage.map_or(u64::MAX, |u| u.failed_slot_ms),
+        ] {
+            out.extend_from_slice(&ms.to_le_bytes());
+        }
     }
     out.extend_from_slice(&count.to_le_bytes());
     let sum = checksum(&out);
@@ -216,6 +224,11 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<JobSummary>, IndexError> {
         if !label.is_empty() {
             labels.push((query_hash, label));
         }
+        let (busy_slot_ms, failed_slot_ms) = (c.u64()?, c.u64()?);
+        let usage = (busy_slot_ms != u64::MAX).then_some(bjh_format::usage::SlotUsage {
+            busy_slot_ms,
+            failed_slot_ms: failed_slot_ms.min(busy_slot_ms),
+        });
         let modified = match secs {
             i64::MIN => None,
             s if s >= 0 => Some(SystemTime::UNIX_EPOCH + Duration::new(s as u64, nanos)),
@@ -241,6 +254,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<JobSummary>, IndexError> {
             modified,
             ranges,
             scheduler_id,
+            usage,
         }));
     }
     if out.len() as u64 != count {
@@ -426,6 +440,10 @@ mod tests {
                 modified: None,
                 ranges: None,
                 scheduler_id: Some("s"),
+                usage: (id != "j0").then_some(bjh_format::usage::SlotUsage {
+                    busy_slot_ms: 70,
+                    failed_slot_ms: 20,
+                }),
             })
         };
         let jobs: Vec<JobSummary> = (0..50).map(|i| job(&format!("j{i}"))).collect();
@@ -436,5 +454,13 @@ mod tests {
         assert_eq!(back.len(), 50);
         assert!(back.iter().all(|j| j.query_hash() == hash));
         assert_eq!(crate::labels::get(hash).as_deref(), Some(label));
+        // A slot time stated comes back; one not stated stays unknown.
+        let usage: Vec<_> = back
+            .iter()
+            .map(|j| j.usage().map(|u| u.busy_slot_ms))
+            .collect();
+        assert_eq!(usage[0], None);
+        assert!(usage[1..].iter().all(|u| *u == Some(70)));
+        assert_eq!(back[1].usage().unwrap().failed_slot_ms, 20);
     }
 }

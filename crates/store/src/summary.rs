@@ -42,7 +42,13 @@ pub struct JobSummary {
     /// The scheduler that ran the job, when its log says (shared by every
     /// job of that scheduler: see [`intern`]).
     pub(super) scheduler: Option<Arc<str>>,
+    /// Busy and failed slot-milliseconds (`format::usage`); [`UNKNOWN`]
+    /// when the log does not state them.
+    pub(super) slot_ms: [u64; 2],
 }
+
+/// A slot time the log does not state.
+const UNKNOWN: u64 = u64::MAX;
 
 /// Distinct scheduler ids kept shared at most; past this a job's id is
 /// its own allocation (a directory of hostile logs, each naming another
@@ -157,6 +163,8 @@ pub struct SummaryParts<'a> {
     pub ranges: Option<PayloadRanges>,
     /// The scheduler that ran the job, when its log says.
     pub scheduler_id: Option<&'a str>,
+    /// Its slot time, when its log states it.
+    pub usage: Option<SlotUsage>,
 }
 
 impl JobSummary {
@@ -201,6 +209,7 @@ impl JobSummary {
             modified: stamp.modified,
             ranges,
             scheduler_id: summary.scheduler_id.as_deref(),
+            usage: summary.usage,
         })
     }
 
@@ -245,6 +254,9 @@ impl JobSummary {
             file,
             ranges: p.ranges.map(Box::new),
             scheduler: p.scheduler_id.filter(|s| !s.is_empty()).map(intern),
+            slot_ms: p.usage.map_or([UNKNOWN; 2], |u| {
+                [u.busy_slot_ms.min(UNKNOWN - 1), u.failed_slot_ms]
+            }),
         }
     }
 
@@ -270,6 +282,7 @@ impl JobSummary {
             modified: None,
             ranges: None,
             scheduler_id: None,
+            usage: None,
         })
     }
 
@@ -321,6 +334,15 @@ impl JobSummary {
         }
     }
 
+    /// The job's slot time, when its log states it.
+    pub fn usage(&self) -> Option<SlotUsage> {
+        let [busy_slot_ms, failed_slot_ms] = self.slot_ms;
+        (busy_slot_ms != UNKNOWN).then_some(SlotUsage {
+            busy_slot_ms,
+            failed_slot_ms,
+        })
+    }
+
     /// Payload ranges learnt when a log without a footer was indexed.
     pub fn ranges(&self) -> Option<PayloadRanges> {
         self.ranges.as_deref().copied()
@@ -360,7 +382,11 @@ impl JobSummary {
             scheduler_id: Option<&'a str>,
             /// Ours: the query's label (`null`: none known).
             query_label: Option<&'a str>,
+            /// Ours: slot-milliseconds (`null`: the log does not say).
+            busy_slot_ms: Option<u64>,
+            failed_slot_ms: Option<u64>,
         }
+        let usage = self.usage();
         let entry = Entry {
             job_id: self.job_id(),
             job_name: self.job_name(),
@@ -373,6 +399,8 @@ impl JobSummary {
             end_time: self.end_time,
             scheduler_id: self.scheduler.as_deref(),
             query_label: labels.get(self.query_hash),
+            busy_slot_ms: usage.map(|u| u.busy_slot_ms),
+            failed_slot_ms: usage.map(|u| u.failed_slot_ms),
         };
         let _ = serde_json::to_writer(out, &entry);
     }

@@ -121,12 +121,17 @@ impl Unfinished {
             entry: JobResponse,
             scheduler_id: Option<&'a str>,
             query_label: Option<&'a str>,
+            /// Known once the job's log is complete.
+            busy_slot_ms: Option<u64>,
+            failed_slot_ms: Option<u64>,
         }
         let label = crate::labels::get(self.query_hash);
         let entry = Entry {
             entry,
             scheduler_id: self.scheduler_id.as_deref(),
             query_label: label.as_deref(),
+            busy_slot_ms: None,
+            failed_slot_ms: None,
         };
         serde_json::to_vec(&entry).unwrap_or_default().into()
     }

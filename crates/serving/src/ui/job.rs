@@ -193,6 +193,7 @@ pub fn summary(
     facts: &Facts,
     view: &JobView,
     records: Option<&JobRecords>,
+    usage: Option<bjh_format::usage::SlotUsage>,
     dropped: Option<u64>,
 ) -> Markup {
     // Only the tabs that read the log's records know the attempts; the
@@ -230,6 +231,12 @@ pub fn summary(
                 div { dt { "Task attempts" } dd {
                     (count(attempts as u64))
                     @if failed > 0 { ", " span.status.bad { (failed) " failed" } }
+                } }
+            }
+            @if let Some(u) = usage {
+                div { dt title="Each task attempt's span, from launch to end, times the task slots it held" { "Slot time" } dd {
+                    (duration(u.busy_slot_ms))
+                    @if u.failed_slot_ms > 0 { ", " span.status.bad { (duration(u.failed_slot_ms)) " in failed attempts" } }
                 } }
             }
             @if facts.query_hash != 0 {
@@ -354,6 +361,15 @@ pub async fn page(
         .source
         .log_of(&job_id)
         .and_then(|(h, _)| h.dropped_records);
+    // Slot time from the records (upstream's logs too), each task's slots
+    // from the stored `/stages`.
+    let usage = match &loaded {
+        Some((_, records)) => {
+            let stages = stored_stages(&ui, &job_id, PlanFormat::Default).await;
+            Some(records.usage(&bjh_format::stages::task_slots(stages.values())))
+        }
+        None => None,
+    };
     let prev = previous_run(&ui, &facts).await;
     let content = match tab {
         "overview" => overview(&ui, &job_id, loaded.as_ref().map(|l| &l.1)).await,
@@ -368,7 +384,7 @@ pub async fn page(
     let live = facts.state.is_unfinished() && facts.state != bjh_format::JobState::Abandoned;
     let body = html! {
         nav.crumbs aria-label="Breadcrumb" { a href="/" { "Jobs" } " › " (job_id) }
-        (summary(&job_id, &facts, &view, loaded.as_ref().map(|l| &l.1), dropped))
+        (summary(&job_id, &facts, &view, loaded.as_ref().map(|l| &l.1), usage, dropped))
         (tabs(&job_id, tab, prev.as_deref()))
         @if live { p.notice.live role="status" { "The job is running: this page refreshes as it changes." } }
         (content)
