@@ -33,6 +33,7 @@ use bjh_columnar::fresh::Fresh;
 use bjh_format::written::Takers;
 use bjh_metrics::HistoryMetrics;
 use bjh_recording::capture::Capturer;
+use bjh_recording::cluster::ClusterRecorder;
 use bjh_recording::hold::{HeldJobState, Recorded};
 use bjh_recording::listener::{EventLogListener, JobEvent, TappedScheduler, TaskTap};
 use bjh_recording::upload::{Bucket, Uploader, lock_spool, running_logs};
@@ -148,7 +149,8 @@ impl JobHistory {
             sql.clone()
                 .keep_fresh(options.update_interval, stop.stopped()),
         ));
-        let per_server = PerServer::new(Some(&store), options.metrics_top_queries);
+        let per_server = PerServer::new(Some(&store), options.metrics_top_queries)
+            .with_usage(options.usage_settings());
         Running {
             options,
             scheduler,
@@ -410,6 +412,10 @@ impl Recording {
             redactor: options.redactor.clone(),
         };
         background.push(tokio::spawn(capturer.run(events_rx, stop.stopped())));
+        // The cluster's executors, beside the jobs (`DIR/.cluster/`).
+        let cluster = ClusterRecorder::new(Arc::new(api.clone()), &options.event_log_dir);
+        let contacts = cluster.contacts();
+        background.push(tokio::spawn(cluster.run(stop.stopped())));
         let store = Arc::new(options.store(metrics.clone()));
         match &options.remote {
             Some(remote) => {
@@ -443,7 +449,7 @@ impl Recording {
             LiveSource::new(api.clone()),
             DiskSource::new(store.clone()),
         ));
-        let tap = TaskTap::new(writer.clone());
+        let tap = TaskTap::new(writer.clone()).with_contacts(contacts);
         (source, store, tap, (writer, thread))
     }
 }

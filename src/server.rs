@@ -98,6 +98,9 @@ pub struct HistoryOptions {
     /// How many recurring queries (those with the most runs) get series
     /// of their own on `/api/metrics`; 0 exports none.
     pub metrics_top_queries: usize,
+    /// The price of one task-slot hour, for the costs of `/api/usage`
+    /// and the Usage page; `None` shows none.
+    pub slot_hour_price: Option<f64>,
     /// The OTLP/gRPC receiver a recording scheduler sends each finished
     /// job's trace to (`bjh_traces`); `None` sends none.
     pub otlp_endpoint: Option<String>,
@@ -117,6 +120,13 @@ pub struct HistoryOptions {
 }
 
 impl HistoryOptions {
+    /// How the usage routes price slot time.
+    pub fn usage_settings(&self) -> bjh_serving::usage::UsageSettings {
+        bjh_serving::usage::UsageSettings {
+            slot_hour_price: self.slot_hour_price,
+        }
+    }
+
     /// Defaults for `dir`: rescans every 10 s.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         let defaults = WriterConfig::new("");
@@ -138,6 +148,7 @@ impl HistoryOptions {
             http: bjh_serving::http::HttpLimits::default(),
             allowed_hosts: Vec::new(),
             metrics_top_queries: bjh_serving::job_metrics::DEFAULT_TOP_QUERIES,
+            slot_hour_price: None,
             otlp_endpoint: None,
             scheduler_id: None,
             cors_allowed_origins: None,
@@ -528,8 +539,10 @@ fn our_routes(o: Ours<'_>) -> Router {
         token: o.token,
         sql: o.sql.clone(),
         hub: o.per_server.hub.clone(),
+        usage: o.per_server.usage.clone(),
     };
     router::job_routes(o.source.clone(), Some(o.store.clone()))
+        .layer(axum::Extension(o.per_server.usage.clone()))
         .merge(o.inside_cors)
         .merge(router::metrics_route(o.per_server.gauges.clone()))
         .merge(openapi::routes(mode))
@@ -560,7 +573,8 @@ pub async fn run_history(
         let _ = std::fs::create_dir_all(&options.event_log_dir);
     }
     let store = Arc::new(options.store(metrics.clone()));
-    let per_server = PerServer::new(Some(&store), options.metrics_top_queries);
+    let per_server = PerServer::new(Some(&store), options.metrics_top_queries)
+        .with_usage(options.usage_settings());
     let (stop_tx, stop) = Stop::new();
     let mut background = vec![tokio::spawn(
         store

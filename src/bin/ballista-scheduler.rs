@@ -192,6 +192,10 @@ struct Cli {
     /// queries, those with the most runs; 0 exports none.
     #[arg(long, default_value_t = 20)]
     metrics_top_queries: usize,
+    /// The price of one task-slot hour (any currency), for the costs
+    /// `/api/usage` and the Usage page show; without it they show none.
+    #[arg(long, value_parser = parse_price)]
+    slot_hour_price: Option<f64>,
     /// With --history-only: write the SQL tables (jobs, stages, tasks,
     /// operators) as Parquet under this directory, then exit (see
     /// docs/sql.md for the layout).
@@ -277,6 +281,7 @@ const NEED_EVENT_LOG_DIR: &[&str] = &[
     "shutdown_timeout_seconds",
     "allowed_hosts",
     "metrics_top_queries",
+    "slot_hour_price",
     "export_parquet",
     "otlp_endpoint",
     "export_otlp",
@@ -594,6 +599,7 @@ fn history_options(
         given(matches, "cors_allowed_origins").then(|| cli.upstream.cors_allowed_origins.clone());
     options.allowed_hosts = cli.allowed_hosts.clone();
     options.metrics_top_queries = cli.metrics_top_queries;
+    options.slot_hour_price = cli.slot_hour_price;
     options.otlp_endpoint = cli.otlp_endpoint.clone();
     options.scheduler_id = cli
         .our_scheduler_id
@@ -679,4 +685,14 @@ async fn run(cli: Cli, matches: &ArgMatches) -> Result<(), Box<dyn std::error::E
         ));
     run_scheduler(listener, config, history, shutdown_signal()).await?;
     Ok(())
+}
+
+/// Parses a price: a finite number, 0 or more.
+fn parse_price(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(price) if price.is_finite() && price >= 0.0 => Ok(price),
+        _ => Err(format!(
+            "{text:?} is not a price like 0.05 (a number, 0 or more)"
+        )),
+    }
 }

@@ -111,3 +111,252 @@ async fn a_jobs_slot_time_is_the_sum_of_its_attempts_spans_everywhere() {
         assert!(hist.terminate().success());
     }
 }
+
+/// An executor on a runtime of its own, stopped by dropping the runtime:
+/// it vanishes without a word, as a killed process does.
+struct Doomed {
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Doomed {
+    /// Built and started on a thread of its own (a runtime cannot be
+    /// entered from the test's).
+    fn start(port: u16, slots: usize) -> Self {
+        let runtime = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(start_executor_with(port, slots));
+            runtime
+        })
+        .join()
+        .unwrap();
+        Self {
+            runtime: Some(runtime),
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// The executors the scheduler lists.
+async fn executors(proc: &Proc) -> Vec<String> {
+    let list = get_json(&proc.url("/api/executors")).await;
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// `GET /api/usage` over `[from, to)`.
+async fn usage_of(proc: &Proc, from: u64, to: u64) -> serde_json::Value {
+    get_json(&proc.url(&format!("/api/usage?from={from}&to={to}&group_by=query"))).await
+}
+
+fn n(v: &serde_json::Value, key: &str) -> f64 {
+    v[key].as_u64().unwrap_or_else(|| panic!("{key} in {v}")) as f64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_slot_second_the_cluster_had_is_accounted_for() {
+    let tmp = tempfile::tempdir().unwrap();
+    let logs = tmp.path().join("logs");
+    let data = write_csv(tmp.path(), "t.csv", 20_000);
+    // An executor that stops heartbeating is dropped after 3 s.
+    let flags = [
+        "--executor-timeout-seconds",
+        "3",
+        "--expire-dead-executor-interval-seconds",
+        "1",
+    ];
+    let mut sched = Proc::scheduler(&logs, &flags);
+    sched.wait_healthy().await;
+    let t0 = bjh_format::now_millis();
+    start_executor_with(sched.port, 2).await;
+    let port = sched.port;
+    let mut doomed = tokio::task::spawn_blocking(move || Doomed::start(port, 3))
+        .await
+        .unwrap();
+    let both = wait_for("two executors are registered", || async {
+        let ids = executors(&sched).await;
+        (ids.len() == 2).then_some(ids)
+    })
+    .await;
+    let up_at = bjh_format::now_millis();
+    let ctx = client(sched.port, &data).await;
+    let mut jobs = Vec::new();
+    for sql in [
+        "SELECT k, count(*) FROM t GROUP BY k",
+        "SELECT k, sum(v) FROM t GROUP BY k ORDER BY k",
+    ] {
+        let (id, result) = run_job(&sched, &ctx, sql).await;
+        assert!(result.is_ok(), "{sql}");
+        jobs.push(id);
+    }
+    let killed_at = bjh_format::now_millis();
+    doomed.kill();
+    wait_for("the silent executor is dropped", || async {
+        (executors(&sched).await.len() == 1).then_some(())
+    })
+    .await;
+    let (id, result) = run_job(&sched, &ctx, "SELECT count(*) FROM t").await;
+    assert!(result.is_ok());
+    jobs.push(id);
+    for id in &jobs {
+        completed_log(&logs, id).await;
+    }
+    let stopped_from = bjh_format::now_millis();
+    assert!(sched.terminate().success());
+    let stopped_to = bjh_format::now_millis();
+    let busy_want: u64 = jobs
+        .iter()
+        .map(|id| {
+            let lines = std::fs::read_to_string(logs.join(format!("{id}.eventlog"))).unwrap();
+            let footer: serde_json::Value =
+                serde_json::from_str(lines.lines().last().unwrap()).unwrap();
+            footer["data"]["busy_slot_ms"].as_u64().unwrap()
+        })
+        .sum();
+    assert_eq!(both.len(), 2);
+
+    let mut hist = Proc::history(&logs, &[]);
+    hist.wait_healthy().await;
+    let end = stopped_to + 1_000;
+    let whole = usage_of(&hist, t0 - 60_000, end).await;
+    // Capacity as the test saw it: 2 slots from registration (between t0
+    // and `up_at`) until the stop, 3 slots from registration until the
+    // kill, whose end is the executor's last call: within its poll
+    // interval before the kill (a second allowed).
+    let low = 2.0 * (stopped_from - up_at) as f64 + 3.0 * (killed_at - up_at - 1_000) as f64;
+    let high = 2.0 * (stopped_to - t0 + 1_000) as f64 + 3.0 * (killed_at - t0 + 1_000) as f64;
+    let capacity = n(&whole, "capacity_slot_ms");
+    let cluster_log = || {
+        let dir = logs.join(".cluster");
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+            .collect::<String>()
+    };
+    assert!(
+        low <= capacity && capacity <= high,
+        "{low} <= {capacity} <= {high}: {whole}\n{}\nt0 {t0} up {up_at} killed {killed_at} stop {stopped_from}..{stopped_to}",
+        cluster_log()
+    );
+    assert_eq!(n(&whole, "busy_slot_ms") as u64, busy_want, "{whole}");
+    // The books balance for three ranges: the whole, the time both
+    // executors were up, and a range cut through a job-free stretch.
+    let mid = (up_at + killed_at) / 2;
+    for (from, to) in [(t0 - 60_000, end), (up_at, killed_at), (mid, end)] {
+        let u = usage_of(&hist, from, to).await;
+        let shares: f64 = u["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| n(g, "idle_share_slot_ms"))
+            .sum();
+        let idle = n(&u, "idle_slot_ms");
+        let within = |a: f64, b: f64| (a - b).abs() <= 0.01 * b.max(1.0);
+        assert!(
+            within(shares + n(&u, "unattributed_idle_slot_ms"), idle),
+            "{u}"
+        );
+        let accounted = n(&u, "busy_slot_ms") - n(&u, "over_capacity_slot_ms") + idle;
+        assert!(within(accounted, n(&u, "capacity_slot_ms")), "{u}");
+    }
+    // A range before anything ran has nothing.
+    let before = usage_of(&hist, t0 - 120_000, t0 - 60_000).await;
+    assert_eq!(n(&before, "capacity_slot_ms"), 0.0);
+    // Bad ranges are refused, naming the parameter.
+    let (status, _, body) = get(&hist.url("/api/usage?from=9&to=3")).await;
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("from"));
+    let (status, _, _) = get(&hist.url("/api/usage?group_by=colour")).await;
+    assert_eq!(status, 400);
+    assert!(hist.terminate().success());
+}
+
+/// The Usage page in a browser: the API's groups row for row (a hostile
+/// job name as text), its totals, and each group linking to its runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(
+    no_chromium,
+    ignore = "chromium and chromium-driver (Debian) are not installed"
+)]
+async fn the_usage_page_shows_who_used_the_cluster_in_a_browser() {
+    use crate::browser::Browser;
+    use fantoccini::Locator;
+    const HOSTILE: &str = "<img src=x onerror=window.pwned=1> nightly";
+    let cluster = Cluster::start(&["--slot-hour-price", "3.6"]).await;
+    let sched = &cluster.sched;
+    let named = client_with(sched.port, &cluster.data, &[("ballista.job.name", HOSTILE)]).await;
+    let mut ids = Vec::new();
+    for (ctx, sql) in [
+        (&named, "SELECT k, count(*) FROM t GROUP BY k"),
+        (
+            &cluster.ctx,
+            "SELECT k, sum(v) FROM t GROUP BY k ORDER BY k",
+        ),
+    ] {
+        let (id, result) = run_job(sched, ctx, sql).await;
+        assert!(result.is_ok());
+        ids.push(id);
+    }
+    for id in &ids {
+        completed_log(&cluster.logs, id).await;
+    }
+    wait_for("the list states both jobs' slot times", || async {
+        (listed(sched).await.len() == 2).then_some(())
+    })
+    .await;
+    let b = Browser::start().await;
+    b.open(&sched.url("/")).await;
+    b.click(Locator::LinkText("Usage")).await;
+    b.until("the page", "location.pathname === '/ui/usage'")
+        .await;
+    b.click(Locator::LinkText("name")).await;
+    b.until(
+        "grouped by name",
+        "location.search.includes('group_by=name')",
+    )
+    .await;
+    // The page's own range, as JSON: the same groups in the same order.
+    let json_link = b
+        .js("return document.querySelector('a[href^=\"/api/usage\"]').getAttribute('href');")
+        .await;
+    let api = get_json(&sched.url(json_link.as_str().unwrap())).await;
+    let groups = api["groups"].as_array().unwrap();
+    let rows = b.texts("main table tbody tr td.name").await;
+    let keys: Vec<&str> = groups.iter().map(|g| g["key"].as_str().unwrap()).collect();
+    let shown: Vec<&str> = keys
+        .iter()
+        .map(|k| if k.is_empty() { "(none)" } else { k })
+        .collect();
+    assert_eq!(rows, shown, "{api}");
+    assert!(rows.contains(&HOSTILE.to_string()), "{rows:?}");
+    assert_eq!(b.js("return window.pwned === undefined;").await, true);
+    // Costs at 3.6 a slot-hour: a thousandth of a slot-second each.
+    let cost = api["cost"].as_f64().unwrap();
+    let capacity = api["capacity_slot_ms"].as_f64().unwrap();
+    // The running scheduler's executor is up until now.
+    assert!(capacity > 0.0 && api["utilisation"].is_f64(), "{api}");
+    assert!((cost - capacity / 1_000_000.0).abs() < 0.001, "{api}");
+    let facts = b.text("dl.usage-totals").await;
+    assert!(facts.contains(&format!("{cost:.2}")), "{facts}");
+    let bars = b
+        .js("return document.querySelectorAll('figure.usage-chart svg rect.busy').length;")
+        .await;
+    assert!(bars.as_u64().unwrap() >= 1, "{bars}");
+    b.shot("usage").await;
+    // A group links to its runs.
+    b.click(Locator::LinkText(HOSTILE)).await;
+    b.until("the job list", "location.pathname === '/'").await;
+    let listed_ids = b.texts("table.jobs tbody td.id").await;
+    assert_eq!(listed_ids, vec![ids[0].clone()]);
+}

@@ -20,4 +20,5 @@ pub mod diagnosis;
 pub mod plan_metrics;
 pub mod queries;
 pub mod stats;
+pub mod usage;
 pub mod whatif;

@@ -14,6 +14,7 @@
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 pub mod capture;
+pub mod cluster;
 pub mod hold;
 pub mod listener;
 pub mod live;

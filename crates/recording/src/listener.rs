@@ -214,12 +214,30 @@ pub(crate) fn task_metrics(operators: &[OperatorMetricsSet]) -> TaskMetrics {
 #[derive(Clone)]
 pub struct TaskTap {
     writer: WriterHandle,
+    contacts: Option<crate::cluster::Contacts>,
 }
 
 impl TaskTap {
     /// A tap handing finished tasks to `writer`.
     pub fn new(writer: WriterHandle) -> Self {
-        Self { writer }
+        Self {
+            writer,
+            contacts: None,
+        }
+    }
+
+    /// The same tap, noting each executor's last call in `contacts` (the
+    /// cluster recorder's last sign of life of an executor).
+    pub fn with_contacts(mut self, contacts: crate::cluster::Contacts) -> Self {
+        self.contacts = Some(contacts);
+        self
+    }
+
+    /// Notes a call from `executor_id`.
+    fn contact(&self, executor_id: &str) {
+        if let Some(contacts) = &self.contacts {
+            contacts.seen(executor_id);
+        }
     }
 
     /// Hands the finished tasks among `statuses` to the writer. Never blocks.
@@ -263,6 +281,7 @@ impl<S: SchedulerGrpc> SchedulerGrpc for TappedScheduler<S> {
                 .as_ref()
                 .map(|m| m.id.as_str())
                 .unwrap_or("");
+            tap.contact(executor_id);
             tap.observe(executor_id, &params.task_status);
         }
         self.inner.poll_work(request).await
@@ -279,6 +298,9 @@ impl<S: SchedulerGrpc> SchedulerGrpc for TappedScheduler<S> {
         &self,
         request: Request<pb::HeartBeatParams>,
     ) -> Result<Response<pb::HeartBeatResult>, Status> {
+        if let Some(tap) = &self.tap {
+            tap.contact(&request.get_ref().executor_id);
+        }
         self.inner.heart_beat_from_executor(request).await
     }
 
@@ -288,6 +310,7 @@ impl<S: SchedulerGrpc> SchedulerGrpc for TappedScheduler<S> {
     ) -> Result<Response<pb::UpdateTaskStatusResult>, Status> {
         if let Some(tap) = &self.tap {
             let params = request.get_ref();
+            tap.contact(&params.executor_id);
             tap.observe(&params.executor_id, &params.task_status);
         }
         self.inner.update_task_status(request).await

@@ -44,7 +44,8 @@ pub(crate) fn routes(source: Source, store: Option<Arc<LogStore>>) -> Router {
             "/api/whatif/accuracy",
             get(crate::whatif::get_accuracy).with_state((source, store.clone())),
         )
-        .route("/api/queries", get(get_queries).with_state(store))
+        .route("/api/queries", get(get_queries).with_state(store.clone()))
+        .route("/api/usage", get(crate::usage::get_usage).with_state(store))
 }
 
 /// `GET /api/queries`' parameters (and the MCP tool `recurring_queries`'

@@ -133,7 +133,7 @@ fn given(value: &Option<String>) -> Option<&str> {
 }
 
 /// Epoch milliseconds, or an RFC 3339 timestamp.
-fn time(name: &str, value: &Option<String>) -> Result<Option<u64>, ApiError> {
+pub(crate) fn time(name: &str, value: &Option<String>) -> Result<Option<u64>, ApiError> {
     const TAKES: &str =
         "epoch milliseconds (e.g. 1767225600000) or an RFC 3339 time (e.g. 2026-01-01T00:00:00Z)";
     let Some(v) = given(value) else {

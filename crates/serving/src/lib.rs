@@ -46,6 +46,7 @@ pub mod source;
 pub mod sql_route;
 pub mod timeline;
 pub mod ui;
+pub mod usage;
 pub mod whatif;
 
 /// What the routes of one server share.
@@ -58,6 +59,8 @@ pub struct PerServer {
     pub hub: std::sync::Arc<ui::events::EventHub>,
     /// Its job-level series of `/api/metrics` (with a log directory).
     pub gauges: Option<std::sync::Arc<job_metrics::JobGauges>>,
+    /// How `/api/usage` and the Usage page price slot time.
+    pub usage: usage::UsageSettings,
 }
 
 impl PerServer {
@@ -72,6 +75,13 @@ impl PerServer {
             hub: ui::events::EventHub::new(stopping.clone(), looks),
             stopping,
             gauges: store.map(|s| job_metrics::gauges(s.clone(), top)),
+            usage: usage::UsageSettings::default(),
         }
+    }
+
+    /// The same, pricing slot time as `usage` says.
+    pub fn with_usage(mut self, usage: usage::UsageSettings) -> Self {
+        self.usage = usage;
+        self
     }
 }

@@ -53,6 +53,7 @@ pub enum Mode {
         crate::whatif::get_accuracy,
         crate::insight::get_compare,
         crate::insight::get_queries,
+        crate::usage::get_usage,
         crate::sql_route::run_sql,
         crate::router::metrics,
         get_spec,

@@ -28,6 +28,7 @@
 
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
+pub mod cluster;
 pub mod labels;
 pub mod query;
 pub mod records;
@@ -249,6 +250,18 @@ impl LogStore {
     /// Whether the first pass over the directory is done.
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    /// The completed jobs that ran at some time in `[from, to)`: started
+    /// before `to` and ended at or after `from`.
+    pub fn ran_between(&self, from: u64, to: u64) -> Vec<Arc<JobSummary>> {
+        self.catalog
+            .read()
+            .jobs
+            .iter()
+            .filter(|ById(s)| s.start_time < to && s.end_time.max(s.start_time) >= from)
+            .map(|ById(s)| s.clone())
+            .collect()
     }
 
     /// Every completed log the index holds: id, file name, size, end time

@@ -11,6 +11,7 @@
 //!   comparison of two runs (`insight`);
 //! - `/ui/accuracy`: the what-if replays graded against the next runs
 //!   (`accuracy`);
+//! - `/ui/usage`: how full the cluster was and who used it (`usage`);
 //! - `/ui/sql?q=`: SQL over the history, with the documented questions
 //!   (`sql`);
 //! - `/ui/events`: server-sent events telling a live page when what it
@@ -39,6 +40,7 @@ pub(crate) mod page;
 pub(crate) mod profile;
 pub(crate) mod sql;
 pub(crate) mod stage;
+pub(crate) mod usage;
 pub(crate) mod whatif;
 
 use crate::auth::ApiToken;
@@ -69,6 +71,8 @@ pub struct Ui {
     pub sql: Option<Arc<bjh_sql::SqlEngine>>,
     /// The server's live-page event streams.
     pub hub: Arc<events::EventHub>,
+    /// How the Usage page prices slot time.
+    pub usage: crate::usage::UsageSettings,
 }
 
 /// The pages, over what `ui` holds.
@@ -85,6 +89,7 @@ pub fn routes(ui: Ui) -> Router {
         .route("/ui/queries", get(insight::queries_page))
         .route("/ui/compare", get(insight::compare_page))
         .route("/ui/accuracy", get(accuracy::page))
+        .route("/ui/usage", get(usage::page))
         .route("/ui/sql", get(sql::page))
         .route("/ui/sql.csv", get(sql::csv))
         .route("/ui/events", get(events::events))

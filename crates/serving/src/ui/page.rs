@@ -14,6 +14,7 @@ pub enum Nav {
     Jobs,
     Queries,
     Accuracy,
+    Usage,
     Sql,
     None,
 }
@@ -50,6 +51,7 @@ pub fn frame(ui: &Ui, title: &str, nav: Nav, refresh: bool, body: Markup) -> Mar
                         a href="/" aria-current=[(nav == Nav::Jobs).then_some("page")] { "Jobs" }
                         a href="/ui/queries" aria-current=[(nav == Nav::Queries).then_some("page")] { "Recurring queries" }
                         a href="/ui/accuracy" aria-current=[(nav == Nav::Accuracy).then_some("page")] { "What-if accuracy" }
+                        a href="/ui/usage" aria-current=[(nav == Nav::Usage).then_some("page")] { "Usage" }
                         @if ui.sql.is_some() {
                             a href="/ui/sql" aria-current=[(nav == Nav::Sql).then_some("page")] { "SQL" }
                         }
@@ -106,6 +108,13 @@ pub fn time(ms: u64) -> Markup {
     html! {
         time datetime=(t.format("%Y-%m-%dT%H:%M:%S%.3fZ")) { (t.format("%Y-%m-%d %H:%M:%S UTC")) }
     }
+}
+
+/// An epoch-millisecond time as plain UTC text (for a tooltip).
+pub fn time_text(ms: u64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms as i64)
+        .map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string())
+        .unwrap_or_default()
 }
 
 /// The one colour of a status word (a job's, a stage's or a task's), as

@@ -1,0 +1,437 @@
+//! Usage: the slot time a cluster had over a range of time, what its jobs
+//! used of it, and the idle rest apportioned to the jobs that ran, so that
+//! every slot-second is accounted for.
+//!
+//! The range is cut into hours (the first and last partial). In each hour:
+//! - *capacity* is each executor's slots times the time it was up in the
+//!   hour (`store::cluster`);
+//! - *busy* is the jobs' slot time (`format::usage`), each job's spread
+//!   evenly over its run from start to end (a job's tasks are not kept in
+//!   memory; over a day this is exact to the hour for any job shorter than
+//!   the hour it ran in, and the totals are exact for jobs wholly inside the
+//!   range);
+//! - *idle* is capacity less busy; it goes to the jobs that ran in the hour
+//!   in proportion to their busy time, or, when none ran, to
+//!   *unattributed*;
+//! - busy beyond capacity (a job whose cluster recorded nothing: upstream's
+//!   scheduler, a scheduler without a cluster log, a lying log) is
+//!   reported apart as *over capacity*, never as negative idle.
+//!
+//! So for any range: `capacity = busy - over_capacity + idle` and
+//! `idle = Σ idle shares + unattributed idle`, to within the rounding of
+//! each figure to a millisecond.
+
+use bjh_store::cluster::SlotInterval;
+use serde::Serialize;
+use std::collections::HashMap;
+
+const HOUR_MS: u64 = 3_600_000;
+/// Groups listed at most; the rest are summed in one `(others)` group.
+pub const MAX_GROUPS: usize = 1_000;
+
+/// One job as usage sees it.
+#[derive(Debug, Clone)]
+pub struct UsageJob {
+    /// The group it counts in (a query hash, a name, a scheduler id).
+    pub key: String,
+    /// Start and end (epoch millis).
+    pub start: u64,
+    /// End (epoch millis; the start when earlier).
+    pub end: u64,
+    /// Its busy slot-milliseconds.
+    pub busy_slot_ms: u64,
+}
+
+/// One hour of the range.
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
+pub struct HourUsage {
+    /// The hour's start (epoch millis; the range's start for the first).
+    pub start: u64,
+    /// Slot-milliseconds up.
+    pub capacity_slot_ms: u64,
+    /// Slot-milliseconds busy.
+    pub busy_slot_ms: u64,
+    /// Slot-milliseconds idle.
+    pub idle_slot_ms: u64,
+    /// The most slots up at once in the hour.
+    pub peak_slots: u64,
+}
+
+/// One group's part.
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
+pub struct GroupUsage {
+    /// Its key.
+    pub key: String,
+    /// Jobs counted.
+    pub jobs: u64,
+    /// Its busy slot-milliseconds in the range.
+    pub busy_slot_ms: u64,
+    /// Its share of the idle slot-milliseconds.
+    pub idle_share_slot_ms: u64,
+    /// Busy plus idle share.
+    pub total_slot_ms: u64,
+    /// What that cost, at the server's slot-hour price (`null` without
+    /// one).
+    pub cost: Option<f64>,
+}
+
+/// Usage over a range.
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
+pub struct Usage {
+    /// Range start (epoch millis).
+    pub from: u64,
+    /// Range end (epoch millis, exclusive).
+    pub to: u64,
+    /// Slot-milliseconds up.
+    pub capacity_slot_ms: u64,
+    /// Of which estimated (an executor's end not recorded).
+    pub estimated_capacity_slot_ms: u64,
+    /// Slot-milliseconds the jobs used.
+    pub busy_slot_ms: u64,
+    /// Busy beyond what the cluster log shows up.
+    pub over_capacity_slot_ms: u64,
+    /// Capacity not used.
+    pub idle_slot_ms: u64,
+    /// Idle in hours when no job ran.
+    pub unattributed_idle_slot_ms: u64,
+    /// Busy over capacity, 0 to 1 (`null` without capacity).
+    pub utilisation: Option<f64>,
+    /// The capacity's cost at the server's slot-hour price (`null`
+    /// without one).
+    pub cost: Option<f64>,
+    /// Jobs counted.
+    pub jobs: u64,
+    /// Jobs that ran in the range whose slot time is not known (their logs
+    /// do not state it).
+    pub jobs_without_usage: u64,
+    /// By hour.
+    pub hours: Vec<HourUsage>,
+    /// By group, the largest total first.
+    pub groups: Vec<GroupUsage>,
+}
+
+/// The overlap of `[a0, a1)` and `[b0, b1)`, in milliseconds.
+fn overlap(a0: u64, a1: u64, b0: u64, b1: u64) -> u64 {
+    a1.min(b1).saturating_sub(a0.max(b0))
+}
+
+/// The range's hours: the first and last cut to the range.
+struct Hours {
+    from: u64,
+    to: u64,
+    first: u64,
+    n: usize,
+}
+
+impl Hours {
+    fn new(from: u64, to: u64) -> Self {
+        let first = from - from % HOUR_MS;
+        let n = usize::try_from(to.saturating_sub(first).div_ceil(HOUR_MS)).unwrap_or(0);
+        Self { from, to, first, n }
+    }
+
+    /// Hour `h`'s `[start, end)` inside the range.
+    fn bounds(&self, h: usize) -> (u64, u64) {
+        let start = self.first + h as u64 * HOUR_MS;
+        (start.max(self.from), (start + HOUR_MS).min(self.to))
+    }
+
+    /// The hours `[a, b]` touches, as indices `first..=last`.
+    fn touched(&self, a: u64, b: u64) -> std::ops::RangeInclusive<usize> {
+        let at = |t: u64| {
+            ((t.clamp(self.from, self.to.saturating_sub(1)) - self.first) / HOUR_MS) as usize
+        };
+        at(a)..=at(b).min(self.n.saturating_sub(1))
+    }
+}
+
+/// Per hour: capacity, the estimated part of the whole, and the peak.
+struct Capacity {
+    by_hour: Vec<f64>,
+    estimated: u64,
+    peaks: Vec<u64>,
+}
+
+fn capacity(intervals: &[SlotInterval], hours: &Hours) -> Capacity {
+    let mut by_hour = vec![0f64; hours.n];
+    let mut estimated = 0u64;
+    let mut edges: Vec<Vec<(u64, i64)>> = vec![Vec::new(); hours.n];
+    for i in intervals
+        .iter()
+        .filter(|i| i.from < hours.to && i.to > hours.from)
+    {
+        if i.estimated {
+            let ms = overlap(i.from, i.to, hours.from, hours.to);
+            estimated += ms * u64::from(i.slots);
+        }
+        for h in hours.touched(i.from, i.to.saturating_sub(1)) {
+            let (h0, h1) = hours.bounds(h);
+            by_hour[h] += overlap(i.from, i.to, h0, h1) as f64 * f64::from(i.slots);
+            edges[h].push((i.from.max(h0), i64::from(i.slots)));
+            edges[h].push((i.to.min(h1), -i64::from(i.slots)));
+        }
+    }
+    let peaks = edges.iter_mut().map(|e| peak(e)).collect();
+    Capacity {
+        by_hour,
+        estimated,
+        peaks,
+    }
+}
+
+/// Per hour and per group: the jobs' busy time, each job's spread evenly
+/// over its run.
+struct Busy<'a> {
+    by_hour: Vec<f64>,
+    keys: Vec<&'a str>,
+    jobs: Vec<u64>,
+    /// `(hour, group)` → busy.
+    by_key: HashMap<(usize, usize), f64>,
+}
+
+fn busy<'a>(jobs: &'a [UsageJob], hours: &Hours) -> Busy<'a> {
+    let mut out = Busy {
+        by_hour: vec![0f64; hours.n],
+        keys: Vec::new(),
+        jobs: Vec::new(),
+        by_key: HashMap::new(),
+    };
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    for job in jobs {
+        let end = job.end.max(job.start);
+        if job.start >= hours.to || end < hours.from || hours.n == 0 {
+            continue;
+        }
+        let k = *index.entry(&job.key).or_insert_with(|| {
+            out.keys.push(&job.key);
+            out.jobs.push(0);
+            out.keys.len() - 1
+        });
+        out.jobs[k] += 1;
+        let span = end - job.start;
+        for h in hours.touched(job.start, end) {
+            let (h0, h1) = hours.bounds(h);
+            let part = if span == 0 {
+                f64::from(u8::from(job.start >= h0 && job.start < h1.max(h0 + 1)))
+            } else {
+                overlap(job.start, end, h0, h1) as f64 / span as f64
+            };
+            let ms = job.busy_slot_ms as f64 * part;
+            if ms > 0.0 {
+                out.by_hour[h] += ms;
+                *out.by_key.entry((h, k)).or_default() += ms;
+            }
+        }
+    }
+    out
+}
+
+fn round(x: f64) -> u64 {
+    x.round().max(0.0) as u64
+}
+
+/// The groups, each with its idle share (`idle` by hour), the largest
+/// total first; past [`MAX_GROUPS`] the rest in one.
+fn groups(b: &Busy<'_>, idle: &[f64], price: Option<f64>) -> Vec<GroupUsage> {
+    let mut busy = vec![0f64; b.keys.len()];
+    let mut share = vec![0f64; b.keys.len()];
+    for (&(h, k), &ms) in &b.by_key {
+        busy[k] += ms;
+        share[k] += idle[h] * ms / b.by_hour[h];
+    }
+    let mut out: Vec<GroupUsage> = b
+        .keys
+        .iter()
+        .enumerate()
+        .map(|(k, key)| GroupUsage {
+            key: key.to_string(),
+            jobs: b.jobs[k],
+            busy_slot_ms: round(busy[k]),
+            idle_share_slot_ms: round(share[k]),
+            total_slot_ms: round(busy[k] + share[k]),
+            cost: price.map(|p| cost(busy[k] + share[k], p)),
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.total_slot_ms
+            .cmp(&a.total_slot_ms)
+            .then(a.key.cmp(&b.key))
+    });
+    if out.len() > MAX_GROUPS {
+        let rest = out.split_off(MAX_GROUPS - 1);
+        let sum = |f: fn(&GroupUsage) -> u64| rest.iter().map(f).sum::<u64>();
+        let total = sum(|g| g.total_slot_ms);
+        out.push(GroupUsage {
+            key: "(others)".into(),
+            jobs: sum(|g| g.jobs),
+            busy_slot_ms: sum(|g| g.busy_slot_ms),
+            idle_share_slot_ms: sum(|g| g.idle_share_slot_ms),
+            total_slot_ms: total,
+            cost: price.map(|p| cost(total as f64, p)),
+        });
+    }
+    out
+}
+
+/// The cost of `slot_ms` at `price` a slot-hour, to the cent's hundredth.
+fn cost(slot_ms: f64, price: f64) -> f64 {
+    (slot_ms / HOUR_MS as f64 * price * 10_000.0).round() / 10_000.0
+}
+
+/// Usage over `[from, to)` of the cluster `intervals` and the `jobs` (those
+/// without a known slot time counted in `unknown`); with `price` a
+/// slot-hour, the cost of each group and of the whole.
+pub fn usage(
+    intervals: &[SlotInterval],
+    jobs: &[UsageJob],
+    unknown: u64,
+    (from, to): (u64, u64),
+    price: Option<f64>,
+) -> Usage {
+    let hours = Hours::new(from, to.max(from));
+    let cap = capacity(intervals, &hours);
+    let b = busy(jobs, &hours);
+    let idle: Vec<f64> = (0..hours.n)
+        .map(|h| (cap.by_hour[h] - b.by_hour[h]).max(0.0))
+        .collect();
+    let over: f64 = (0..hours.n)
+        .map(|h| (b.by_hour[h] - cap.by_hour[h]).max(0.0))
+        .sum();
+    let unattributed: f64 = (0..hours.n)
+        .filter(|&h| b.by_hour[h] <= 0.0)
+        .map(|h| idle[h])
+        .sum();
+    let hourly = (0..hours.n)
+        .map(|h| HourUsage {
+            start: hours.bounds(h).0,
+            capacity_slot_ms: round(cap.by_hour[h]),
+            busy_slot_ms: round(b.by_hour[h]),
+            idle_slot_ms: round(idle[h]),
+            peak_slots: cap.peaks[h],
+        })
+        .collect();
+    let total_capacity: f64 = cap.by_hour.iter().sum();
+    let total_busy: f64 = b.by_hour.iter().sum();
+    Usage {
+        from,
+        to: hours.to,
+        capacity_slot_ms: round(total_capacity),
+        estimated_capacity_slot_ms: cap.estimated,
+        busy_slot_ms: round(total_busy),
+        over_capacity_slot_ms: round(over),
+        idle_slot_ms: round(idle.iter().sum()),
+        unattributed_idle_slot_ms: round(unattributed),
+        utilisation: (total_capacity > 0.0)
+            .then(|| ((total_busy - over) / total_capacity).clamp(0.0, 1.0)),
+        cost: price.map(|p| cost(total_capacity + over, p)),
+        jobs: b.jobs.iter().sum(),
+        jobs_without_usage: unknown,
+        groups: groups(&b, &idle, price),
+        hours: hourly,
+    }
+}
+
+/// The most slots up at once, from `(time, +slots | -slots)` edges (an end
+/// before a start at the same time).
+fn peak(edges: &mut [(u64, i64)]) -> u64 {
+    edges.sort_by_key(|&(t, d)| (t, d));
+    let mut up = 0i64;
+    let mut most = 0i64;
+    for &(_, d) in edges.iter() {
+        up += d;
+        most = most.max(up);
+    }
+    most.max(0) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn up(id: &str, slots: u32, from: u64, to: u64) -> SlotInterval {
+        SlotInterval {
+            scheduler_id: "s".into(),
+            executor_id: id.into(),
+            slots,
+            from,
+            to,
+            estimated: false,
+        }
+    }
+
+    fn job(key: &str, start: u64, end: u64, busy: u64) -> UsageJob {
+        UsageJob {
+            key: key.into(),
+            start,
+            end,
+            busy_slot_ms: busy,
+        }
+    }
+
+    /// The books balance for any range: capacity is busy (within it) plus
+    /// idle, and idle is the shares plus the unattributed rest.
+    #[test]
+    fn every_slot_second_is_accounted_for_in_any_range() {
+        let h = HOUR_MS;
+        let intervals = [up("a", 2, 0, 3 * h), up("b", 4, h / 2, 2 * h)];
+        let jobs = [
+            job("q1", 10_000, 20_000, 15_000),
+            job("q2", h + 1_000, h + 601_000, 1_000_000),
+            job("q1", 2 * h + 5, 2 * h + 10, 8),
+        ];
+        for (from, to) in [(0, 3 * h), (h / 3, 2 * h + 7), (2 * h + 100, 3 * h)] {
+            let u = usage(&intervals, &jobs, 0, (from, to), None);
+            // Capacity counted another way: each interval's overlap.
+            let want: u64 = intervals
+                .iter()
+                .map(|i| overlap(i.from, i.to, from, to) * u64::from(i.slots))
+                .sum();
+            assert_eq!(u.capacity_slot_ms, want, "{from}..{to}");
+            let shares: u64 = u.groups.iter().map(|g| g.idle_share_slot_ms).sum();
+            let near = |a: u64, b: u64| a.abs_diff(b) <= 2;
+            assert!(
+                near(u.idle_slot_ms, shares + u.unattributed_idle_slot_ms),
+                "{u:?}"
+            );
+            assert!(
+                near(
+                    u.capacity_slot_ms,
+                    u.busy_slot_ms - u.over_capacity_slot_ms + u.idle_slot_ms
+                ),
+                "{u:?}"
+            );
+            let hourly: u64 = u.hours.iter().map(|x| x.capacity_slot_ms).sum();
+            assert!(near(hourly, u.capacity_slot_ms));
+        }
+        let all = usage(&intervals, &jobs, 0, (0, 3 * h), Some(2.0));
+        assert_eq!(all.busy_slot_ms, 1_015_008);
+        assert_eq!(all.hours[1].peak_slots, 6);
+        assert_eq!(all.hours[2].peak_slots, 2);
+        // Each hour's capacity goes whole to the one query that ran in it:
+        // q1 the first and last (4 and 2 slot-hours), q2 the second (6).
+        let total = |k: &str| {
+            all.groups
+                .iter()
+                .find(|g| g.key == k)
+                .unwrap()
+                .total_slot_ms
+        };
+        assert_eq!((total("q1"), total("q2")), (6 * h, 6 * h));
+        // 12 slot-hours at 2 a slot-hour, half each.
+        assert_eq!(all.cost, Some(24.0));
+        assert!(
+            all.groups.iter().all(|g| g.cost == Some(12.0)),
+            "{:?}",
+            all.groups
+        );
+    }
+
+    #[test]
+    fn busy_without_capacity_is_over_capacity_never_negative_idle() {
+        let u = usage(&[], &[job("q", 0, 1_000, 500)], 3, (0, HOUR_MS), None);
+        assert_eq!((u.capacity_slot_ms, u.idle_slot_ms), (0, 0));
+        assert_eq!(u.over_capacity_slot_ms, 500);
+        assert_eq!(u.utilisation, None);
+        assert_eq!(u.jobs_without_usage, 3);
+    }
+}

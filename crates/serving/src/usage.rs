@@ -1,0 +1,153 @@
+//! `GET /api/usage?from=&to=&group_by=`: the slot time the cluster had over
+//! a range, what its jobs used, and the idle rest apportioned to them
+//! (`analysis::usage`), from the cluster logs (`store::cluster`) and the
+//! completed jobs' slot times (`format::usage`).
+
+use crate::error::ApiError;
+use crate::params::{Params, check};
+use axum::Json;
+use axum::extract::State;
+use bjh_analysis::usage::{Usage, UsageJob, usage};
+use bjh_store::LogStore;
+use bjh_store::query::JobFacts;
+use rmcp::schemars;
+use std::sync::Arc;
+
+/// How slot time is priced: set by the server's flags, handed to the
+/// route as an axum extension.
+#[derive(Debug, Clone, Default)]
+pub struct UsageSettings {
+    /// The price of one slot-hour (`--slot-hour-price`); `None`: no costs.
+    pub slot_hour_price: Option<f64>,
+}
+
+/// The longest range one request may ask: 400 days.
+const MAX_RANGE_MS: u64 = 400 * 86_400_000;
+/// The range when `from` is not given: the 24 hours before `to`.
+const DEFAULT_RANGE_MS: u64 = 86_400_000;
+
+/// `GET /api/usage`'s parameters.
+#[derive(
+    Debug, Default, serde::Deserialize, serde::Serialize, utoipa::IntoParams, schemars::JsonSchema,
+)]
+#[into_params(parameter_in = Query)]
+pub struct UsageParams {
+    /// Range start, as the list's `started_after` takes it (epoch
+    /// milliseconds or RFC 3339); default `to` less 24 hours.
+    pub from: Option<String>,
+    /// Range end, exclusive (same forms); default now.
+    pub to: Option<String>,
+    /// `query` (query hash, the default), `name` or `scheduler`.
+    pub group_by: Option<String>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/usage",
+    tag = "history",
+    params(UsageParams),
+    responses(
+        (status = 200, description = "Slot time over the range: capacity (executors' slots times their time up, from the cluster log), busy (the jobs' slot time), idle, its shares by group and the unattributed rest, by hour and by group", body = Usage),
+        (status = 400, description = "A parameter's bad value", body = crate::error::ErrorBody),
+    )
+)]
+pub(crate) async fn get_usage(
+    State(store): State<Option<Arc<LogStore>>>,
+    settings: Option<axum::Extension<UsageSettings>>,
+    Params { value, .. }: Params<UsageParams>,
+) -> Result<Json<Usage>, ApiError> {
+    let price = settings.and_then(|s| s.slot_hour_price);
+    Ok(Json(usage_of(store, &value, price).await?))
+}
+
+/// How `/api/usage` groups jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupBy {
+    /// By query hash.
+    Query,
+    /// By job name.
+    Name,
+    /// By scheduler id.
+    Scheduler,
+}
+
+impl GroupBy {
+    /// The parameter's words.
+    pub const WORDS: [(&'static str, GroupBy); 3] = [
+        ("query", GroupBy::Query),
+        ("name", GroupBy::Name),
+        ("scheduler", GroupBy::Scheduler),
+    ];
+
+    /// The word for this grouping.
+    pub fn word(self) -> &'static str {
+        Self::WORDS
+            .iter()
+            .find(|w| w.1 == self)
+            .map_or("query", |w| w.0)
+    }
+}
+
+/// The range and grouping `params` ask, checked.
+pub fn asked(params: &UsageParams, now: u64) -> Result<(u64, u64, GroupBy), ApiError> {
+    let to = crate::jobs_params::time("to", &params.to)?.unwrap_or(now);
+    let from = crate::jobs_params::time("from", &params.from)?
+        .unwrap_or(to.saturating_sub(DEFAULT_RANGE_MS));
+    check("from", from, from < to, "a time before `to`")?;
+    let days = "a range of at most 400 days";
+    check("to", to, to - from <= MAX_RANGE_MS, days)?;
+    let word = params.group_by.as_deref().unwrap_or("query");
+    let group_by = GroupBy::WORDS.iter().find(|w| w.0 == word).map(|w| w.1);
+    check(
+        "group_by",
+        word,
+        group_by.is_some(),
+        "query, name or scheduler",
+    )?;
+    Ok((from, to, group_by.unwrap_or(GroupBy::Query)))
+}
+
+/// The usage `params` ask of the log directory `store`, priced at
+/// `price` a slot-hour.
+pub async fn usage_of(
+    store: Option<Arc<LogStore>>,
+    params: &UsageParams,
+    price: Option<f64>,
+) -> Result<Usage, ApiError> {
+    let now = bjh_format::now_millis();
+    let (from, to, group_by) = asked(params, now)?;
+    let Some(store) = store else {
+        return Err(ApiError::Missing("no log directory here".into()));
+    };
+    tokio::task::spawn_blocking(move || {
+        let cluster = bjh_store::cluster::read_cluster(store.dir(), now);
+        let mut unknown = 0;
+        let jobs: Vec<UsageJob> = store
+            .ran_between(from, to)
+            .iter()
+            .filter_map(|j| {
+                let Some(u) = j.usage() else {
+                    unknown += 1;
+                    return None;
+                };
+                let key = match group_by {
+                    GroupBy::Name => j.job_name().to_string(),
+                    GroupBy::Scheduler => j.scheduler_id().unwrap_or("").to_string(),
+                    GroupBy::Query => match j.query_hash() {
+                        0 => String::new(),
+                        h => bjh_format::query_hash::hash_text(h),
+                    },
+                };
+                Some(UsageJob {
+                    key,
+                    start: j.start_time(),
+                    end: j.end_time(),
+                    busy_slot_ms: u.busy_slot_ms,
+                })
+            })
+            .collect();
+        usage(&cluster.intervals, &jobs, unknown, (from, to), price)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(e.to_string()))
+}

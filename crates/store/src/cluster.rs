@@ -1,0 +1,360 @@
+//! Reading the cluster logs (`format::cluster`) back into the intervals
+//! each executor was up, with its slots: the capacity side of usage.
+//!
+//! Each scheduler's files are read in day order as one stream. The rules
+//! keep any log, however damaged or lying, from making capacity negative
+//! or counting a slot twice:
+//! - a line that does not read is skipped and counted;
+//! - an executor open at the end of the stream is closed at the stream's
+//!   last time, or at `now` when that time is recent enough for the
+//!   scheduler to be running still (it marks every minute), and that
+//!   interval is *estimated*;
+//! - an `ExecutorUp` for an executor already open (a scheduler restarted
+//!   without closing) closes the open one at the last time seen before it,
+//!   estimated;
+//! - a time that goes backwards (a clock step) ends nothing before it
+//!   began: an interval is never negative;
+//! - intervals of one executor that overlap are merged;
+//! - slots are held to 1..=[`MAX_SLOTS`].
+
+use bjh_format::cluster::{
+    CLUSTER_DIR, CLUSTER_SUFFIX, ClusterMark, ExecutorDown, ExecutorUp, kind,
+};
+use bjh_format::record::Envelope;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Slots one executor is taken to have at most (a lying log's `u32::MAX`
+/// would otherwise dwarf every real cluster).
+pub const MAX_SLOTS: u32 = 65_536;
+/// A cluster log larger than this is not read (a day of a thousand
+/// executors coming and going is a few MB).
+const MAX_FILE_BYTES: u64 = 256 << 20;
+
+/// One executor up over `[from, to)` with `slots` slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotInterval {
+    /// The scheduler it was registered with.
+    pub scheduler_id: String,
+    /// The executor.
+    pub executor_id: String,
+    /// Its task slots.
+    pub slots: u32,
+    /// Up from (epoch millis).
+    pub from: u64,
+    /// Until (epoch millis).
+    pub to: u64,
+    /// Whether `to` is the last time seen rather than a recorded end.
+    pub estimated: bool,
+}
+
+/// Every cluster log of a directory, read.
+#[derive(Debug, Default)]
+pub struct ClusterHistory {
+    /// The intervals, by scheduler and executor, then time.
+    pub intervals: Vec<SlotInterval>,
+    /// Cluster logs read.
+    pub files: usize,
+    /// Lines skipped (torn, damaged, or of a newer schema).
+    pub bad_lines: u64,
+    /// Files not read (too large, unreadable).
+    pub bad_files: usize,
+}
+
+/// A stream whose last record is at most this old is of a scheduler still
+/// running: its executors are taken as up until now.
+const ALIVE_WITHIN_MS: u64 = 2 * bjh_format::cluster::MARK_EVERY_MS + 5_000;
+
+/// Reads `dir/.cluster/` as of `now` (epoch millis); an absent folder is
+/// an empty history.
+pub fn read_cluster(dir: &Path, now: u64) -> ClusterHistory {
+    let mut out = ClusterHistory::default();
+    let folder = dir.join(CLUSTER_DIR);
+    let Ok(entries) = std::fs::read_dir(&folder) else {
+        return out;
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.ends_with(CLUSTER_SUFFIX))
+        .collect();
+    // `cluster-DAY-HASH`: by scheduler (hash), then day.
+    names.sort_by(|a, b| {
+        let key = |n: &str| {
+            let stem = n.trim_end_matches(CLUSTER_SUFFIX);
+            let (day, hash) = stem.rsplit_once('-').unwrap_or((stem, ""));
+            (hash.to_string(), day.to_string())
+        };
+        key(a).cmp(&key(b))
+    });
+    let mut streams: BTreeMap<String, Stream> = BTreeMap::new();
+    for name in names {
+        let stem = name.trim_end_matches(CLUSTER_SUFFIX);
+        let hash = stem.rsplit_once('-').map_or("", |(_, h)| h).to_string();
+        let bytes = match bjh_files::read_capped(&folder.join(&name), MAX_FILE_BYTES) {
+            Ok(b) => b,
+            Err(e) => {
+                log::warn!("cluster log {name}: not read: {e}");
+                out.bad_files += 1;
+                continue;
+            }
+        };
+        out.files += 1;
+        let stream = streams.entry(hash).or_default();
+        for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            if !stream.read(line) {
+                out.bad_lines += 1;
+            }
+        }
+    }
+    for (_, stream) in streams {
+        out.intervals.extend(stream.finish(now));
+    }
+    out.intervals = merged(out.intervals);
+    out
+}
+
+/// One scheduler's records, read in order.
+#[derive(Default)]
+struct Stream {
+    scheduler_id: String,
+    /// Executor → (slots, since).
+    open: BTreeMap<String, (u32, u64)>,
+    /// The latest time read.
+    last: u64,
+    closed: Vec<SlotInterval>,
+}
+
+impl Stream {
+    /// Reads one line; `false` when it is skipped.
+    fn read(&mut self, line: &[u8]) -> bool {
+        let Ok(env) = serde_json::from_slice::<Envelope>(line) else {
+            return false;
+        };
+        if env.version > bjh_format::record::SCHEMA_VERSION {
+            return false;
+        }
+        let data = env.data.get();
+        match env.ev.as_str() {
+            kind::EXECUTOR_UP => {
+                let Ok(up) = serde_json::from_str::<ExecutorUp>(data) else {
+                    return false;
+                };
+                if self.open.contains_key(&up.executor_id) {
+                    let at = self.last;
+                    self.close(&up.executor_id, at, true);
+                }
+                self.see(up.at);
+                self.open
+                    .insert(up.executor_id, (up.slots.clamp(1, MAX_SLOTS), up.at));
+            }
+            kind::EXECUTOR_DOWN => {
+                let Ok(down) = serde_json::from_str::<ExecutorDown>(data) else {
+                    return false;
+                };
+                self.see(down.at);
+                self.close(&down.executor_id, down.at, false);
+            }
+            kind::CLUSTER_MARK => {
+                let Ok(mark) = serde_json::from_str::<ClusterMark>(data) else {
+                    return false;
+                };
+                self.see(mark.at);
+                if self.scheduler_id.is_empty() {
+                    self.scheduler_id = mark.scheduler_id.clone();
+                }
+                let listed: BTreeMap<_, _> = mark
+                    .executors
+                    .iter()
+                    .map(|e| (e.executor_id.clone(), e.slots.clamp(1, MAX_SLOTS)))
+                    .collect();
+                let gone: Vec<String> = self
+                    .open
+                    .keys()
+                    .filter(|id| !listed.contains_key(*id))
+                    .cloned()
+                    .collect();
+                for id in gone {
+                    self.close(&id, mark.at, true);
+                }
+                for (id, slots) in listed {
+                    self.open.entry(id).or_insert((slots, mark.at));
+                }
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    fn see(&mut self, at: u64) {
+        self.last = self.last.max(at);
+    }
+
+    fn close(&mut self, executor_id: &str, at: u64, estimated: bool) {
+        if let Some((slots, from)) = self.open.remove(executor_id) {
+            self.closed.push(SlotInterval {
+                scheduler_id: String::new(),
+                executor_id: executor_id.to_string(),
+                slots,
+                from,
+                to: at.max(from),
+                estimated,
+            });
+        }
+    }
+
+    fn finish(mut self, now: u64) -> Vec<SlotInterval> {
+        let open: Vec<String> = self.open.keys().cloned().collect();
+        let alive = now >= self.last && now - self.last <= ALIVE_WITHIN_MS;
+        let last = if alive { now } else { self.last };
+        for id in open {
+            self.close(&id, last, true);
+        }
+        let scheduler_id = self.scheduler_id;
+        self.closed
+            .into_iter()
+            .filter(|i| i.to > i.from)
+            .map(|i| SlotInterval {
+                scheduler_id: scheduler_id.clone(),
+                ..i
+            })
+            .collect()
+    }
+}
+
+/// `intervals` with the overlapping ones of each executor merged.
+fn merged(mut intervals: Vec<SlotInterval>) -> Vec<SlotInterval> {
+    intervals.sort_by(|a, b| {
+        (&a.scheduler_id, &a.executor_id, a.from).cmp(&(&b.scheduler_id, &b.executor_id, b.from))
+    });
+    let mut out: Vec<SlotInterval> = Vec::with_capacity(intervals.len());
+    for i in intervals {
+        if let Some(last) = out.last_mut()
+            && last.scheduler_id == i.scheduler_id
+            && last.executor_id == i.executor_id
+            && i.from < last.to
+        {
+            if i.to > last.to {
+                last.to = i.to;
+                last.estimated = i.estimated;
+            }
+            last.slots = last.slots.max(i.slots);
+            continue;
+        }
+        out.push(i);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bjh_format::cluster::{UpExecutor, file_name};
+    use bjh_format::record::encode_line;
+
+    fn up(id: &str, slots: u32, at: u64) -> Vec<u8> {
+        let e = ExecutorUp {
+            executor_id: id.into(),
+            slots,
+            at,
+        };
+        encode_line(kind::EXECUTOR_UP, &e).unwrap()
+    }
+
+    fn down(id: &str, at: u64) -> Vec<u8> {
+        let e = ExecutorDown {
+            executor_id: id.into(),
+            at,
+            reason: "removed".into(),
+        };
+        encode_line(kind::EXECUTOR_DOWN, &e).unwrap()
+    }
+
+    fn mark(at: u64, executors: &[(&str, u32)]) -> Vec<u8> {
+        let m = ClusterMark {
+            scheduler_id: "s".into(),
+            at,
+            executors: executors
+                .iter()
+                .map(|(id, slots)| UpExecutor {
+                    executor_id: id.to_string(),
+                    slots: *slots,
+                })
+                .collect(),
+        };
+        encode_line(kind::CLUSTER_MARK, &m).unwrap()
+    }
+
+    fn history(lines: &[Vec<u8>]) -> ClusterHistory {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join(CLUSTER_DIR);
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join(file_name("s", 0)), lines.concat()).unwrap();
+        read_cluster(dir.path(), 1_000_000)
+    }
+
+    fn spans(h: &ClusterHistory) -> Vec<(&str, u32, u64, u64, bool)> {
+        h.intervals
+            .iter()
+            .map(|i| (i.executor_id.as_str(), i.slots, i.from, i.to, i.estimated))
+            .collect()
+    }
+
+    #[test]
+    fn an_executor_is_up_from_its_registration_to_its_end() {
+        let h = history(&[
+            up("a", 2, 1_000),
+            mark(1_000, &[("a", 2)]),
+            down("a", 5_000),
+            up("b", 4, 6_000),
+            mark(9_000, &[("b", 4)]),
+        ]);
+        assert_eq!(
+            spans(&h),
+            [("a", 2, 1_000, 5_000, false), ("b", 4, 6_000, 9_000, true)]
+        );
+        assert_eq!(h.intervals[0].scheduler_id, "s");
+    }
+
+    #[test]
+    fn a_scheduler_marking_recently_has_its_executors_up_until_now() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join(CLUSTER_DIR);
+        std::fs::create_dir_all(&folder).unwrap();
+        let lines = [up("a", 2, 1_000), mark(1_000, &[("a", 2)])].concat();
+        std::fs::write(folder.join(file_name("s", 0)), lines).unwrap();
+        let running = read_cluster(dir.path(), 31_000);
+        assert_eq!(spans(&running), [("a", 2, 1_000, 31_000, true)]);
+        // Long silent: it stopped after its last mark.
+        let stopped = read_cluster(dir.path(), 10_000_000);
+        assert!(spans(&stopped).is_empty(), "a zero-length interval is none");
+    }
+
+    #[test]
+    fn torn_lying_and_stepped_logs_never_count_a_slot_twice_or_below_zero() {
+        let h = history(&[
+            up("a", u32::MAX, 1_000),
+            b"{\"ev\":\"ExecutorDo".to_vec(),
+            b"\n".to_vec(),
+            // A restart without a close: the open interval ends at the
+            // last time seen, estimated.
+            mark(2_000, &[("a", 2)]),
+            up("a", 2, 3_000),
+            // A clock step back: nothing ends before it began.
+            down("a", 500),
+            // The same executor twice over the same time: merged.
+            up("c", 1, 10_000),
+            down("c", 20_000),
+            up("c", 1, 15_000),
+            down("c", 25_000),
+        ]);
+        assert_eq!(h.bad_lines, 1);
+        assert_eq!(
+            spans(&h),
+            [
+                ("a", MAX_SLOTS, 1_000, 2_000, true),
+                ("c", 1, 10_000, 25_000, false)
+            ]
+        );
+    }
+}
