@@ -413,7 +413,11 @@ impl Recording {
         };
         background.push(tokio::spawn(capturer.run(events_rx, stop.stopped())));
         // The cluster's executors, beside the jobs (`DIR/.cluster/`).
-        let cluster = ClusterRecorder::new(Arc::new(api.clone()), &options.event_log_dir);
+        let mut cluster = ClusterRecorder::new(Arc::new(api.clone()), &options.event_log_dir);
+        if let Some(remote) = &options.remote {
+            let (client, prefix) = remote.client();
+            cluster = cluster.uploading_to(Bucket::new(client, prefix, remote.url()));
+        }
         let contacts = cluster.contacts();
         background.push(tokio::spawn(cluster.run(stop.stopped())));
         let store = Arc::new(options.store(metrics.clone()));

@@ -74,8 +74,16 @@ impl Moto {
             .unwrap()
     }
 
-    /// Object names under `prefix/`.
+    /// Object names under `prefix/`, but for the cluster logs (see
+    /// [`Moto::all_keys`]).
     async fn keys(&self, prefix: &str) -> Vec<String> {
+        let mut keys = self.all_keys(prefix).await;
+        keys.retain(|k| !k.contains("/.cluster/"));
+        keys
+    }
+
+    /// Every object name under `prefix/`.
+    async fn all_keys(&self, prefix: &str) -> Vec<String> {
         use futures::TryStreamExt;
         use object_store::ObjectStore;
         let prefix = object_store::path::Path::from(prefix);
@@ -451,6 +459,25 @@ async fn two_clusters_record_into_one_bucket_and_two_servers_serve_it() {
     )
     .await;
     crate::several::schedulers_are_told_apart(&servers, &live, &jobs, &names).await;
+    // Each cluster's log of its executors is in the bucket, and a server
+    // over the bucket accounts for both clusters' slots.
+    wait_for("both cluster logs are uploaded", || async {
+        let keys = moto.all_keys("logs/.cluster").await;
+        (keys.len() == 2).then_some(())
+    })
+    .await;
+    let usage = get_json(&servers[0].url("/api/usage?group_by=scheduler")).await;
+    assert!(usage["capacity_slot_ms"].as_u64().unwrap() > 0, "{usage}");
+    let groups: Vec<&str> = usage["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(groups.len(), 2, "{usage}");
+    for name in &names {
+        assert!(groups.contains(&name.as_str()), "{name}: {usage}");
+    }
     drop(servers);
     for (mut sched, _, log) in clusters {
         sched.kill();

@@ -280,6 +280,20 @@ async fn every_slot_second_the_cluster_had_is_accounted_for() {
     let (status, _, _) = get(&hist.url("/api/usage?group_by=colour")).await;
     assert_eq!(status, 400);
     assert!(hist.terminate().success());
+    // The scheduler restarted over the same directory answers the same.
+    let mut again = Proc::scheduler(&logs, &flags);
+    again.wait_healthy().await;
+    let after = usage_of(&again, t0 - 60_000, end).await;
+    for key in [
+        "capacity_slot_ms",
+        "busy_slot_ms",
+        "idle_slot_ms",
+        "unattributed_idle_slot_ms",
+    ] {
+        assert_eq!(after[key], whole[key], "{key}: {after}");
+    }
+    assert_eq!(after["groups"], whole["groups"]);
+    assert!(again.terminate().success());
 }
 
 /// The Usage page in a browser: the API's groups row for row (a hostile

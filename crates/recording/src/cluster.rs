@@ -67,6 +67,11 @@ pub struct ClusterRecorder {
     dir: PathBuf,
     sample_every: Duration,
     contacts: Contacts,
+    /// With an object store: where the day files are put, and which
+    /// changed since they last were.
+    bucket: Option<crate::upload::Bucket>,
+    unsent: std::collections::BTreeSet<String>,
+    last_sent: u64,
 }
 
 /// One executor as `/api/executors` lists it.
@@ -104,7 +109,20 @@ impl ClusterRecorder {
             dir: dir.into(),
             sample_every: SAMPLE_EVERY,
             contacts: Contacts::default(),
+            bucket: None,
+            unsent: Default::default(),
+            last_sent: 0,
         }
+    }
+
+    /// The same, putting each day's file into `bucket` under `.cluster/`
+    /// (`dir` is then the spool): when an executor comes or goes, else at
+    /// most once a minute while it grows (its marks), once more when its
+    /// day is over, and at the stop. A failed put is tried again at the
+    /// next.
+    pub fn uploading_to(mut self, bucket: crate::upload::Bucket) -> Self {
+        self.bucket = Some(bucket);
+        self
     }
 
     /// The executors' last calls, for the gRPC tap to note
@@ -114,10 +132,20 @@ impl ClusterRecorder {
     }
 
     /// Samples until `stop`, then closes the executors still up.
-    pub async fn run(self, stop: impl std::future::Future<Output = ()> + Send) {
+    pub async fn run(mut self, stop: impl std::future::Future<Output = ()> + Send) {
         let mut up: BTreeMap<String, Up> = BTreeMap::new();
         let mut last_mark = None;
         let mut file = Appender::new(self.dir.join(CLUSTER_DIR));
+        // Files a run before this one left in the spool, not all uploaded.
+        if self.bucket.is_some()
+            && let Ok(entries) = std::fs::read_dir(self.dir.join(CLUSTER_DIR))
+        {
+            let names = entries
+                .flatten()
+                .filter_map(|e| e.file_name().into_string().ok());
+            self.unsent
+                .extend(names.filter(|n| n.ends_with(bjh_format::cluster::CLUSTER_SUFFIX)));
+        }
         let mut tick = tokio::time::interval(self.sample_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(stop);
@@ -126,12 +154,14 @@ impl ClusterRecorder {
                 () = &mut stop => break,
                 _ = tick.tick() => {}
             }
-            file = self.sample(&mut up, &mut last_mark, file).await;
+            let changed;
+            (file, changed) = self.sample(&mut up, &mut last_mark, file).await;
+            self.send(changed).await;
         }
         // Who left since the last sample, before the rest are closed.
-        file = self.sample(&mut up, &mut last_mark, file).await;
+        (file, _) = self.sample(&mut up, &mut last_mark, file).await;
         let now = bjh_format::now_millis();
-        let lines = up
+        let lines: Vec<Vec<u8>> = up
             .keys()
             .filter_map(|id| {
                 let down = ExecutorDown {
@@ -142,18 +172,69 @@ impl ClusterRecorder {
                 encode_line(kind::EXECUTOR_DOWN, &down).ok()
             })
             .collect();
-        file.append(self.api.scheduler_id(), now, lines).await;
+        let wrote = !lines.is_empty();
+        let file = file.append(self.api.scheduler_id(), now, lines).await;
+        if wrote {
+            self.unsent
+                .extend(file.open.as_ref().map(|(name, _)| name.clone()));
+        }
+        self.send(true).await;
     }
 
-    /// One sample: the changes since the last, appended.
+    /// Puts the day files that changed, when one is due: at once when an
+    /// executor came or went (`now`), else a minute after the last put or
+    /// when a day other than today's changed.
+    async fn send(&mut self, now: bool) {
+        let Some(bucket) = &self.bucket else {
+            self.unsent.clear();
+            return;
+        };
+        let at = bjh_format::now_millis();
+        let today = file_name(self.api.scheduler_id(), at);
+        let due = now
+            || at.saturating_sub(self.last_sent) >= MARK_EVERY_MS
+            || self.unsent.iter().any(|n| *n != today);
+        if self.unsent.is_empty() || !due {
+            return;
+        }
+        self.last_sent = at;
+        for name in std::mem::take(&mut self.unsent) {
+            let path = self.dir.join(CLUSTER_DIR).join(&name);
+            let read =
+                tokio::task::spawn_blocking(move || bjh_files::read_capped(&path, 256 << 20));
+            let sent = match read.await {
+                Ok(Ok(bytes)) => bucket.replace(CLUSTER_DIR, &name, bytes).await,
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match sent {
+                // A past day's file is whole in the bucket: the spool lets
+                // it go.
+                Ok(()) if name != today => {
+                    let path = self.dir.join(CLUSTER_DIR).join(&name);
+                    if let Err(e) = std::fs::remove_file(&path) {
+                        log::warn!("cluster log {name}: uploaded, not removed from the spool: {e}");
+                    }
+                }
+                Ok(()) => {}
+                Err(e) => {
+                    log::warn!("cluster log {name}: not uploaded yet: {e}");
+                    self.unsent.insert(name);
+                }
+            }
+        }
+    }
+
+    /// One sample: the changes since the last, appended; whether an
+    /// executor came or went (not only a mark).
     async fn sample(
-        &self,
+        &mut self,
         up: &mut BTreeMap<String, Up>,
         last_mark: &mut Option<u64>,
         file: Appender,
-    ) -> Appender {
+    ) -> (Appender, bool) {
         let Some(mut listed) = self.executors().await else {
-            return file;
+            return (file, false);
         };
         // An executor's first call the tap saw, when it saw one, is when
         // it came; its last (or the scheduler's heartbeat, whole seconds,
@@ -167,8 +248,17 @@ impl ClusterRecorder {
             self.contacts.forget(gone);
         }
         let now = bjh_format::now_millis();
+        let marked = *last_mark;
         let lines = changes(up, listed, now, self.api.scheduler_id(), last_mark);
-        file.append(self.api.scheduler_id(), now, lines).await
+        let wrote = !lines.is_empty();
+        // More lines than the one mark due: an executor came or went.
+        let changed = lines.len() > usize::from(*last_mark != marked);
+        let file = file.append(self.api.scheduler_id(), now, lines).await;
+        if wrote {
+            self.unsent
+                .extend(file.open.as_ref().map(|(name, _)| name.clone()));
+        }
+        (file, changed)
     }
 
     async fn executors(&self) -> Option<Vec<Listed>> {

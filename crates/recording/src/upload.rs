@@ -59,6 +59,18 @@ impl Bucket {
     pub fn location(&self, name: &str) -> ObjPath {
         self.prefix.clone().join(name)
     }
+
+    /// Puts `bytes` as the object `name` in the folder `folder` under the
+    /// prefix, replacing what was there (one `PUT`: the object is whole or
+    /// absent). For files that only grow, as cluster logs do.
+    pub async fn replace(&self, folder: &str, name: &str, bytes: Vec<u8>) -> Result<(), String> {
+        let location = self.location(folder).join(name);
+        self.store
+            .put(&location, PutPayload::from(bytes))
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("putting {location} in {}: {e}", self.url))
+    }
 }
 
 /// Logs up to this size are uploaded with one `PUT`; larger ones with a

@@ -120,7 +120,7 @@ pub async fn usage_of(
         return Err(ApiError::Missing("no log directory here".into()));
     };
     tokio::task::spawn_blocking(move || {
-        let cluster = bjh_store::cluster::read_cluster(store.dir(), now);
+        let cluster = store.cluster(now);
         let mut unknown = 0;
         let jobs: Vec<UsageJob> = store
             .ran_between(from, to)

@@ -65,53 +65,178 @@ pub struct ClusterHistory {
 /// running: its executors are taken as up until now.
 const ALIVE_WITHIN_MS: u64 = 2 * bjh_format::cluster::MARK_EVERY_MS + 5_000;
 
-/// Reads `dir/.cluster/` as of `now` (epoch millis); an absent folder is
-/// an empty history.
-pub fn read_cluster(dir: &Path, now: u64) -> ClusterHistory {
-    let mut out = ClusterHistory::default();
-    let folder = dir.join(CLUSTER_DIR);
-    let Ok(entries) = std::fs::read_dir(&folder) else {
-        return out;
-    };
-    let mut names: Vec<String> = entries
-        .flatten()
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.ends_with(CLUSTER_SUFFIX))
-        .collect();
-    // `cluster-DAY-HASH`: by scheduler (hash), then day.
-    names.sort_by(|a, b| {
-        let key = |n: &str| {
-            let stem = n.trim_end_matches(CLUSTER_SUFFIX);
-            let (day, hash) = stem.rsplit_once('-').unwrap_or((stem, ""));
-            (hash.to_string(), day.to_string())
+/// One record of a cluster log, as read.
+#[derive(Debug, Clone)]
+enum Event {
+    Up(ExecutorUp),
+    Down(ExecutorDown),
+    Mark(ClusterMark),
+}
+
+/// One cluster log's records, kept while the file is unchanged. A run of
+/// marks listing the same executors keeps its first and last mark only
+/// (the ones between change nothing a replay reads).
+#[derive(Debug, Default)]
+struct ParsedFile {
+    stamp: Option<crate::location::Stamp>,
+    events: Vec<Event>,
+    bad_lines: u64,
+}
+
+impl ParsedFile {
+    fn parse(bytes: &[u8], stamp: crate::location::Stamp) -> Self {
+        let mut out = ParsedFile {
+            stamp: Some(stamp),
+            ..Default::default()
         };
-        key(a).cmp(&key(b))
-    });
-    let mut streams: BTreeMap<String, Stream> = BTreeMap::new();
-    for name in names {
-        let stem = name.trim_end_matches(CLUSTER_SUFFIX);
-        let hash = stem.rsplit_once('-').map_or("", |(_, h)| h).to_string();
-        let bytes = match bjh_files::read_capped(&folder.join(&name), MAX_FILE_BYTES) {
-            Ok(b) => b,
-            Err(e) => {
-                log::warn!("cluster log {name}: not read: {e}");
-                out.bad_files += 1;
-                continue;
-            }
-        };
-        out.files += 1;
-        let stream = streams.entry(hash).or_default();
         for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-            if !stream.read(line) {
-                out.bad_lines += 1;
+            match event(line) {
+                Some(Event::Mark(mark)) => {
+                    // `.., same, same` → `.., same`: the middle one goes.
+                    let n = out.events.len();
+                    let same = |e: Option<&Event>| matches!(e, Some(Event::Mark(m)) if m.executors == mark.executors);
+                    if n >= 2 && same(out.events.get(n - 1)) && same(out.events.get(n - 2)) {
+                        out.events.pop();
+                    }
+                    out.events.push(Event::Mark(mark));
+                }
+                Some(e) => out.events.push(e),
+                None => out.bad_lines += 1,
             }
         }
+        out
     }
-    for (_, stream) in streams {
-        out.intervals.extend(stream.finish(now));
+}
+
+/// One line's record; `None` when it does not read (torn, damaged, of a
+/// newer schema or an unknown kind).
+fn event(line: &[u8]) -> Option<Event> {
+    let env = serde_json::from_slice::<Envelope>(line).ok()?;
+    if env.version > bjh_format::record::SCHEMA_VERSION {
+        return None;
     }
-    out.intervals = merged(out.intervals);
-    out
+    let data = env.data.get();
+    match env.ev.as_str() {
+        kind::EXECUTOR_UP => serde_json::from_str(data).ok().map(Event::Up),
+        kind::EXECUTOR_DOWN => serde_json::from_str(data).ok().map(Event::Down),
+        kind::CLUSTER_MARK => serde_json::from_str(data).ok().map(Event::Mark),
+        _ => None,
+    }
+}
+
+/// The cluster logs read so far, by file name: a file is read again only
+/// when its size or modification time changed.
+#[derive(Debug, Default)]
+pub struct ClusterCache {
+    files: BTreeMap<String, ParsedFile>,
+}
+
+/// Where cluster logs are read from.
+pub(crate) enum Source<'a> {
+    Local(&'a Path),
+    Remote(&'a crate::remote::RemoteDir),
+}
+
+impl ClusterCache {
+    /// The history of the cluster logs in `source` as of `now` (epoch
+    /// millis), reading only the files that changed.
+    pub(crate) fn read(&mut self, source: Source<'_>, now: u64) -> ClusterHistory {
+        let mut out = ClusterHistory::default();
+        let listed = match &source {
+            Source::Local(dir) => local_files(dir),
+            Source::Remote(remote) => remote.cluster_objects().unwrap_or_else(|e| {
+                log::warn!("cluster logs under {}: not listed: {e}", remote.url());
+                Vec::new()
+            }),
+        };
+        self.files
+            .retain(|name, _| listed.iter().any(|(n, _)| n == name));
+        for (name, stamp) in &listed {
+            if self.files.get(name).and_then(|f| f.stamp) == Some(*stamp) {
+                continue;
+            }
+            let bytes = match &source {
+                Source::Local(dir) => {
+                    bjh_files::read_capped(&dir.join(CLUSTER_DIR).join(name), MAX_FILE_BYTES)
+                }
+                Source::Remote(remote) => remote.read_cluster_object(name, MAX_FILE_BYTES),
+            };
+            match bytes {
+                Ok(bytes) => {
+                    self.files
+                        .insert(name.clone(), ParsedFile::parse(&bytes, *stamp));
+                }
+                Err(e) => {
+                    log::warn!("cluster log {name}: not read: {e}");
+                    self.files.remove(name);
+                    out.bad_files += 1;
+                }
+            }
+        }
+        // `cluster-DAY-HASH`: each scheduler's (hash's) files in day order.
+        let mut streams: BTreeMap<&str, Stream> = BTreeMap::new();
+        let mut ordered: Vec<(&str, &str, &ParsedFile)> = self
+            .files
+            .iter()
+            .map(|(name, file)| {
+                let stem = name.trim_end_matches(CLUSTER_SUFFIX);
+                let (day, hash) = stem.rsplit_once('-').unwrap_or((stem, ""));
+                (hash, day, file)
+            })
+            .collect();
+        ordered.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        for (hash, _, file) in ordered {
+            out.files += 1;
+            out.bad_lines += file.bad_lines;
+            let stream = streams.entry(hash).or_default();
+            for e in &file.events {
+                stream.read(e);
+            }
+        }
+        for (_, stream) in streams {
+            out.intervals.extend(stream.finish(now));
+        }
+        out.intervals = merged(out.intervals);
+        out
+    }
+}
+
+/// When the day a cluster log's name gives ends (epoch millis).
+pub fn day_end(name: &str) -> Option<u64> {
+    let stem = name
+        .strip_suffix(CLUSTER_SUFFIX)?
+        .strip_prefix("cluster-")?;
+    let (day, _) = stem.rsplit_once('-')?;
+    let date = chrono::NaiveDate::parse_from_str(day, "%Y-%m-%d").ok()?;
+    let start = date.and_hms_opt(0, 0, 0)?.and_utc().timestamp_millis();
+    u64::try_from(start).ok().map(|s| s + 86_400_000)
+}
+
+/// The cluster logs of a local directory, with their stamps.
+pub(crate) fn local_files(dir: &Path) -> Vec<(String, crate::location::Stamp)> {
+    let Ok(entries) = std::fs::read_dir(dir.join(CLUSTER_DIR)) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let meta = e.metadata().ok()?;
+            (name.ends_with(CLUSTER_SUFFIX) && meta.is_file()).then(|| {
+                let stamp = crate::location::Stamp {
+                    len: meta.len(),
+                    modified: meta.modified().ok(),
+                };
+                (name, stamp)
+            })
+        })
+        .collect()
+}
+
+/// Reads `dir/.cluster/` as of `now` (epoch millis), without a cache; an
+/// absent folder is an empty history.
+pub fn read_cluster(dir: &Path, now: u64) -> ClusterHistory {
+    ClusterCache::default().read(Source::Local(dir), now)
 }
 
 /// One scheduler's records, read in order.
@@ -126,39 +251,24 @@ struct Stream {
 }
 
 impl Stream {
-    /// Reads one line; `false` when it is skipped.
-    fn read(&mut self, line: &[u8]) -> bool {
-        let Ok(env) = serde_json::from_slice::<Envelope>(line) else {
-            return false;
-        };
-        if env.version > bjh_format::record::SCHEMA_VERSION {
-            return false;
-        }
-        let data = env.data.get();
-        match env.ev.as_str() {
-            kind::EXECUTOR_UP => {
-                let Ok(up) = serde_json::from_str::<ExecutorUp>(data) else {
-                    return false;
-                };
+    fn read(&mut self, event: &Event) {
+        match event {
+            Event::Up(up) => {
                 if self.open.contains_key(&up.executor_id) {
                     let at = self.last;
                     self.close(&up.executor_id, at, true);
                 }
                 self.see(up.at);
-                self.open
-                    .insert(up.executor_id, (up.slots.clamp(1, MAX_SLOTS), up.at));
+                self.open.insert(
+                    up.executor_id.clone(),
+                    (up.slots.clamp(1, MAX_SLOTS), up.at),
+                );
             }
-            kind::EXECUTOR_DOWN => {
-                let Ok(down) = serde_json::from_str::<ExecutorDown>(data) else {
-                    return false;
-                };
+            Event::Down(down) => {
                 self.see(down.at);
                 self.close(&down.executor_id, down.at, false);
             }
-            kind::CLUSTER_MARK => {
-                let Ok(mark) = serde_json::from_str::<ClusterMark>(data) else {
-                    return false;
-                };
+            Event::Mark(mark) => {
                 self.see(mark.at);
                 if self.scheduler_id.is_empty() {
                     self.scheduler_id = mark.scheduler_id.clone();
@@ -181,9 +291,7 @@ impl Stream {
                     self.open.entry(id).or_insert((slots, mark.at));
                 }
             }
-            _ => return false,
         }
-        true
     }
 
     fn see(&mut self, at: u64) {
@@ -314,6 +422,39 @@ mod tests {
             [("a", 2, 1_000, 5_000, false), ("b", 4, 6_000, 9_000, true)]
         );
         assert_eq!(h.intervals[0].scheduler_id, "s");
+    }
+
+    #[test]
+    fn a_flapping_executor_counts_each_time_it_was_up_and_marks_collapse_exactly() {
+        let mut lines = vec![up("a", 2, 1_000), down("a", 2_000), up("a", 2, 2_500)];
+        // A day of identical marks: the replay keeps two of them.
+        for i in 0..1_440u64 {
+            lines.push(mark(3_000 + i * 60_000, &[("a", 2)]));
+        }
+        lines.push(down("a", 3_000 + 1_440 * 60_000));
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join(CLUSTER_DIR);
+        std::fs::create_dir_all(&folder).unwrap();
+        let path = folder.join(file_name("s", 0));
+        std::fs::write(&path, lines.concat()).unwrap();
+        let mut cache = ClusterCache::default();
+        let h = cache.read(Source::Local(dir.path()), u64::MAX);
+        assert_eq!(
+            spans(&h),
+            [
+                ("a", 2, 1_000, 2_000, false),
+                ("a", 2, 2_500, 86_403_000, false)
+            ]
+        );
+        let kept = cache.files.values().next().unwrap().events.len();
+        assert_eq!(kept, 3 + 2 + 1, "two marks of the run kept");
+        // The file grows: it is read again, and only then.
+        let mut more = lines.concat();
+        more.extend(up("b", 1, 90_000_000));
+        more.extend(down("b", 90_001_000));
+        std::fs::write(&path, more).unwrap();
+        let h = cache.read(Source::Local(dir.path()), u64::MAX);
+        assert_eq!(h.intervals.len(), 3, "{:?}", spans(&h));
     }
 
     #[test]

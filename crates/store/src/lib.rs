@@ -140,6 +140,8 @@ pub struct LogStore {
     save_error: parking_lot::Mutex<Option<String>>,
     /// Logs left out for a twin, already said (`scan::twins_left_out`).
     twins_warned: parking_lot::Mutex<std::collections::HashSet<String>>,
+    /// The cluster logs read so far.
+    cluster: parking_lot::Mutex<cluster::ClusterCache>,
 }
 
 /// The least time between two saves of the persistent index (a save of a
@@ -178,7 +180,19 @@ impl LogStore {
             last_saved: parking_lot::Mutex::new(None),
             save_error: parking_lot::Mutex::new(None),
             twins_warned: parking_lot::Mutex::new(std::collections::HashSet::new()),
+            cluster: parking_lot::Mutex::new(cluster::ClusterCache::default()),
         }
+    }
+
+    /// The cluster logs beside the job logs (`DIR/.cluster/`, or
+    /// `<prefix>/.cluster/`), read as of `now` (epoch millis); only the
+    /// files that changed since the last call are read again.
+    pub fn cluster(&self, now: u64) -> cluster::ClusterHistory {
+        let source = match &self.remote {
+            Some(remote) => cluster::Source::Remote(remote),
+            None => cluster::Source::Local(&self.dir),
+        };
+        self.cluster.lock().read(source, now)
     }
 
     /// An empty index of the logs under an object-store prefix.
@@ -226,6 +240,25 @@ impl LogStore {
         match &self.remote {
             Some(dir) => dir.delete(file_name),
             None => std::fs::remove_file(self.dir.join(file_name)),
+        }
+    }
+
+    /// The cluster logs' names (`DIR/.cluster/`, or `<prefix>/.cluster/`).
+    pub fn cluster_log_names(&self) -> Vec<String> {
+        let listed = match &self.remote {
+            Some(remote) => remote.cluster_objects().unwrap_or_default(),
+            None => cluster::local_files(&self.dir),
+        };
+        listed.into_iter().map(|(name, _)| name).collect()
+    }
+
+    /// Deletes the cluster log `name`.
+    pub fn remove_cluster_log(&self, name: &str) -> std::io::Result<()> {
+        match &self.remote {
+            Some(dir) => dir.delete_cluster_object(name),
+            None => {
+                std::fs::remove_file(self.dir.join(bjh_format::cluster::CLUSTER_DIR).join(name))
+            }
         }
     }
 

@@ -266,6 +266,48 @@ impl RemoteDir {
             .collect())
     }
 
+    /// The cluster logs under `<prefix>/.cluster/` (`format::cluster`),
+    /// with their sizes and modification times.
+    pub(crate) fn cluster_objects(&self) -> Result<Vec<(String, Stamp)>, object_store::Error> {
+        use bjh_format::cluster::{CLUSTER_DIR, CLUSTER_SUFFIX};
+        let folder = self.location(CLUSTER_DIR);
+        let listed = self.block(self.inner.store.list_with_delimiter(Some(&folder)))?;
+        Ok(listed
+            .objects
+            .into_iter()
+            .filter_map(|meta| {
+                let name = meta.location.filename()?;
+                name.ends_with(CLUSTER_SUFFIX).then(|| {
+                    let stamp = Stamp {
+                        len: meta.size,
+                        modified: Some(SystemTime::from(meta.last_modified)),
+                    };
+                    (name.to_string(), stamp)
+                })
+            })
+            .collect())
+    }
+
+    /// The whole cluster log `name` (one `GET`), refused past `cap` bytes.
+    pub(crate) fn read_cluster_object(&self, name: &str, cap: u64) -> std::io::Result<Vec<u8>> {
+        let location = self.location(bjh_format::cluster::CLUSTER_DIR).join(name);
+        let store = self.inner.store.clone();
+        let bytes = self.block(async move {
+            let got = store.get(&location).await?;
+            if got.meta.size > cap {
+                return Ok(None);
+            }
+            got.bytes().await.map(Some)
+        });
+        match bytes.map_err(io_error)? {
+            Some(b) => Ok(b.to_vec()),
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("larger than the {cap} bytes a cluster log may have"),
+            )),
+        }
+    }
+
     /// The object `name`'s stamp (one `HEAD`). Called from blocking
     /// threads only.
     pub fn stamp(&self, name: &str) -> Result<Stamp, object_store::Error> {
@@ -287,6 +329,13 @@ impl RemoteDir {
             buf_start: 0,
             window: 0,
         }
+    }
+
+    /// Deletes the cluster log `name`; one already gone is `NotFound`.
+    pub(crate) fn delete_cluster_object(&self, name: &str) -> std::io::Result<()> {
+        let location = self.location(bjh_format::cluster::CLUSTER_DIR).join(name);
+        self.block(self.inner.store.delete(&location))
+            .map_err(io_error)
     }
 
     /// Deletes the object `name`; one already gone is `NotFound`.

@@ -12,6 +12,11 @@
 //! asks for. A file already gone is not an error.
 //!
 //! Deleted jobs leave the index at once.
+//!
+//! Cluster logs (`format::cluster`, one per scheduler and day) follow the
+//! jobs: a day file goes once its whole day is older than `max_age`, or,
+//! without one, older than the oldest job kept (its capacity could no
+//! longer be set beside any job). Today's file is never deleted.
 
 use crate::LogStore;
 use bjh_format::LogName;
@@ -65,6 +70,8 @@ pub struct PassReport {
     pub removed_bytes: u64,
     /// Orphaned `.running` logs removed.
     pub removed_orphans: usize,
+    /// Cluster logs (day files) removed.
+    pub removed_cluster_logs: usize,
     /// Completed logs left.
     pub remaining_jobs: usize,
     /// Their bytes.
@@ -171,8 +178,46 @@ impl Cleaner {
             report.remaining_bytes -= f.len;
         }
         self.orphans(now, &mut report);
+        let oldest_kept = files
+            .iter()
+            .rev()
+            .take(report.remaining_jobs)
+            .map(|f| f.end_time)
+            .min();
+        self.cluster_logs(now_ms, oldest_kept, &mut report);
         self.report(&report);
         report
+    }
+
+    /// Removes the cluster logs whose day ended before the cut (see the
+    /// module doc).
+    fn cluster_logs(&self, now_ms: u64, oldest_kept: Option<u64>, report: &mut PassReport) {
+        let cut = match (self.policy.max_age, oldest_kept) {
+            (Some(age), _) => now_ms.saturating_sub(age.as_millis() as u64),
+            (None, Some(end)) => end,
+            (None, None) => return,
+        };
+        for name in self.store.cluster_log_names() {
+            let Some(day_end) = crate::cluster::day_end(&name) else {
+                continue;
+            };
+            if day_end > cut || day_end > now_ms {
+                continue;
+            }
+            if self.policy.dry_run {
+                log::info!("retention (dry run): would delete cluster log {name}");
+                report.removed_cluster_logs += 1;
+                continue;
+            }
+            match self.store.remove_cluster_log(&name) {
+                Ok(()) => report.removed_cluster_logs += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    log::warn!("retention: cannot delete cluster log {name}: {e}");
+                    report.errors += 1;
+                }
+            }
+        }
     }
 
     pub fn orphans(&self, now: SystemTime, report: &mut PassReport) {
@@ -248,10 +293,12 @@ impl Cleaner {
             String::new()
         };
         log::info!(
-            "{verb} {} jobs ({}) and {} orphaned .running logs; {} jobs ({}) remain{errors}",
+            "{verb} {} jobs ({}), {} orphaned .running logs and {} cluster logs; {} jobs ({}) \
+             remain{errors}",
             r.removed_jobs,
             bytesize::ByteSize(r.removed_bytes),
             r.removed_orphans,
+            r.removed_cluster_logs,
             r.remaining_jobs,
             bytesize::ByteSize(r.remaining_bytes),
         );
@@ -333,6 +380,43 @@ mod tests {
         ));
         store.rescan();
         (dir, store, now)
+    }
+
+    /// Cluster logs go with the jobs: by age with `max_age`, else when
+    /// older than every job kept; today's never.
+    #[test]
+    fn cluster_logs_follow_the_jobs() {
+        let (dir, store, now) = setup();
+        let folder = dir.path().join(bjh_format::cluster::CLUSTER_DIR);
+        std::fs::create_dir_all(&folder).unwrap();
+        let day = 86_400_000;
+        let now_ms = epoch_millis(now);
+        let names: Vec<String> = [40 * day, 3 * day, 0]
+            .iter()
+            .map(|ago| bjh_format::cluster::file_name("s", now_ms - ago))
+            .collect();
+        for name in &names {
+            std::fs::write(folder.join(name), "{}\n").unwrap();
+        }
+        let left = || {
+            let mut n: Vec<String> = std::fs::read_dir(&folder)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            n.sort();
+            n
+        };
+        // Every job kept ended within 10 hours: days before go.
+        let report = cleaner(&store, RetentionPolicy::default()).pass(now);
+        assert_eq!(report.removed_cluster_logs, 2);
+        assert_eq!(left(), [names[2].clone()]);
+        // By age: today's stays whatever the limit.
+        let policy = RetentionPolicy {
+            max_age: Some(Duration::from_secs(1)),
+            ..Default::default()
+        };
+        cleaner(&store, policy).pass(now);
+        assert_eq!(left(), [names[2].clone()]);
     }
 
     fn cleaner(store: &Arc<LogStore>, policy: RetentionPolicy) -> Cleaner {
