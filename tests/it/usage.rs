@@ -101,6 +101,23 @@ async fn a_jobs_slot_time_is_the_sum_of_its_attempts_spans_everywhere() {
     let page = String::from_utf8(page).unwrap();
     assert!(page.contains("Slot time"), "{page}");
     assert!(page.contains("in failed attempts"), "{page}");
+    // The metrics: the one slot up now, and the last hour's utilisation
+    // (worked out with the grouping, so waited for).
+    let utilisation = wait_for("the utilisation is exported", || async {
+        let text = String::from_utf8(get(&sched.url("/api/metrics")).await.2).unwrap();
+        let value = |name: &str| {
+            text.lines()
+                .find(|l| l.starts_with(&format!("{name}{{")))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        };
+        // The executor's coming is sampled within a second.
+        if value("ballista_job_history_slots") != Some(1.0) {
+            return None;
+        }
+        value("ballista_job_history_slot_utilisation")
+    })
+    .await;
+    assert!(utilisation > 0.0 && utilisation <= 1.0, "{utilisation}");
     assert!(sched.terminate().success());
 
     // A history server over the directory, then again from its index.
@@ -270,6 +287,20 @@ async fn every_slot_second_the_cluster_had_is_accounted_for() {
         let accounted = n(&u, "busy_slot_ms") - n(&u, "over_capacity_slot_ms") + idle;
         assert!(within(accounted, n(&u, "capacity_slot_ms")), "{u}");
     }
+    // SQL's `usage`, by hour and executor, adds up to the same capacity.
+    let rows = sql(
+        &hist,
+        "SELECT executor_id, max(slots) AS slots, sum(capacity_slot_ms) AS capacity \
+         FROM usage GROUP BY executor_id ORDER BY slots",
+    )
+    .await;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(
+        (rows[0]["slots"].as_i64(), rows[1]["slots"].as_i64()),
+        (Some(2), Some(3))
+    );
+    let by_sql: f64 = rows.iter().map(|r| r["capacity"].as_f64().unwrap()).sum();
+    assert_eq!(by_sql, capacity, "{rows:?}");
     // A range before anything ran has nothing.
     let before = usage_of(&hist, t0 - 120_000, t0 - 60_000).await;
     assert_eq!(n(&before, "capacity_slot_ms"), 0.0);

@@ -51,6 +51,61 @@ pub static JOBS: LazyLock<SchemaRef> = LazyLock::new(|| {
     ]))
 });
 
+/// `usage`: one row per hour and executor the cluster log shows up
+/// (`store::cluster`): its slots, how long it was up in the hour, and
+/// the slot time that makes.
+pub static USAGE: LazyLock<SchemaRef> = LazyLock::new(|| {
+    Arc::new(Schema::new(vec![
+        field("hour", ts(), false),
+        field("scheduler_id", DataType::Utf8View, false),
+        field("executor_id", DataType::Utf8View, false),
+        field("slots", DataType::Int64, false),
+        field("up_ms", DataType::Int64, false),
+        field("capacity_slot_ms", DataType::Int64, false),
+        field("estimated", DataType::Boolean, false),
+    ]))
+});
+
+/// The `usage` rows of `intervals`, cut into hours.
+pub fn usage_batch(intervals: &[bjh_store::cluster::SlotInterval]) -> RecordBatch {
+    use datafusion::arrow::array::BooleanBuilder;
+    const HOUR: u64 = 3_600_000;
+    let mut hour = TimestampMillisecondBuilder::new();
+    let mut text: [StringViewBuilder; 2] = Default::default();
+    let mut ints: [Int64Builder; 3] = Default::default();
+    let mut estimated = BooleanBuilder::new();
+    for i in intervals {
+        let mut at = i.from - i.from % HOUR;
+        while at < i.to {
+            let up = i.to.min(at + HOUR).saturating_sub(i.from.max(at));
+            if up > 0 {
+                hour.append_value(at as i64);
+                text[0].append_value(&i.scheduler_id);
+                text[1].append_value(&i.executor_id);
+                ints[0].append_value(i64::from(i.slots));
+                ints[1].append_value(up as i64);
+                ints[2].append_value(clamp(up.saturating_mul(u64::from(i.slots))));
+                estimated.append_value(i.estimated && i.to <= at + HOUR);
+            }
+            at += HOUR;
+        }
+    }
+    let [scheduler, executor] = text;
+    let [slots, up, capacity] = ints;
+    finish(
+        &USAGE,
+        vec![
+            Arc::new(with_utc(hour)),
+            Arc::new({ scheduler }.finish()),
+            Arc::new({ executor }.finish()),
+            Arc::new({ slots }.finish()),
+            Arc::new({ up }.finish()),
+            Arc::new({ capacity }.finish()),
+            Arc::new(estimated.finish()),
+        ],
+    )
+}
+
 /// `stages`: one row per stage of a job.
 pub static STAGES: LazyLock<SchemaRef> = LazyLock::new(|| {
     Arc::new(Schema::new(vec![

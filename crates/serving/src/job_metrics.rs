@@ -15,7 +15,15 @@
 //!   per hash, so it adds no series): the last run's
 //!   duration, its ratio to the median of the runs before it, whether that
 //!   is a regression (`/api/queries`' rule: a `slower` trend) and the
-//!   number of runs.
+//!   number of runs;
+//! - `ballista_job_history_slots{scheduler_id}`: the task slots up now,
+//!   from each scheduler's cluster log (read at each scrape: the cluster
+//!   logs are cached and small), and
+//!   `ballista_job_history_slot_utilisation{scheduler_id}`: the share of
+//!   the last hour's slot time its jobs used (`/api/usage`'s rule), worked
+//!   out with the grouping (below), at least once a minute; both at most
+//!   [`MAX_SCHEDULER_LABELS`] schedulers, the rest under `(other)` for
+//!   slots (utilisation is not summed across schedulers).
 //!
 //! Grouping the queries is a pass over every job, so a scrape never does
 //! it: a scrape that finds the history changed since the last grouping
@@ -43,6 +51,8 @@ use std::time::{Duration, Instant};
 
 /// The least time between two groupings of the queries.
 pub(crate) const REGROUP_EVERY: Duration = Duration::from_secs(10);
+/// The most time between two workings-out of the utilisation.
+const USAGE_EVERY: Duration = Duration::from_secs(60);
 
 /// The default N of `--metrics-top-queries`.
 pub const DEFAULT_TOP_QUERIES: usize = 20;
@@ -73,6 +83,7 @@ pub struct JobGauges {
     /// concurrent scrape never sees them half written.
     scrape: Mutex<()>,
     jobs: IntGaugeVec,
+    slots: IntGaugeVec,
     queries: Arc<QueryGauges>,
 }
 
@@ -82,6 +93,7 @@ struct QueryGauges {
     ratio: GaugeVec,
     regressed: IntGaugeVec,
     runs: IntGaugeVec,
+    utilisation: GaugeVec,
     /// Held while the four are rewritten, and while they are collected,
     /// so a scrape sees one grouping whole.
     writing: Mutex<()>,
@@ -90,8 +102,8 @@ struct QueryGauges {
 
 #[derive(Default)]
 struct Grouping {
-    /// The store version the last grouping read.
-    version: Option<u64>,
+    /// The store version and the cluster's shape the last grouping read.
+    version: Option<(u64, (u64, u64))>,
     /// When it started.
     at: Option<Instant>,
     /// Whether one is under way.
@@ -114,6 +126,14 @@ impl JobGauges {
                     "Jobs in the history by state (unfinished logs included: queued, running, abandoned)",
                 ),
                 &["status", "scheduler_id"],
+            )
+            .expect("valid metric"),
+            slots: IntGaugeVec::new(
+                opts(
+                    "ballista_job_history_slots",
+                    "Task slots up now, by scheduler, from its cluster log",
+                ),
+                &["scheduler_id"],
             )
             .expect("valid metric"),
             queries: Arc::new(QueryGauges {
@@ -147,6 +167,14 @@ impl JobGauges {
                         "Finished runs of a recurring query in the history",
                     ),
                     labels,
+                )
+                .expect("valid metric"),
+                utilisation: GaugeVec::new(
+                    opts(
+                        "ballista_job_history_slot_utilisation",
+                        "The share (0 to 1) of the last hour's slot time up that a scheduler's jobs used",
+                    ),
+                    &["scheduler_id"],
                 )
                 .expect("valid metric"),
                 writing: Mutex::new(()),
@@ -184,8 +212,76 @@ impl JobGauges {
                     .set(counts[state.index()] as i64);
             }
         }
-        self.queries.clone().maybe_regroup(store, top);
+        self.slots.reset();
+        let now = bjh_format::now_millis();
+        let mut up: std::collections::BTreeMap<&str, i64> = Default::default();
+        let cluster = store.cluster(now);
+        // Which executors came and went: a change regroups at once.
+        let shape = cluster
+            .intervals
+            .iter()
+            .fold((cluster.intervals.len() as u64, 0u64), |(n, sum), i| {
+                (n, sum.wrapping_add(i.from).wrapping_add(u64::from(i.slots)))
+            });
+        for i in cluster.intervals.iter().filter(|i| i.to >= now) {
+            *up.entry(&i.scheduler_id).or_default() += i64::from(i.slots);
+        }
+        let mut up: Vec<(&str, i64)> = up.into_iter().collect();
+        up.sort_by_key(|(id, n)| (std::cmp::Reverse(*n), *id));
+        for (i, (id, n)) in up.into_iter().enumerate() {
+            let label = if i >= MAX_SCHEDULER_LABELS {
+                OTHER_SCHEDULERS
+            } else {
+                id
+            };
+            self.slots.with_label_values(&[label]).add(n);
+        }
+        self.queries.clone().maybe_regroup(store, top, shape);
     }
+}
+
+/// The utilisation of each scheduler over the last hour (at most
+/// [`MAX_SCHEDULER_LABELS`], those with the most slots).
+fn utilisation_last_hour(store: &LogStore) -> Vec<(String, f64)> {
+    use bjh_analysis::usage::{UsageJob, usage};
+    let now = bjh_format::now_millis();
+    let from = now.saturating_sub(3_600_000);
+    let cluster = store.cluster(now);
+    let mut schedulers: Vec<(&str, u64)> = Vec::new();
+    for i in &cluster.intervals {
+        match schedulers.iter_mut().find(|(id, _)| *id == i.scheduler_id) {
+            Some((_, n)) => *n += u64::from(i.slots),
+            None => schedulers.push((&i.scheduler_id, u64::from(i.slots))),
+        }
+    }
+    schedulers.sort_by_key(|(id, n)| (std::cmp::Reverse(*n), *id));
+    schedulers.truncate(MAX_SCHEDULER_LABELS);
+    let jobs = store.ran_between(from, now);
+    schedulers
+        .into_iter()
+        .filter_map(|(id, _)| {
+            let intervals: Vec<_> = cluster
+                .intervals
+                .iter()
+                .filter(|i| i.scheduler_id == id)
+                .cloned()
+                .collect();
+            let mine: Vec<UsageJob> = jobs
+                .iter()
+                .filter(|j| j.scheduler_id() == Some(id))
+                .filter_map(|j| {
+                    Some(UsageJob {
+                        key: String::new(),
+                        start: j.start_time(),
+                        end: j.end_time(),
+                        busy_slot_ms: j.usage()?.busy_slot_ms,
+                    })
+                })
+                .collect();
+            let u = usage(&intervals, &mine, 0, (from, now), None);
+            u.utilisation.map(|x| (id.to_string(), x))
+        })
+        .collect()
 }
 
 impl QueryGauges {
@@ -194,17 +290,20 @@ impl QueryGauges {
         self.ratio.reset();
         self.regressed.reset();
         self.runs.reset();
+        self.utilisation.reset();
     }
 
     /// Starts a grouping on a thread of its own when the store changed
     /// since the last one, none is under way, and the last started at
     /// least [`REGROUP_EVERY`] ago.
-    fn maybe_regroup(self: Arc<Self>, store: Arc<LogStore>, top: usize) {
-        let version = store.version();
+    fn maybe_regroup(self: Arc<Self>, store: Arc<LogStore>, top: usize, shape: (u64, u64)) {
+        let version = (store.version(), shape);
         {
             let mut state = self.state.lock();
             let due = state.at.is_none_or(|at| at.elapsed() >= REGROUP_EVERY);
-            if state.running || state.version == Some(version) || !due {
+            // The utilisation moves with the clock: a minute at most.
+            let stale = state.at.is_none_or(|at| at.elapsed() >= USAGE_EVERY);
+            if state.running || (state.version == Some(version) && !stale) || !due {
                 return;
             }
             state.running = true;
@@ -215,7 +314,8 @@ impl QueryGauges {
             .name("history-metrics".into())
             .spawn(move || {
                 let rows = store.with_completed(|jobs| recurring(jobs.map(|j| j as &dyn JobFacts)));
-                this.publish(top_by_runs(rows, top));
+                let used = utilisation_last_hour(&store);
+                this.publish(top_by_runs(rows, top), used);
                 let mut state = this.state.lock();
                 state.version = Some(version);
                 state.running = false;
@@ -226,10 +326,13 @@ impl QueryGauges {
         }
     }
 
-    /// Replaces the series with `rows`'.
-    fn publish(&self, rows: Vec<QueryRow>) {
+    /// Replaces the series with `rows`' and `used`'s.
+    fn publish(&self, rows: Vec<QueryRow>, used: Vec<(String, f64)>) {
         let _writing = self.writing.lock();
         self.clear();
+        for (id, x) in used {
+            self.utilisation.with_label_values(&[id.as_str()]).set(x);
+        }
         for row in rows {
             let name: String = row.job_name.chars().take(MAX_NAME_LABEL).collect();
             let label = row.query_label.as_deref().unwrap_or("");
@@ -267,6 +370,8 @@ impl JobGauges {
         let q = &self.queries;
         let _writing = q.writing.lock();
         let mut out = self.jobs.collect();
+        out.extend(self.slots.collect());
+        out.extend(q.utilisation.collect());
         out.extend(q.last_duration.collect());
         out.extend(q.ratio.collect());
         out.extend(q.regressed.collect());

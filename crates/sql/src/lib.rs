@@ -337,9 +337,22 @@ impl SqlEngine {
         let started = tokio::time::Instant::now();
         self.used.store(true, std::sync::atomic::Ordering::Relaxed);
         let generation = self.refresh(false).await?;
-        let with_jobs = sql.to_ascii_lowercase().contains("jobs");
+        let lower = sql.to_ascii_lowercase();
+        let with_jobs = lower.contains("jobs");
         let jobs = if with_jobs {
             self.jobs(&generation).await?
+        } else {
+            Vec::new()
+        };
+        // The cluster logs, read (or found unchanged) off the runtime.
+        let with_usage = lower.contains("usage");
+        let usage = if with_usage {
+            let store = self.store.clone();
+            let now = bjh_format::now_millis();
+            tokio::task::spawn_blocking(move || tables::usage_batch(&store.cluster(now).intervals))
+                .await
+                .map(|b| vec![b])
+                .map_err(|e| SqlError::Internal(format!("the usage table cannot be built: {e}")))?
         } else {
             Vec::new()
         };
@@ -360,8 +373,10 @@ impl SqlEngine {
             root,
             files,
             with_jobs,
+            with_usage,
         };
-        let answer = self.workers.ask(request, jobs, started).await?;
+        let rows = worker::Rows { jobs, usage };
+        let answer = self.workers.ask(request, rows, started).await?;
         // The generation is held until the worker has read its files: a
         // refresh deletes replaced files only once no query holds them.
         let body = answer

@@ -18,7 +18,8 @@
 use crate::SqlError;
 use crate::SqlLimits;
 use crate::worker::{
-    DATA, HEAD, Head, REFUSAL, REQUEST, Refusal, Request, WORKER_ENV, frames, split, write_frame,
+    DATA, HEAD, Head, REFUSAL, REQUEST, Refusal, Request, Rows, WORKER_ENV, frames, split,
+    write_frame,
 };
 use bjh_metrics::HistoryMetrics;
 use bytes::Bytes;
@@ -223,7 +224,7 @@ impl Workers {
     pub(crate) async fn ask(
         &self,
         request: Request,
-        jobs: Vec<RecordBatch>,
+        rows: Rows,
         started: Instant,
     ) -> Result<Streamed, SqlError> {
         let mut ticket = Ticket {
@@ -231,7 +232,7 @@ impl Workers {
             settled: false,
         };
         let deadline = started + self.limits.timeout;
-        let result = self.ask_with(&mut ticket, request, jobs, deadline).await;
+        let result = self.ask_with(&mut ticket, request, rows, deadline).await;
         if let Err(e) = &result {
             log::debug!("history: a SQL query was not answered: {e}");
         }
@@ -248,12 +249,12 @@ impl Workers {
         &self,
         ticket: &mut Ticket,
         request: Request,
-        jobs: Vec<RecordBatch>,
+        rows: Rows,
         deadline: Instant,
     ) -> Result<(Head, Frames, Worker), SqlError> {
         let slot = self.admit(ticket, deadline).await?;
         let mut child = self.take()?;
-        let jobs_bytes: usize = jobs.iter().map(RecordBatch::get_array_memory_size).sum();
+        let jobs_bytes = rows.bytes();
         let address_space = (self.limits.memory as u64)
             .saturating_add(2 * self.limits.max_answer_bytes as u64)
             .saturating_add(2 * jobs_bytes as u64)
@@ -284,7 +285,10 @@ impl Workers {
             write_frame(&mut frame, REQUEST, &header)?;
             stdin.write_all(&frame).await?;
             if request.with_jobs {
-                send_jobs(&mut stdin, &jobs).await?;
+                send_rows(&mut stdin, &bjh_columnar::tables::JOBS, &rows.jobs).await?;
+            }
+            if request.with_usage {
+                send_rows(&mut stdin, &bjh_columnar::tables::USAGE, &rows.usage).await?;
             }
             stdin.shutdown().await
         };
@@ -398,14 +402,14 @@ fn limit(child: &Child, address_space: u64, limits: SqlLimits) -> std::io::Resul
     Ok(())
 }
 
-/// The `jobs` rows as an Arrow IPC stream, batch by batch.
-async fn send_jobs(
+/// A table's rows as an Arrow IPC stream, batch by batch.
+async fn send_rows(
     stdin: &mut tokio::process::ChildStdin,
+    schema: &datafusion::arrow::datatypes::SchemaRef,
     jobs: &[RecordBatch],
 ) -> std::io::Result<()> {
     use datafusion::arrow::ipc::writer::StreamWriter;
-    let mut writer = StreamWriter::try_new(Vec::new(), &bjh_columnar::tables::JOBS)
-        .map_err(std::io::Error::other)?;
+    let mut writer = StreamWriter::try_new(Vec::new(), schema).map_err(std::io::Error::other)?;
     stdin.write_all(&std::mem::take(writer.get_mut())).await?;
     for batch in jobs {
         writer.write(batch).map_err(std::io::Error::other)?;

@@ -103,6 +103,30 @@ pub(crate) struct Request {
     pub(crate) files: [Vec<String>; 3],
     /// Whether the `jobs` rows follow as an Arrow IPC stream.
     pub(crate) with_jobs: bool,
+    /// Whether the `usage` rows follow (after the `jobs` rows, when those
+    /// are sent) as an Arrow IPC stream.
+    #[serde(default)]
+    pub(crate) with_usage: bool,
+}
+
+/// The rows of the tables the server sends (not read from Parquet).
+#[derive(Debug, Default)]
+pub(crate) struct Rows {
+    /// `jobs`.
+    pub(crate) jobs: Vec<RecordBatch>,
+    /// `usage`.
+    pub(crate) usage: Vec<RecordBatch>,
+}
+
+impl Rows {
+    /// Their size in memory.
+    pub(crate) fn bytes(&self) -> usize {
+        self.jobs
+            .iter()
+            .chain(&self.usage)
+            .map(RecordBatch::get_array_memory_size)
+            .sum()
+    }
 }
 
 /// The start of an answer.
@@ -208,17 +232,22 @@ fn serve() -> std::io::Result<()> {
     };
     let mut input = std::io::Cursor::new(read_past).chain(input);
     let request: Request = serde_json::from_slice(&bytes).map_err(std::io::Error::other)?;
-    let jobs = if request.with_jobs {
+    let mut stream = |wanted: bool| -> std::io::Result<Vec<RecordBatch>> {
+        if !wanted {
+            return Ok(Vec::new());
+        }
         let reader = datafusion::arrow::ipc::reader::StreamReader::try_new(&mut input, None)
             .map_err(std::io::Error::other)?;
         reader
             .collect::<Result<Vec<_>, _>>()
-            .map_err(std::io::Error::other)?
-    } else {
-        Vec::new()
+            .map_err(std::io::Error::other)
+    };
+    let rows = Rows {
+        jobs: stream(request.with_jobs)?,
+        usage: stream(request.with_usage)?,
     };
     drop(input);
-    let answer = runtime.block_on(answer(&request, jobs));
+    let answer = runtime.block_on(answer(&request, rows));
     let mut out = std::io::stdout().lock();
     match answer {
         Ok((head, bytes)) => {
@@ -235,13 +264,13 @@ fn serve() -> std::io::Result<()> {
 }
 
 /// The request answered: its head and encoded bytes, or why not.
-async fn answer(request: &Request, jobs: Vec<RecordBatch>) -> Result<(Head, Vec<u8>), Refusal> {
+async fn answer(request: &Request, rows: Rows) -> Result<(Head, Vec<u8>), Refusal> {
     let root = request.root.to_string_lossy().to_string();
     let refuse = |e: &dyn std::fmt::Display| Refusal {
         message: hide_root(&e.to_string(), &root),
         too_large: false,
     };
-    let ctx = context(request, jobs).map_err(|e| refuse(&e))?;
+    let ctx = context(request, rows).map_err(|e| refuse(&e))?;
     let options = datafusion::execution::context::SQLOptions::new()
         .with_allow_ddl(false)
         .with_allow_dml(false)
@@ -436,7 +465,7 @@ fn caches() -> CacheManagerConfig {
 /// A session over the tables, with the memory pool; nothing else
 /// registered: no catalog, no URL tables, no object store but the
 /// columnar folder's.
-fn context(request: &Request, jobs: Vec<RecordBatch>) -> datafusion::error::Result<SessionContext> {
+fn context(request: &Request, rows: Rows) -> datafusion::error::Result<SessionContext> {
     let runtime = RuntimeEnvBuilder::new()
         .with_cache_manager(caches())
         .with_memory_limit(request.memory, 1.0)
@@ -460,8 +489,10 @@ fn context(request: &Request, jobs: Vec<RecordBatch>) -> datafusion::error::Resu
         let store = object_store::local::LocalFileSystem::new_with_prefix(&request.root)?;
         ctx.register_object_store(&root, Arc::new(store));
     }
-    let table = MemTable::try_new(tables::JOBS.clone(), vec![jobs])?;
+    let table = MemTable::try_new(tables::JOBS.clone(), vec![rows.jobs])?;
     ctx.register_table("jobs", Arc::new(table))?;
+    let table = MemTable::try_new(tables::USAGE.clone(), vec![rows.usage])?;
+    ctx.register_table("usage", Arc::new(table))?;
     for (t, (name, schema)) in TABLES.iter().enumerate() {
         let files = &request.files[t];
         let provider: Arc<dyn datafusion::catalog::TableProvider> = if files.is_empty() {
@@ -503,8 +534,13 @@ pub async fn answer_in_process(
         root,
         files,
         with_jobs: jobs.is_some(),
+        with_usage: false,
     };
-    answer(&request, jobs.unwrap_or_default())
+    let rows = Rows {
+        jobs: jobs.unwrap_or_default(),
+        usage: Vec::new(),
+    };
+    answer(&request, rows)
         .await
         .map(|(head, _)| head.rows)
         .map_err(|r| r.message)
