@@ -40,6 +40,8 @@ pub struct UsageJob {
     pub end: u64,
     /// Its busy slot-milliseconds.
     pub busy_slot_ms: u64,
+    /// How long it waited in the queue before it started (ms).
+    pub waited_ms: u64,
 }
 
 /// One hour of the range.
@@ -70,6 +72,8 @@ pub struct GroupUsage {
     pub idle_share_slot_ms: u64,
     /// Busy plus idle share.
     pub total_slot_ms: u64,
+    /// Its jobs' time in the queue, from queued to started, summed (ms).
+    pub waited_ms: u64,
     /// What that cost, at the server's slot-hour price (`null` without
     /// one).
     pub cost: Option<f64>,
@@ -101,6 +105,8 @@ pub struct Usage {
     pub cost: Option<f64>,
     /// Jobs counted.
     pub jobs: u64,
+    /// Their time in the queue, from queued to started, summed (ms).
+    pub waited_ms: u64,
     /// Jobs that ran in the range whose slot time is not known (their logs
     /// do not state it).
     pub jobs_without_usage: u64,
@@ -185,6 +191,7 @@ struct Busy<'a> {
     by_hour: Vec<f64>,
     keys: Vec<&'a str>,
     jobs: Vec<u64>,
+    waited: Vec<u64>,
     /// `(hour, group)` → busy.
     by_key: HashMap<(usize, usize), f64>,
 }
@@ -194,6 +201,7 @@ fn busy<'a>(jobs: &'a [UsageJob], hours: &Hours) -> Busy<'a> {
         by_hour: vec![0f64; hours.n],
         keys: Vec::new(),
         jobs: Vec::new(),
+        waited: Vec::new(),
         by_key: HashMap::new(),
     };
     let mut index: HashMap<&str, usize> = HashMap::new();
@@ -205,9 +213,11 @@ fn busy<'a>(jobs: &'a [UsageJob], hours: &Hours) -> Busy<'a> {
         let k = *index.entry(&job.key).or_insert_with(|| {
             out.keys.push(&job.key);
             out.jobs.push(0);
+            out.waited.push(0);
             out.keys.len() - 1
         });
         out.jobs[k] += 1;
+        out.waited[k] = out.waited[k].saturating_add(job.waited_ms);
         let span = end - job.start;
         for h in hours.touched(job.start, end) {
             let (h0, h1) = hours.bounds(h);
@@ -249,6 +259,7 @@ fn groups(b: &Busy<'_>, idle: &[f64], price: Option<f64>) -> Vec<GroupUsage> {
             busy_slot_ms: round(busy[k]),
             idle_share_slot_ms: round(share[k]),
             total_slot_ms: round(busy[k] + share[k]),
+            waited_ms: b.waited[k],
             cost: price.map(|p| cost(busy[k] + share[k], p)),
         })
         .collect();
@@ -267,6 +278,7 @@ fn groups(b: &Busy<'_>, idle: &[f64], price: Option<f64>) -> Vec<GroupUsage> {
             busy_slot_ms: sum(|g| g.busy_slot_ms),
             idle_share_slot_ms: sum(|g| g.idle_share_slot_ms),
             total_slot_ms: total,
+            waited_ms: sum(|g| g.waited_ms),
             cost: price.map(|p| cost(total as f64, p)),
         });
     }
@@ -325,6 +337,7 @@ pub fn usage(
             .then(|| ((total_busy - over) / total_capacity).clamp(0.0, 1.0)),
         cost: price.map(|p| cost(total_capacity + over, p)),
         jobs: b.jobs.iter().sum(),
+        waited_ms: b.waited.iter().sum(),
         jobs_without_usage: unknown,
         groups: groups(&b, &idle, price),
         hours: hourly,
@@ -365,6 +378,7 @@ mod tests {
             start,
             end,
             busy_slot_ms: busy,
+            waited_ms: 7,
         }
     }
 
@@ -405,6 +419,7 @@ mod tests {
         }
         let all = usage(&intervals, &jobs, 0, (0, 3 * h), Some(2.0));
         assert_eq!(all.busy_slot_ms, 1_015_008);
+        assert_eq!(all.waited_ms, 21, "three jobs, 7 ms each");
         assert_eq!(all.hours[1].peak_slots, 6);
         assert_eq!(all.hours[2].peak_slots, 2);
         // Each hour's capacity goes whole to the one query that ran in it:

@@ -11,9 +11,12 @@
 //!
 //! Records:
 //! - `ClusterMark` (first line of every file, then every
-//!   [`MARK_EVERY_MS`]): the executors up at `at`, with their slots. A
+//!   [`MARK_EVERY_MS`]): the scheduler is alive at `at`. The first of a
+//!   file (and of a run) lists the executors up, with their slots; a
 //!   reader takes an executor listed but not yet open as up from `at`, and
-//!   one open but not listed as gone at `at`.
+//!   one open but not listed as gone at `at`. The others leave the list
+//!   out (nothing changed that an `ExecutorUp` or `ExecutorDown` did not
+//!   say), so a year of them is tens of megabytes, not hundreds.
 //! - `ExecutorUp`: an executor registered (first seen) at `at`.
 //! - `ExecutorDown`: an executor left at `at` (its last heartbeat when the
 //!   scheduler dropped it, or the scheduler's own stop).
@@ -57,8 +60,10 @@ pub struct ClusterMark {
     pub scheduler_id: String,
     /// When (epoch millis).
     pub at: u64,
-    /// The executors up then.
-    pub executors: Vec<UpExecutor>,
+    /// The executors up then; absent when the mark only says the
+    /// scheduler is alive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executors: Option<Vec<UpExecutor>>,
 }
 
 /// `ExecutorUp`.

@@ -315,8 +315,14 @@ fn changes(
         now.saturating_sub(m) >= MARK_EVERY_MS || now < m || now / DAY_MS != m / DAY_MS
     });
     if due {
+        // The list with a run's and a day's first mark; a tick after.
+        let listing = last_mark.is_none_or(|m| now / DAY_MS != m / DAY_MS || now < m);
         *last_mark = Some(now);
-        lines.extend(encode_line(kind::CLUSTER_MARK, &mark(up, now, scheduler_id)).ok());
+        let mut mark = mark(up, now, scheduler_id);
+        if !listing {
+            mark.executors = None;
+        }
+        lines.extend(encode_line(kind::CLUSTER_MARK, &mark).ok());
     }
     lines
 }
@@ -325,13 +331,14 @@ fn mark(up: &BTreeMap<String, Up>, at: u64, scheduler_id: &str) -> ClusterMark {
     ClusterMark {
         scheduler_id: scheduler_id.to_string(),
         at,
-        executors: up
-            .iter()
-            .map(|(id, u)| UpExecutor {
-                executor_id: id.clone(),
-                slots: u.slots,
-            })
-            .collect(),
+        executors: Some(
+            up.iter()
+                .map(|(id, u)| UpExecutor {
+                    executor_id: id.clone(),
+                    slots: u.slots,
+                })
+                .collect(),
+        ),
     }
 }
 

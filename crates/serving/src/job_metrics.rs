@@ -275,6 +275,7 @@ fn utilisation_last_hour(store: &LogStore) -> Vec<(String, f64)> {
                         start: j.start_time(),
                         end: j.end_time(),
                         busy_slot_ms: j.usage()?.busy_slot_ms,
+                        waited_ms: 0,
                     })
                 })
                 .collect();

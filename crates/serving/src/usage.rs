@@ -143,6 +143,10 @@ pub async fn usage_of(
                     start: j.start_time(),
                     end: j.end_time(),
                     busy_slot_ms: u.busy_slot_ms,
+                    waited_ms: match j.queued_time() {
+                        0 => 0,
+                        queued => j.start_time().saturating_sub(queued),
+                    },
                 })
             })
             .collect();

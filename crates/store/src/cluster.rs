@@ -273,8 +273,11 @@ impl Stream {
                 if self.scheduler_id.is_empty() {
                     self.scheduler_id = mark.scheduler_id.clone();
                 }
-                let listed: BTreeMap<_, _> = mark
-                    .executors
+                // A tick: the scheduler was alive, nothing more.
+                let Some(executors) = &mark.executors else {
+                    return;
+                };
+                let listed: BTreeMap<_, _> = executors
                     .iter()
                     .map(|e| (e.executor_id.clone(), e.slots.clamp(1, MAX_SLOTS)))
                     .collect();
@@ -382,13 +385,15 @@ mod tests {
         let m = ClusterMark {
             scheduler_id: "s".into(),
             at,
-            executors: executors
-                .iter()
-                .map(|(id, slots)| UpExecutor {
-                    executor_id: id.to_string(),
-                    slots: *slots,
-                })
-                .collect(),
+            executors: Some(
+                executors
+                    .iter()
+                    .map(|(id, slots)| UpExecutor {
+                        executor_id: id.to_string(),
+                        slots: *slots,
+                    })
+                    .collect(),
+            ),
         };
         encode_line(kind::CLUSTER_MARK, &m).unwrap()
     }

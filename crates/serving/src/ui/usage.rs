@@ -121,6 +121,7 @@ fn totals(u: &Usage) -> Markup {
             div { dt { "Busy" } dd { (duration(u.busy_slot_ms)) } }
             div { dt { "Idle" } dd { (duration(u.idle_slot_ms)) } }
             div { dt { "Idle, no job running" } dd { (duration(u.unattributed_idle_slot_ms)) } }
+            div { dt title="From queued to started, summed over the jobs" { "Jobs waited" } dd { (duration(u.waited_ms)) } }
             div { dt { "Utilisation" } dd {
                 @match u.utilisation { Some(x) => (format!("{:.1} %", x * 100.0)), None => span.muted { "no cluster log in this range" } }
             } }
@@ -201,7 +202,7 @@ fn groups(u: &Usage, group_by: GroupBy) -> Markup {
         } @else {
             div.table-wrap { table {
                 thead { tr {
-                    th { (group_by.word()) } th.num { "Jobs" } th.num { "Busy" } th.num { "Idle share" } th.num { "Total" }
+                    th { (group_by.word()) } th.num { "Jobs" } th.num { "Busy" } th.num { "Idle share" } th.num { "Total" } th.num title="From queued to started, summed" { "Waited" }
                     @if u.cost.is_some() { th.num { "Cost" } }
                 } }
                 tbody {
@@ -222,6 +223,7 @@ fn groups(u: &Usage, group_by: GroupBy) -> Markup {
                             td.num { (duration(g.busy_slot_ms)) }
                             td.num { (duration(g.idle_share_slot_ms)) }
                             td.num { (duration(g.total_slot_ms)) }
+                            td.num { (duration(g.waited_ms)) }
                             @if let Some(cost) = g.cost { td.num { (format!("{cost:.2}")) } }
                         }
                     }
