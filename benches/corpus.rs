@@ -257,6 +257,7 @@ pub fn summaries(n: usize) -> Vec<bjh_store::JobSummary> {
                     busy_slot_ms: 400 + rng.below(100_000),
                     failed_slot_ms: 0,
                 }),
+                tags: None,
             })
         })
         .collect()

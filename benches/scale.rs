@@ -62,6 +62,7 @@ fn process_restart(n: usize) {
                 ranges: None,
                 scheduler_id: j.scheduler_id(),
                 usage: j.usage(),
+                tags: j.tags(),
             })
         })
         .collect();

@@ -62,6 +62,7 @@ fn jobs(n: usize) -> Vec<JobSummary> {
                     busy_slot_ms: 4_000 + (i as u64 % 90_000),
                     failed_slot_ms: 0,
                 }),
+                tags: None,
             })
         })
         .collect()
@@ -138,6 +139,7 @@ fn main() {
         from: Some((YEAR_START + 151 * DAY).to_string()),
         to: Some((YEAR_START + 181 * DAY).to_string()),
         group_by: Some("query".into()),
+        tag: None,
     };
     let first = Instant::now();
     let u = runtime

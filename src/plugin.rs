@@ -335,7 +335,18 @@ impl Recording {
             );
         }
         let metrics = HistoryMetrics::global();
+        if let Some(secret) = options
+            .usage_tags
+            .iter()
+            .find(|k| options.redactor.is_secret(k))
+        {
+            return Err(ServerError::Config(format!(
+                "--usage-tags: {secret:?} is a redacted key (it matches the redaction pattern): \
+                 its values are never written, so it cannot tag usage; name another key"
+            )));
+        }
         let mut wc = WriterConfig::new(&options.event_log_dir);
+        wc.usage_tags = options.usage_tags.clone();
         wc.queue_capacity = options.queue_capacity;
         wc.max_open_files = options.max_open_files;
         wc.compression = options.compression;

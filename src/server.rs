@@ -101,6 +101,10 @@ pub struct HistoryOptions {
     /// The price of one task-slot hour, for the costs of `/api/usage`
     /// and the Usage page; `None` shows none.
     pub slot_hour_price: Option<f64>,
+    /// Session-config keys whose values a recording scheduler states in
+    /// each job's footer as its usage tags (`/api/usage?group_by=tag`); a
+    /// key the redaction pattern matches is refused.
+    pub usage_tags: Vec<String>,
     /// The OTLP/gRPC receiver a recording scheduler sends each finished
     /// job's trace to (`bjh_traces`); `None` sends none.
     pub otlp_endpoint: Option<String>,
@@ -149,6 +153,7 @@ impl HistoryOptions {
             allowed_hosts: Vec::new(),
             metrics_top_queries: bjh_serving::job_metrics::DEFAULT_TOP_QUERIES,
             slot_hour_price: None,
+            usage_tags: Vec::new(),
             otlp_endpoint: None,
             scheduler_id: None,
             cors_allowed_origins: None,

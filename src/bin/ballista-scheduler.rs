@@ -196,6 +196,11 @@ struct Cli {
     /// `/api/usage` and the Usage page show; without it they show none.
     #[arg(long, value_parser = parse_price)]
     slot_hour_price: Option<f64>,
+    /// Session-config keys (comma-separated) whose values each job's log
+    /// states as its usage tags, to group `/api/usage` by
+    /// (`group_by=tag`); a redacted key is refused.
+    #[arg(long, value_delimiter = ',')]
+    usage_tags: Vec<String>,
     /// With --history-only: write the SQL tables (jobs, stages, tasks,
     /// operators) as Parquet under this directory, then exit (see
     /// docs/sql.md for the layout).
@@ -282,6 +287,7 @@ const NEED_EVENT_LOG_DIR: &[&str] = &[
     "allowed_hosts",
     "metrics_top_queries",
     "slot_hour_price",
+    "usage_tags",
     "export_parquet",
     "otlp_endpoint",
     "export_otlp",
@@ -295,6 +301,7 @@ const RECORDING_ONLY: &[&str] = &[
     "event_log_max_open_files",
     "event_log_redact_pattern",
     "event_log_compression",
+    "usage_tags",
 ];
 
 /// Flags of the object-store half.
@@ -600,6 +607,7 @@ fn history_options(
     options.allowed_hosts = cli.allowed_hosts.clone();
     options.metrics_top_queries = cli.metrics_top_queries;
     options.slot_hour_price = cli.slot_hour_price;
+    options.usage_tags = cli.usage_tags.clone();
     options.otlp_endpoint = cli.otlp_endpoint.clone();
     options.scheduler_id = cli
         .our_scheduler_id

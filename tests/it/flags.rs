@@ -60,6 +60,8 @@ fn flags_that_would_do_nothing_are_refused_with_the_fix() {
         ("--export-parquet", Some("/tmp/out")),
         ("--metrics-top-queries", Some("5")),
         ("--otlp-endpoint", Some("http://127.0.0.1:4317")),
+        ("--slot-hour-price", Some("0.05")),
+        ("--usage-tags", Some("team")),
     ] {
         let mut args = vec![flag];
         args.extend(value);
@@ -80,6 +82,7 @@ fn flags_that_would_do_nothing_are_refused_with_the_fix() {
         ("--event-log-max-open-files", "10"),
         ("--event-log-compression", "zstd"),
         ("--event-log-redact-pattern", "key"),
+        ("--usage-tags", "team"),
     ] {
         refused(
             &["--history-only", "--event-log-dir", dir, flag, value],
@@ -124,6 +127,15 @@ fn flags_that_would_do_nothing_are_refused_with_the_fix() {
     refused(
         &["--event-log-dir", dir, "--sql-memory-limit", "lots"],
         &["--sql-memory-limit"],
+    );
+    // Usage: a price is a number; a tag is never a redacted key.
+    refused(
+        &["--event-log-dir", dir, "--slot-hour-price", "cheap"],
+        &["--slot-hour-price", "cheap"],
+    );
+    refused(
+        &["--event-log-dir", dir, "--usage-tags", "team,my.secret.key"],
+        &["--usage-tags", "my.secret.key", "redacted"],
     );
     // The scheduler id: recorded by a scheduler, so nothing to a
     // history-only server or without a directory; one id per scheduler;

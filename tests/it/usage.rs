@@ -51,7 +51,9 @@ async fn a_jobs_slot_time_is_the_sum_of_its_attempts_spans_everywhere() {
     let tmp = tempfile::tempdir().unwrap();
     let logs = tmp.path().join("logs");
     let data = write_csv(tmp.path(), "t.csv", 20_000);
-    let mut sched = Proc::scheduler(&logs, &[]);
+    // The partitions setting the client sets, a usage tag.
+    let tag = "datafusion.execution.target_partitions";
+    let mut sched = Proc::scheduler(&logs, &["--usage-tags", tag]);
     sched.wait_healthy().await;
     // One slot: every task holds exactly one, so the oracle needs no rule
     // for how many a task holds.
@@ -85,6 +87,16 @@ async fn a_jobs_slot_time_is_the_sum_of_its_attempts_spans_everywhere() {
     })
     .await;
     assert_eq!(live, want, "the live list");
+    // Grouped by the tag: both jobs ran with 4 partitions.
+    for (query, key) in [
+        (format!("group_by=tag&tag={tag}"), "4".to_string()),
+        ("group_by=tag".to_string(), format!("{tag}=4")),
+    ] {
+        let u = get_json(&sched.url(&format!("/api/usage?{query}"))).await;
+        assert_eq!(u["groups"].as_array().unwrap().len(), 1, "{u}");
+        assert_eq!(u["groups"][0]["key"], key.as_str(), "{u}");
+        assert_eq!(u["groups"][0]["jobs"], 2, "{u}");
+    }
     // SQL's `jobs`, made from the records rather than the footer.
     let rows = sql(
         &sched,
@@ -287,6 +299,27 @@ async fn every_slot_second_the_cluster_had_is_accounted_for() {
         let accounted = n(&u, "busy_slot_ms") - n(&u, "over_capacity_slot_ms") + idle;
         assert!(within(accounted, n(&u, "capacity_slot_ms")), "{u}");
     }
+    // By executor: the two executors, their busy time from the jobs'
+    // footers, the same totals.
+    let by = get_json(&hist.url(&format!(
+        "/api/usage?from={}&to={end}&group_by=executor",
+        t0 - 60_000
+    )))
+    .await;
+    let groups = by["groups"].as_array().unwrap();
+    let mut keys: Vec<&str> = groups.iter().map(|g| g["key"].as_str().unwrap()).collect();
+    keys.sort();
+    let mut want_keys: Vec<&str> = both.iter().map(String::as_str).collect();
+    want_keys.sort();
+    assert_eq!(keys, want_keys, "{by}");
+    assert_eq!(n(&by, "capacity_slot_ms"), capacity, "{by}");
+    assert_eq!(n(&by, "busy_slot_ms") as u64, busy_want, "{by}");
+    let shares: f64 = groups.iter().map(|g| n(g, "idle_share_slot_ms")).sum();
+    let idle = n(&by, "idle_slot_ms");
+    assert!(
+        (shares + n(&by, "unattributed_idle_slot_ms") - idle).abs() <= 0.01 * idle,
+        "{by}"
+    );
     // SQL's `usage`, by hour and executor, adds up to the same capacity.
     let rows = sql(
         &hist,

@@ -344,6 +344,54 @@ pub fn usage(
     }
 }
 
+/// Usages over the same range (one per executor, each over its own
+/// intervals and the busy time its jobs had on it) as one: the totals and
+/// hours summed, each a group keyed `key` whose idle share is the idle
+/// time its own usage attributed; the idle time of hours in which nothing
+/// ran on it stays unattributed, so the books still balance.
+pub fn combined(parts: Vec<(String, Usage)>, (from, to): (u64, u64), price: Option<f64>) -> Usage {
+    let hours = Hours::new(from, to.max(from));
+    let mut out = usage(&[], &[], 0, (from, to), price);
+    let mut utilised = 0f64;
+    for (key, u) in parts {
+        let shares: u64 = u.groups.iter().map(|g| g.idle_share_slot_ms).sum();
+        out.capacity_slot_ms += u.capacity_slot_ms;
+        out.estimated_capacity_slot_ms += u.estimated_capacity_slot_ms;
+        out.busy_slot_ms += u.busy_slot_ms;
+        out.over_capacity_slot_ms += u.over_capacity_slot_ms;
+        out.idle_slot_ms += u.idle_slot_ms;
+        out.unattributed_idle_slot_ms += u.unattributed_idle_slot_ms;
+        out.jobs_without_usage = out.jobs_without_usage.max(u.jobs_without_usage);
+        utilised += u.busy_slot_ms.saturating_sub(u.over_capacity_slot_ms) as f64;
+        for (mine, theirs) in out.hours.iter_mut().zip(&u.hours) {
+            mine.capacity_slot_ms += theirs.capacity_slot_ms;
+            mine.busy_slot_ms += theirs.busy_slot_ms;
+            mine.idle_slot_ms += theirs.idle_slot_ms;
+            mine.peak_slots += theirs.peak_slots;
+        }
+        let total = u.busy_slot_ms + shares;
+        out.groups.push(GroupUsage {
+            key,
+            jobs: u.jobs,
+            busy_slot_ms: u.busy_slot_ms,
+            idle_share_slot_ms: shares,
+            total_slot_ms: total,
+            waited_ms: 0,
+            cost: price.map(|p| cost(total as f64, p)),
+        });
+    }
+    debug_assert_eq!(out.hours.len(), hours.n);
+    out.groups.sort_by(|a, b| {
+        b.total_slot_ms
+            .cmp(&a.total_slot_ms)
+            .then(a.key.cmp(&b.key))
+    });
+    out.utilisation = (out.capacity_slot_ms > 0)
+        .then(|| (utilised / out.capacity_slot_ms as f64).clamp(0.0, 1.0));
+    out.cost = price.map(|p| cost((out.capacity_slot_ms + out.over_capacity_slot_ms) as f64, p));
+    out
+}
+
 /// The most slots up at once, from `(time, +slots | -slots)` edges (an end
 /// before a start at the same time).
 fn peak(edges: &mut [(u64, i64)]) -> u64 {
@@ -439,6 +487,37 @@ mod tests {
             "{:?}",
             all.groups
         );
+    }
+
+    /// By executor: each its own capacity, the busy time it had, its idle
+    /// time shared or unattributed; the books still balance.
+    #[test]
+    fn executors_combined_keep_the_books() {
+        let h = HOUR_MS;
+        let a = usage(
+            &[up("a", 2, 0, 2 * h)],
+            &[job("a", 0, h, 1_000)],
+            0,
+            (0, 2 * h),
+            None,
+        );
+        let b = usage(&[up("b", 1, 0, 2 * h)], &[], 0, (0, 2 * h), None);
+        let both = combined(
+            vec![("a".into(), a), ("b".into(), b)],
+            (0, 2 * h),
+            Some(1.0),
+        );
+        assert_eq!(both.capacity_slot_ms, 6 * h);
+        assert_eq!(both.busy_slot_ms, 1_000);
+        // a's first hour is its idle share; its second hour and all of b
+        // ran nothing.
+        assert_eq!(both.groups[0].key, "a");
+        assert_eq!(both.groups[0].idle_share_slot_ms, 2 * h - 1_000);
+        assert_eq!(both.unattributed_idle_slot_ms, 2 * h + 2 * h);
+        let shares: u64 = both.groups.iter().map(|g| g.idle_share_slot_ms).sum();
+        assert_eq!(both.idle_slot_ms, shares + both.unattributed_idle_slot_ms);
+        assert_eq!(both.hours[0].peak_slots, 3);
+        assert_eq!(both.cost, Some(6.0));
     }
 
     #[test]

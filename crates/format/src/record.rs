@@ -325,6 +325,9 @@ pub struct JobEndSummary {
     /// and older footers, do not say).
     #[serde(skip)]
     pub usage: Option<crate::usage::SlotUsage>,
+    /// The usage tags a footer states (`Footer::tags`).
+    #[serde(skip)]
+    pub tags: BTreeMap<String, String>,
 }
 
 impl JobEndSummary {
@@ -400,6 +403,16 @@ pub struct Footer {
     /// Ours: the failed attempts' part of `busy_slot_ms`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_slot_ms: Option<u64>,
+    /// Ours: `busy_slot_ms` by the executor that ran the attempts (at most
+    /// 10,000 executors; absent in logs written before the field existed).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub busy_by_executor: BTreeMap<String, u64>,
+    /// Ours: the values of the session-config keys the operator named as
+    /// usage tags (`--usage-tags`), as the job's redacted `/config`
+    /// answer has them; absent when none is set (and in logs written
+    /// before the field existed).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
     /// Ours: where each stored payload's bytes are, by name (see
     /// [`payload`]), as `[offset, length]` in the file. In a plain log, the
     /// JSON value inside the `JobEnd` line; in a compressed log, one zstd

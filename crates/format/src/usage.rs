@@ -25,17 +25,18 @@ pub struct SlotUsage {
 impl SlotUsage {
     /// Adds one attempt that held `slots` slots.
     pub fn add(&mut self, task: &impl TaskTimes, slots: u32, failed: bool) {
-        self.add_span(span_ms(task), slots, failed);
+        let _ = self.add_span(span_ms(task), slots, failed);
     }
 
     /// Adds one attempt that held `slots` slots for `span_ms`
-    /// milliseconds (see [`span_ms`]).
-    pub fn add_span(&mut self, span_ms: u64, slots: u32, failed: bool) {
+    /// milliseconds (see [`span_ms`]); gives the slot-milliseconds added.
+    pub fn add_span(&mut self, span_ms: u64, slots: u32, failed: bool) -> u64 {
         let ms = span_ms.saturating_mul(u64::from(slots.max(1)));
         self.busy_slot_ms = self.busy_slot_ms.saturating_add(ms);
         if failed {
             self.failed_slot_ms = self.failed_slot_ms.saturating_add(ms);
         }
+        ms
     }
 
     /// The usage of `tasks` (each with whether it failed), their slots

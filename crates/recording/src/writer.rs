@@ -81,7 +81,14 @@ pub struct WriterConfig {
     /// Given the records of each job whose log completed, when it wants
     /// them, so that it need not read the log again.
     pub written: Option<Arc<dyn WrittenJobs>>,
+    /// The session-config keys whose values each footer states as the
+    /// job's usage tags (`--usage-tags`; never a redacted key: the flag
+    /// refuses them).
+    pub usage_tags: Vec<String>,
 }
+
+/// The longest tag value kept (in characters); longer ones are cut.
+const MAX_TAG_VALUE: usize = 256;
 
 pub use bjh_format::written::WrittenJobs;
 
@@ -101,6 +108,7 @@ impl WriterConfig {
             compression: Compression::None,
             completed: None,
             written: None,
+            usage_tags: Vec::new(),
         }
     }
 }
@@ -271,7 +279,7 @@ struct OpenJob {
     kept: Option<Kept>,
     /// Each attempt received, for the footer's slot time; `None` past
     /// [`MAX_SPANS`] (the footer then does not state it).
-    spans: Option<Vec<Span>>,
+    spans: Option<Spans>,
     last_used: u64,
     dirty: bool,
 }
@@ -280,24 +288,84 @@ struct OpenJob {
 struct Span {
     stage_id: u32,
     task_id: u32,
+    /// Index into [`Spans::executors`].
+    executor: u32,
     ms: u64,
     failed: bool,
 }
 
+/// A job's attempts so far, and the executors that ran them.
+#[derive(Default)]
+struct Spans {
+    list: Vec<Span>,
+    executors: Vec<String>,
+}
+
+impl Spans {
+    fn executor(&mut self, id: &str) -> u32 {
+        match self.executors.iter().rposition(|e| e == id) {
+            Some(i) => i as u32,
+            None => {
+                self.executors.push(id.to_string());
+                (self.executors.len() - 1) as u32
+            }
+        }
+    }
+}
+
+/// Executors a footer's `busy_by_executor` names at most.
+const MAX_FOOTER_EXECUTORS: usize = 10_000;
+
 /// Attempts remembered per job for its slot time (24 bytes each).
 const MAX_SPANS: usize = 4_000_000;
 
+/// The values of `keys` in the job's (redacted) `/config` answer.
+fn usage_tags(keys: &[String], config: &str) -> std::collections::BTreeMap<String, String> {
+    if keys.is_empty() {
+        return Default::default();
+    }
+    let Ok(map) =
+        serde_json::from_str::<std::collections::BTreeMap<String, serde_json::Value>>(config)
+    else {
+        return Default::default();
+    };
+    keys.iter()
+        .filter_map(|k| {
+            let value = match map.get(k)? {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            Some((k.clone(), value.chars().take(MAX_TAG_VALUE).collect()))
+        })
+        .collect()
+}
+
 /// The slot time of `spans`, each attempt's slots read from the job's final
-/// `/stages` answer (see `format::usage`).
-fn slot_usage(spans: &[Span], end: &JobEnd) -> bjh_format::usage::SlotUsage {
+/// `/stages` answer (see `format::usage`), and its part by executor.
+fn slot_usage(
+    spans: &Spans,
+    end: &JobEnd,
+) -> (
+    bjh_format::usage::SlotUsage,
+    std::collections::BTreeMap<String, u64>,
+) {
     let stages = bjh_format::stages::StagesAnswer::parse(end.stages.get().as_bytes());
     let slots = bjh_format::stages::task_slots(&stages.stages);
     let mut usage = bjh_format::usage::SlotUsage::default();
-    for s in spans {
+    let mut by_executor = vec![0u64; spans.executors.len()];
+    for s in &spans.list {
         let held = slots.get(&(s.stage_id, s.task_id)).copied().unwrap_or(1);
-        usage.add_span(s.ms, held, s.failed);
+        let ms = usage.add_span(s.ms, held, s.failed);
+        if let Some(e) = by_executor.get_mut(s.executor as usize) {
+            *e = e.saturating_add(ms);
+        }
     }
-    usage
+    let by_executor = if spans.executors.len() <= MAX_FOOTER_EXECUTORS {
+        spans.executors.iter().cloned().zip(by_executor).collect()
+    } else {
+        Default::default()
+    };
+    (usage, by_executor)
 }
 
 /// One job's records kept for [`WriterConfig::written`].
@@ -424,14 +492,18 @@ impl Writer {
                 job.spans = job
                     .spans
                     .take()
-                    .filter(|s| s.len() + tasks.len() <= MAX_SPANS);
+                    .filter(|s| s.list.len() + tasks.len() <= MAX_SPANS);
                 if let Some(spans) = &mut job.spans {
-                    spans.extend(tasks.iter().map(|t| Span {
-                        stage_id: t.stage_id,
-                        task_id: t.task_id,
-                        ms: bjh_format::usage::span_ms(t),
-                        failed: !matches!(t.status, record::TaskOutcome::Successful),
-                    }));
+                    for t in &tasks {
+                        let executor = spans.executor(&t.executor_id);
+                        spans.list.push(Span {
+                            stage_id: t.stage_id,
+                            task_id: t.task_id,
+                            executor,
+                            ms: bjh_format::usage::span_ms(t),
+                            failed: !matches!(t.status, record::TaskOutcome::Successful),
+                        });
+                    }
                 }
                 let whole = lines.len() == tasks.len()
                     && (job.started || job.held.len() + lines.len() <= MAX_HELD_LINES);
@@ -502,7 +574,7 @@ impl Writer {
                 .as_ref()
                 .filter(|w| w.wanted())
                 .map(|_| Kept::default()),
-            spans: Some(Vec::new()),
+            spans: Some(Spans::default()),
             last_used: 0,
             dirty: false,
         })
@@ -701,11 +773,14 @@ impl Writer {
             .map(bjh_format::query_hash::hash_text);
         let query_label = plans.as_ref().and_then(|plans| plans.query_label());
         let scheduler_id = self.jobs.get(job_id).and_then(|j| j.scheduler_id.clone());
-        let usage = self
-            .jobs
-            .get(job_id)
-            .and_then(|j| j.spans.as_deref())
-            .map(|spans| slot_usage(spans, end));
+        let (usage, by_executor) = match self.jobs.get(job_id).and_then(|j| j.spans.as_ref()) {
+            Some(spans) => {
+                let (usage, by_executor) = slot_usage(spans, end);
+                (Some(usage), by_executor)
+            }
+            None => (None, Default::default()),
+        };
+        let tags = usage_tags(&self.config.usage_tags, end.config.get());
         let footer = |offset: u64, len: u64, payloads| Footer {
             job_end_offset: offset,
             job_end_len: len,
@@ -718,6 +793,8 @@ impl Writer {
             scheduler_id: scheduler_id.clone(),
             busy_slot_ms: usage.map(|u| u.busy_slot_ms),
             failed_slot_ms: usage.map(|u| u.failed_slot_ms),
+            busy_by_executor: by_executor.clone(),
+            tags: tags.clone(),
             payloads,
         };
         let Compression::Zstd(level) = self.config.compression else {
@@ -1022,6 +1099,10 @@ mod tests {
         // 2 ms on 3 slots, 2 ms on 1 (failed), 2 ms on 1 (not listed).
         assert_eq!(footer["data"]["busy_slot_ms"], 10);
         assert_eq!(footer["data"]["failed_slot_ms"], 2);
+        assert_eq!(
+            footer["data"]["busy_by_executor"],
+            serde_json::json!({"e": 10})
+        );
     }
 
     /// Keeps what it is handed.

@@ -37,8 +37,12 @@ pub struct UsageParams {
     pub from: Option<String>,
     /// Range end, exclusive (same forms); default now.
     pub to: Option<String>,
-    /// `query` (query hash, the default), `name` or `scheduler`.
+    /// `query` (query hash, the default), `name`, `scheduler` or `tag`
+    /// (the usage tags a recording scheduler's `--usage-tags` named).
     pub group_by: Option<String>,
+    /// With `group_by=tag`: group by this tag's value alone (default:
+    /// by all of a job's tags together).
+    pub tag: Option<String>,
 }
 
 #[utoipa::path(
@@ -69,14 +73,21 @@ pub enum GroupBy {
     Name,
     /// By scheduler id.
     Scheduler,
+    /// By usage tags.
+    Tag,
+    /// By executor: each its capacity, the busy time its jobs had on it
+    /// (their footers' `busy_by_executor`) and its idle time.
+    Executor,
 }
 
 impl GroupBy {
     /// The parameter's words.
-    pub const WORDS: [(&'static str, GroupBy); 3] = [
+    pub const WORDS: [(&'static str, GroupBy); 5] = [
         ("query", GroupBy::Query),
         ("name", GroupBy::Name),
         ("scheduler", GroupBy::Scheduler),
+        ("tag", GroupBy::Tag),
+        ("executor", GroupBy::Executor),
     ];
 
     /// The word for this grouping.
@@ -119,6 +130,12 @@ pub async fn usage_of(
     let Some(store) = store else {
         return Err(ApiError::Missing("no log directory here".into()));
     };
+    let tag = params.tag.clone();
+    if group_by == GroupBy::Executor {
+        return tokio::task::spawn_blocking(move || by_executor(&store, (from, to), now, price))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+    }
     tokio::task::spawn_blocking(move || {
         let cluster = store.cluster(now);
         let mut unknown = 0;
@@ -137,6 +154,8 @@ pub async fn usage_of(
                         0 => String::new(),
                         h => bjh_format::query_hash::hash_text(h),
                     },
+                    GroupBy::Tag => tag_key(j.tags(), tag.as_deref()),
+                    GroupBy::Executor => String::new(),
                 };
                 Some(UsageJob {
                     key,
@@ -154,4 +173,81 @@ pub async fn usage_of(
     })
     .await
     .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// A job's group under `group_by=tag`: its tags (a JSON object's text) as
+/// `k=v, ...`, or the one tag `key`'s value; empty when it has none.
+fn tag_key(tags: Option<&str>, key: Option<&str>) -> String {
+    let Some(tags) = tags else {
+        return String::new();
+    };
+    let map: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(tags).unwrap_or_default();
+    match key {
+        Some(key) => map.get(key).cloned().unwrap_or_default(),
+        None => map
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+/// Jobs whose footers `group_by=executor` reads at most (one small read
+/// each).
+pub const MAX_EXECUTOR_JOBS: usize = 50_000;
+
+/// Usage by executor: each executor's intervals and the busy time the
+/// jobs of the range had on it, from their footers.
+fn by_executor(
+    store: &LogStore,
+    (from, to): (u64, u64),
+    now: u64,
+    price: Option<f64>,
+) -> Result<Usage, ApiError> {
+    let jobs = store.ran_between(from, to);
+    if jobs.len() > MAX_EXECUTOR_JOBS {
+        return Err(ApiError::BadRequest(format!(
+            "invalid value for parameter `group_by`: executor reads each job's footer, at most \
+             {MAX_EXECUTOR_JOBS} jobs, and {} ran in this range; narrow it with `from` and `to`",
+            jobs.len()
+        )));
+    }
+    let cluster = store.cluster(now);
+    let mut parts: std::collections::BTreeMap<String, (Vec<_>, Vec<UsageJob>)> = Default::default();
+    for i in &cluster.intervals {
+        parts
+            .entry(i.executor_id.clone())
+            .or_default()
+            .0
+            .push(i.clone());
+    }
+    let mut unknown = 0;
+    for j in &jobs {
+        let footer = store.footer(j.job_id());
+        let Some(by) = footer.map(|f| f.busy_by_executor).filter(|b| !b.is_empty()) else {
+            unknown += 1;
+            continue;
+        };
+        for (executor, busy_slot_ms) in by {
+            parts.entry(executor.clone()).or_default().1.push(UsageJob {
+                key: executor,
+                start: j.start_time(),
+                end: j.end_time(),
+                busy_slot_ms,
+                waited_ms: 0,
+            });
+        }
+    }
+    let parts = parts
+        .into_iter()
+        .map(|(executor, (intervals, jobs))| {
+            let part = usage(&intervals, &jobs, unknown, (from, to), price);
+            (executor, part)
+        })
+        .collect();
+    let mut out = bjh_analysis::usage::combined(parts, (from, to), price);
+    out.jobs = (jobs.len() as u64).saturating_sub(unknown);
+    out.jobs_without_usage = unknown;
+    Ok(out)
 }

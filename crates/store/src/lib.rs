@@ -243,6 +243,16 @@ impl LogStore {
         }
     }
 
+    /// The footer of job `job_id`'s completed log, when it has one (one
+    /// small read from the end of the file or object).
+    pub fn footer(&self, job_id: &str) -> Option<bjh_format::record::Footer> {
+        let log = self.log_of(job_id)?;
+        read::footer_of(&log)
+            .ok()
+            .flatten()
+            .map(|(footer, _)| footer)
+    }
+
     /// The cluster logs' names (`DIR/.cluster/`, or `<prefix>/.cluster/`).
     pub fn cluster_log_names(&self) -> Vec<String> {
         let listed = match &self.remote {
@@ -685,6 +695,8 @@ mod tests {
                         scheduler_id: None,
                         busy_slot_ms: None,
                         failed_slot_ms: None,
+                        busy_by_executor: Default::default(),
+                        tags: Default::default(),
                         payloads: Default::default(),
                     },
                 )

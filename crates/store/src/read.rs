@@ -199,6 +199,7 @@ fn summary_of<'a>(
         stated_label: None,
         scheduler_id: None,
         usage: None,
+        tags: Default::default(),
     };
     Some((summary, Some(ranges)))
 }
@@ -269,6 +270,7 @@ fn parsed(line: &[u8], start: u64) -> Result<(JobEndSummary, Option<PayloadRange
         stated_label: None,
         scheduler_id: None,
         usage: None,
+        tags: Default::default(),
     };
     Ok((summary, Some(ranges)))
 }
@@ -321,6 +323,7 @@ fn footer_summary(path: &LogRef, footer: Footer, file_len: u64) -> JobEndSummary
                 busy_slot_ms,
                 failed_slot_ms: footer.failed_slot_ms.unwrap_or(0).min(busy_slot_ms),
             }),
+        tags: footer.tags,
     }
 }
 

@@ -8,7 +8,7 @@
 //! corrupt or foreign file is detected (magic, length, checksum) and
 //! ignored, and the index is rebuilt from the directory; nothing is lost.
 //!
-//! Format (little-endian): the magic `BJHIDX07`, then one record per job,
+//! Format (little-endian): the magic `BJHIDX08`, then one record per job,
 //! then the record count (u64) and a checksum (u64) of everything before it.
 //! A record: file name, job id, job name (each a u32 length and UTF-8
 //! bytes), state (u8), queue, start and end times (u64 millis), query hash
@@ -20,8 +20,10 @@
 //! `[offset, length]` pairs (u64) for `job`, `stages`, `config`, `dot` and
 //! `responses` (length 0: absent), the scheduler id (a string, empty when
 //! the log does not say), the query's label (a string, empty when
-//! none is known; see `labels`), and last the busy and failed
-//! slot-milliseconds (u64 each; `u64::MAX` when the log does not say).
+//! none is known; see `labels`), the busy and failed
+//! slot-milliseconds (u64 each; `u64::MAX` when the log does not say),
+//! and last the usage tags (a string: a JSON object's text, empty when
+//! none).
 //!
 //! Written to a temporary file and renamed over the old one, so a reader
 //! never sees a torn index; several processes may share one (the last
@@ -35,7 +37,7 @@ use std::time::{Duration, SystemTime};
 
 /// The index file's name inside the log directory, by default.
 pub const DEFAULT_FILE_NAME: &str = ".ballista-job-history.index";
-const MAGIC: &[u8; 8] = b"BJHIDX07";
+const MAGIC: &[u8; 8] = b"BJHIDX08";
 
 /// Why a persisted index was not used.
 #[derive(Debug, thiserror::Error)]
@@ -128,6 +130,7 @@ pub fn encode<'a>(jobs: impl Iterator<Item = &'a JobSummary>) -> Vec<u8> {
         ] {
             out.extend_from_slice(&ms.to_le_bytes());
         }
+        put_str(&mut out, s.tags().unwrap_or(""));
     }
     out.extend_from_slice(&count.to_le_bytes());
     let sum = checksum(&out);
@@ -229,6 +232,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<JobSummary>, IndexError> {
             busy_slot_ms,
             failed_slot_ms: failed_slot_ms.min(busy_slot_ms),
         });
+        let tags = Some(c.str()?).filter(|t| !t.is_empty());
         let modified = match secs {
             i64::MIN => None,
             s if s >= 0 => Some(SystemTime::UNIX_EPOCH + Duration::new(s as u64, nanos)),
@@ -255,6 +259,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<JobSummary>, IndexError> {
             ranges,
             scheduler_id,
             usage,
+            tags,
         }));
     }
     if out.len() as u64 != count {
@@ -444,6 +449,7 @@ mod tests {
                     busy_slot_ms: 70,
                     failed_slot_ms: 20,
                 }),
+                tags: (id == "j1").then_some(r#"{"team":"etl"}"#),
             })
         };
         let jobs: Vec<JobSummary> = (0..50).map(|i| job(&format!("j{i}"))).collect();
@@ -462,5 +468,7 @@ mod tests {
         assert_eq!(usage[0], None);
         assert!(usage[1..].iter().all(|u| *u == Some(70)));
         assert_eq!(back[1].usage().unwrap().failed_slot_ms, 20);
+        assert_eq!(back[1].tags(), Some(r#"{"team":"etl"}"#));
+        assert_eq!(back[2].tags(), None);
     }
 }

@@ -45,6 +45,9 @@ pub struct JobSummary {
     /// Busy and failed slot-milliseconds (`format::usage`); [`UNKNOWN`]
     /// when the log does not state them.
     pub(super) slot_ms: [u64; 2],
+    /// The usage tags the footer states, as a JSON object's text, shared
+    /// by every job with the same tags (see [`intern`]); `None`: none.
+    pub(super) tags: Option<Arc<str>>,
 }
 
 /// A slot time the log does not state.
@@ -165,6 +168,8 @@ pub struct SummaryParts<'a> {
     pub scheduler_id: Option<&'a str>,
     /// Its slot time, when its log states it.
     pub usage: Option<SlotUsage>,
+    /// Its usage tags as a JSON object's text (`None`: none).
+    pub tags: Option<&'a str>,
 }
 
 impl JobSummary {
@@ -184,6 +189,9 @@ impl JobSummary {
             (None, None) => {}
         }
         let i = summary.index;
+        let tags = (!summary.tags.is_empty())
+            .then(|| serde_json::to_string(&summary.tags).ok())
+            .flatten();
         let state = match summary.status {
             JobEndStatus::Succeeded => JobState::Completed,
             JobEndStatus::Failed(_) => JobState::Failed,
@@ -210,6 +218,7 @@ impl JobSummary {
             ranges,
             scheduler_id: summary.scheduler_id.as_deref(),
             usage: summary.usage,
+            tags: tags.as_deref(),
         })
     }
 
@@ -257,6 +266,7 @@ impl JobSummary {
             slot_ms: p.usage.map_or([UNKNOWN; 2], |u| {
                 [u.busy_slot_ms.min(UNKNOWN - 1), u.failed_slot_ms]
             }),
+            tags: p.tags.filter(|t| !t.is_empty()).map(intern),
         }
     }
 
@@ -283,6 +293,7 @@ impl JobSummary {
             ranges: None,
             scheduler_id: None,
             usage: None,
+            tags: None,
         })
     }
 
@@ -341,6 +352,11 @@ impl JobSummary {
             busy_slot_ms,
             failed_slot_ms,
         })
+    }
+
+    /// The usage tags its footer states, as a JSON object's text.
+    pub fn tags(&self) -> Option<&str> {
+        self.tags.as_deref()
     }
 
     /// Payload ranges learnt when a log without a footer was indexed.

@@ -239,6 +239,10 @@ pub fn summary(
                     @if u.failed_slot_ms > 0 { ", " span.status.bad { (duration(u.failed_slot_ms)) " in failed attempts" } }
                 } }
             }
+            @if let Some(r) = records.filter(|r| !r.tasks.is_empty()) {
+                @let ran: u64 = r.tasks.iter().map(|t| t.end_exec_time.saturating_sub(t.start_exec_time)).sum();
+                div { dt title="Each task attempt's time on its executor, from its start there to its end, summed" { "Executor time" } dd { (duration(ran)) } }
+            }
             @if facts.query_hash != 0 {
                 @let hash = bjh_format::query_hash::hash_text(facts.query_hash);
                 div { dt { "Query hash" } dd {

@@ -38,6 +38,8 @@ pub struct PageParams {
     pub to: Option<String>,
     /// As `/api/usage` takes it.
     pub group_by: Option<String>,
+    /// As `/api/usage` takes it.
+    pub tag: Option<String>,
 }
 
 /// `GET /ui/usage`.
@@ -58,6 +60,7 @@ pub async fn page(State(ui): State<Ui>, params: Result<Params<PageParams>, ApiEr
             .or(preset.map(|r| now.saturating_sub(r.2).to_string())),
         to: p.to.clone(),
         group_by: p.group_by.clone(),
+        tag: p.tag.clone(),
     };
     let group_by = match asked(&asked_params, now) {
         Ok((_, _, g)) => g,
@@ -193,6 +196,8 @@ fn groups(u: &Usage, group_by: GroupBy) -> Markup {
             GroupBy::Query => format!("/{}", query_string([("query_hash", key)])),
             GroupBy::Name => format!("/{}", query_string([("name", key)])),
             GroupBy::Scheduler => format!("/{}", query_string([("scheduler_id", key)])),
+            // The job list has no tag or executor filter.
+            GroupBy::Tag | GroupBy::Executor => String::new(),
         }
     };
     html! {
@@ -210,6 +215,7 @@ fn groups(u: &Usage, group_by: GroupBy) -> Markup {
                         tr {
                             td.name {
                                 @if g.key.is_empty() || g.key == "(others)" { span.muted { @if g.key.is_empty() { "(none)" } @else { "(others)" } } }
+                                @else if matches!(group_by, GroupBy::Tag | GroupBy::Executor) { (g.key) }
                                 @else {
                                     a href=(link(&g.key)) title="Its runs" {
                                         @if group_by == GroupBy::Query { code { (g.key) } } @else { (g.key) }
