@@ -468,6 +468,29 @@ async fn two_clusters_record_into_one_bucket_and_two_servers_serve_it() {
     .await;
     let usage = get_json(&servers[0].url("/api/usage?group_by=scheduler")).await;
     assert!(usage["capacity_slot_ms"].as_u64().unwrap() > 0, "{usage}");
+    // The books balance over the bucket as over a directory.
+    let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap() as f64;
+    let shares: f64 = usage["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| n(g, "idle_share_slot_ms"))
+        .sum();
+    let idle = n(&usage, "idle_slot_ms");
+    assert!(
+        (shares + n(&usage, "unattributed_idle_slot_ms") - idle).abs() <= 0.01 * idle,
+        "{usage}"
+    );
+    let accounted = n(&usage, "busy_slot_ms") - n(&usage, "over_capacity_slot_ms") + idle;
+    let capacity = n(&usage, "capacity_slot_ms");
+    assert!((accounted - capacity).abs() <= 0.01 * capacity, "{usage}");
+    // Both servers over the bucket agree.
+    let other = get_json(&servers[1].url(&format!(
+        "/api/usage?group_by=scheduler&from={}&to={}",
+        usage["from"], usage["to"]
+    )))
+    .await;
+    assert_eq!(other["busy_slot_ms"], usage["busy_slot_ms"], "{other}");
     let groups: Vec<&str> = usage["groups"]
         .as_array()
         .unwrap()

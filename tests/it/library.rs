@@ -71,9 +71,21 @@ async fn an_embedded_scheduler_records_and_drains_on_shutdown() {
             name != snapshot
                 && name != bjh_columnar::shared::FOLDER
                 && name != bjh_recording::scheduler_id::FILE_NAME
+                && name != bjh_format::cluster::CLUSTER_DIR
         })
         .collect();
     assert_eq!(completed.len(), 1, "{completed:?}");
+    // The cluster log beside it: the executor came, and went with the
+    // scheduler's stop, written before `run_scheduler` returned.
+    let cluster: String = std::fs::read_dir(logs.join(bjh_format::cluster::CLUSTER_DIR))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    assert!(cluster.contains("\"ExecutorUp\""), "{cluster}");
+    assert!(
+        cluster.contains("\"reason\":\"scheduler stopped\""),
+        "{cluster}"
+    );
     assert!(completed[0].ends_with(".eventlog"), "{completed:?}");
     let text = std::fs::read_to_string(logs.join(&completed[0])).unwrap();
     let lines: Vec<String> = text.lines().map(str::to_string).collect();

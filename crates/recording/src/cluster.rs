@@ -5,13 +5,15 @@
 //! reported it), a mark of the executors up every minute, and the
 //! executors up closed at the scheduler's own stop.
 //!
-//! Sampling, rather than a hook in each gRPC call, makes an executor's
-//! start known within one sample (a second) and its end exactly at its last
-//! heartbeat; the scheduler's executor manager is the one authority on
-//! which executors are registered. Lines are appended and synced on the
+//! Sampling, rather than a hook in each gRPC call, leaves the scheduler's
+//! executor manager the one authority on which executors are registered;
+//! the gRPC tap's [`Contacts`] give an executor's start and end to the
+//! millisecond (its first and last call), the sample only when it is
+//! written (within a second). Lines are appended and synced on the
 //! blocking pool, never on the scheduler's event loop; a write that fails
-//! is logged, counted and retried with the next change (the marks restate
-//! who is up, so a lost line costs at most a minute of precision).
+//! is logged and the next mark lists the executors up again, so a lost
+//! line costs at most the time to the next sample; the file is opened for
+//! each write, never held open.
 
 use crate::live::LiveScheduler;
 use bjh_format::cluster::{
@@ -135,7 +137,6 @@ impl ClusterRecorder {
     pub async fn run(mut self, stop: impl std::future::Future<Output = ()> + Send) {
         let mut up: BTreeMap<String, Up> = BTreeMap::new();
         let mut last_mark = None;
-        let mut file = Appender::new(self.dir.join(CLUSTER_DIR));
         // Files a run before this one left in the spool, not all uploaded.
         if self.bucket.is_some()
             && let Ok(entries) = std::fs::read_dir(self.dir.join(CLUSTER_DIR))
@@ -154,12 +155,11 @@ impl ClusterRecorder {
                 () = &mut stop => break,
                 _ = tick.tick() => {}
             }
-            let changed;
-            (file, changed) = self.sample(&mut up, &mut last_mark, file).await;
+            let changed = self.sample(&mut up, &mut last_mark).await;
             self.send(changed).await;
         }
         // Who left since the last sample, before the rest are closed.
-        (file, _) = self.sample(&mut up, &mut last_mark, file).await;
+        self.sample(&mut up, &mut last_mark).await;
         let now = bjh_format::now_millis();
         let lines: Vec<Vec<u8>> = up
             .keys()
@@ -172,12 +172,7 @@ impl ClusterRecorder {
                 encode_line(kind::EXECUTOR_DOWN, &down).ok()
             })
             .collect();
-        let wrote = !lines.is_empty();
-        let file = file.append(self.api.scheduler_id(), now, lines).await;
-        if wrote {
-            self.unsent
-                .extend(file.open.as_ref().map(|(name, _)| name.clone()));
-        }
+        let _ = self.append(now, lines).await;
         self.send(true).await;
     }
 
@@ -227,14 +222,9 @@ impl ClusterRecorder {
 
     /// One sample: the changes since the last, appended; whether an
     /// executor came or went (not only a mark).
-    async fn sample(
-        &mut self,
-        up: &mut BTreeMap<String, Up>,
-        last_mark: &mut Option<u64>,
-        file: Appender,
-    ) -> (Appender, bool) {
+    async fn sample(&mut self, up: &mut BTreeMap<String, Up>, last_mark: &mut Option<u64>) -> bool {
         let Some(mut listed) = self.executors().await else {
-            return (file, false);
+            return false;
         };
         // An executor's first call the tap saw, when it saw one, is when
         // it came; its last (or the scheduler's heartbeat, whole seconds,
@@ -250,15 +240,47 @@ impl ClusterRecorder {
         let now = bjh_format::now_millis();
         let marked = *last_mark;
         let lines = changes(up, listed, now, self.api.scheduler_id(), last_mark);
-        let wrote = !lines.is_empty();
         // More lines than the one mark due: an executor came or went.
         let changed = lines.len() > usize::from(*last_mark != marked);
-        let file = file.append(self.api.scheduler_id(), now, lines).await;
-        if wrote {
-            self.unsent
-                .extend(file.open.as_ref().map(|(name, _)| name.clone()));
+        if !self.append(now, lines).await {
+            // The next mark lists the executors again, restating what the
+            // lost lines said.
+            *last_mark = None;
         }
-        (file, changed)
+        changed
+    }
+
+    /// Appends `lines` to the file of `now`'s day and syncs it, on the
+    /// blocking pool; the file is not kept open between writes (they come
+    /// a minute apart, and an open file would keep its file system busy).
+    async fn append(&mut self, now: u64, lines: Vec<Vec<u8>>) -> bool {
+        if lines.is_empty() {
+            return true;
+        }
+        let name = file_name(self.api.scheduler_id(), now);
+        let dir = self.dir.join(CLUSTER_DIR);
+        let written = name.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            let mut file = open_day(&dir, &name)?;
+            for line in &lines {
+                file.write_all(line)?;
+            }
+            file.sync_data()
+        })
+        .await;
+        match result {
+            Ok(Ok(())) => {
+                self.unsent.insert(written);
+                return true;
+            }
+            Ok(Err(e)) => log::warn!(
+                "cluster log: cannot write {written} in {}: {e}; the next mark restates the \
+                 executors up",
+                self.dir.display()
+            ),
+            Err(e) => log::warn!("cluster log: the write did not run: {e}"),
+        }
+        false
     }
 
     async fn executors(&self) -> Option<Vec<Listed>> {
@@ -339,51 +361,6 @@ fn mark(up: &BTreeMap<String, Up>, at: u64, scheduler_id: &str) -> ClusterMark {
                 })
                 .collect(),
         ),
-    }
-}
-
-/// The day's file, opened on the blocking pool when there is something to
-/// write.
-struct Appender {
-    dir: PathBuf,
-    open: Option<(String, std::fs::File)>,
-}
-
-impl Appender {
-    fn new(dir: PathBuf) -> Self {
-        Self { dir, open: None }
-    }
-
-    /// Appends `lines` to the file of `now`'s day (and syncs it).
-    async fn append(self, scheduler_id: &str, now: u64, lines: Vec<Vec<u8>>) -> Self {
-        if lines.is_empty() {
-            return self;
-        }
-        let name = file_name(scheduler_id, now);
-        let mut this = self;
-        let dir = this.dir.clone();
-        let open = this.open.take();
-        let result = tokio::task::spawn_blocking(move || {
-            let mut file = match open {
-                Some((open_name, file)) if open_name == name => file,
-                _ => open_day(&dir, &name)?,
-            };
-            for line in &lines {
-                file.write_all(line)?;
-            }
-            file.sync_data()?;
-            Ok::<_, std::io::Error>((name, file))
-        })
-        .await;
-        match result {
-            Ok(Ok(open)) => this.open = Some(open),
-            Ok(Err(e)) => log::warn!(
-                "cluster log: cannot write in {}: {e}; the next change is written again",
-                this.dir.display()
-            ),
-            Err(e) => log::warn!("cluster log: the write did not run: {e}"),
-        }
-        this
     }
 }
 

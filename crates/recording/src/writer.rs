@@ -30,6 +30,7 @@
 use crate::naming;
 use crate::redact::scrub;
 use crate::sink::{Sink, scrubbed};
+use crate::usage::{MAX_SPANS, Span, Spans, slot_usage, usage_tags};
 use bjh_format::footer::footer_frame;
 use bjh_format::name::{
     COMPLETED_SUFFIX, RUNNING_SUFFIX, ZST_COMPLETED_SUFFIX, ZST_RUNNING_SUFFIX,
@@ -86,9 +87,6 @@ pub struct WriterConfig {
     /// refuses them).
     pub usage_tags: Vec<String>,
 }
-
-/// The longest tag value kept (in characters); longer ones are cut.
-const MAX_TAG_VALUE: usize = 256;
 
 pub use bjh_format::written::WrittenJobs;
 
@@ -282,90 +280,6 @@ struct OpenJob {
     spans: Option<Spans>,
     last_used: u64,
     dirty: bool,
-}
-
-/// One task attempt as the footer's slot time needs it.
-struct Span {
-    stage_id: u32,
-    task_id: u32,
-    /// Index into [`Spans::executors`].
-    executor: u32,
-    ms: u64,
-    failed: bool,
-}
-
-/// A job's attempts so far, and the executors that ran them.
-#[derive(Default)]
-struct Spans {
-    list: Vec<Span>,
-    executors: Vec<String>,
-}
-
-impl Spans {
-    fn executor(&mut self, id: &str) -> u32 {
-        match self.executors.iter().rposition(|e| e == id) {
-            Some(i) => i as u32,
-            None => {
-                self.executors.push(id.to_string());
-                (self.executors.len() - 1) as u32
-            }
-        }
-    }
-}
-
-/// Executors a footer's `busy_by_executor` names at most.
-const MAX_FOOTER_EXECUTORS: usize = 10_000;
-
-/// Attempts remembered per job for its slot time (24 bytes each).
-const MAX_SPANS: usize = 4_000_000;
-
-/// The values of `keys` in the job's (redacted) `/config` answer.
-fn usage_tags(keys: &[String], config: &str) -> std::collections::BTreeMap<String, String> {
-    if keys.is_empty() {
-        return Default::default();
-    }
-    let Ok(map) =
-        serde_json::from_str::<std::collections::BTreeMap<String, serde_json::Value>>(config)
-    else {
-        return Default::default();
-    };
-    keys.iter()
-        .filter_map(|k| {
-            let value = match map.get(k)? {
-                serde_json::Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            Some((k.clone(), value.chars().take(MAX_TAG_VALUE).collect()))
-        })
-        .collect()
-}
-
-/// The slot time of `spans`, each attempt's slots read from the job's final
-/// `/stages` answer (see `format::usage`), and its part by executor.
-fn slot_usage(
-    spans: &Spans,
-    end: &JobEnd,
-) -> (
-    bjh_format::usage::SlotUsage,
-    std::collections::BTreeMap<String, u64>,
-) {
-    let stages = bjh_format::stages::StagesAnswer::parse(end.stages.get().as_bytes());
-    let slots = bjh_format::stages::task_slots(&stages.stages);
-    let mut usage = bjh_format::usage::SlotUsage::default();
-    let mut by_executor = vec![0u64; spans.executors.len()];
-    for s in &spans.list {
-        let held = slots.get(&(s.stage_id, s.task_id)).copied().unwrap_or(1);
-        let ms = usage.add_span(s.ms, held, s.failed);
-        if let Some(e) = by_executor.get_mut(s.executor as usize) {
-            *e = e.saturating_add(ms);
-        }
-    }
-    let by_executor = if spans.executors.len() <= MAX_FOOTER_EXECUTORS {
-        spans.executors.iter().cloned().zip(by_executor).collect()
-    } else {
-        Default::default()
-    };
-    (usage, by_executor)
 }
 
 /// One job's records kept for [`WriterConfig::written`].

@@ -17,12 +17,12 @@
 //!   is a regression (`/api/queries`' rule: a `slower` trend) and the
 //!   number of runs;
 //! - `ballista_job_history_slots{scheduler_id}`: the task slots up now,
-//!   from each scheduler's cluster log (read at each scrape: the cluster
-//!   logs are cached and small), and
+//!   from each scheduler's cluster log, and
 //!   `ballista_job_history_slot_utilisation{scheduler_id}`: the share of
-//!   the last hour's slot time its jobs used (`/api/usage`'s rule), worked
-//!   out with the grouping (below), at least once a minute; both at most
-//!   [`MAX_SCHEDULER_LABELS`] schedulers, the rest under `(other)` for
+//!   the last hour's slot time its jobs used (`/api/usage`'s rule); both
+//!   worked out on a thread of their own at most every ten seconds while
+//!   scraped (a bucket's cluster logs are read with blocking requests), at
+//!   most [`MAX_SCHEDULER_LABELS`] schedulers, the rest under `(other)` for
 //!   slots (utilisation is not summed across schedulers).
 //!
 //! Grouping the queries is a pass over every job, so a scrape never does
@@ -51,8 +51,8 @@ use std::time::{Duration, Instant};
 
 /// The least time between two groupings of the queries.
 pub(crate) const REGROUP_EVERY: Duration = Duration::from_secs(10);
-/// The most time between two workings-out of the utilisation.
-const USAGE_EVERY: Duration = Duration::from_secs(60);
+/// The least time between two workings-out of the usage series.
+const USAGE_EVERY: Duration = Duration::from_secs(10);
 
 /// The default N of `--metrics-top-queries`.
 pub const DEFAULT_TOP_QUERIES: usize = 20;
@@ -83,8 +83,66 @@ pub struct JobGauges {
     /// concurrent scrape never sees them half written.
     scrape: Mutex<()>,
     jobs: IntGaugeVec,
-    slots: IntGaugeVec,
+    usage: Arc<UsageGauges>,
     queries: Arc<QueryGauges>,
+}
+
+/// The usage series, written on a thread of their own (a bucket's cluster
+/// logs are read with blocking requests, never on the server's runtime) at
+/// most every [`USAGE_EVERY`], read by scrapes.
+struct UsageGauges {
+    slots: IntGaugeVec,
+    utilisation: GaugeVec,
+    /// When the last working-out started, and whether one is under way.
+    state: Mutex<Option<(Instant, bool)>>,
+}
+
+impl UsageGauges {
+    fn maybe_refresh(self: Arc<Self>, store: Arc<LogStore>) {
+        {
+            let mut state = self.state.lock();
+            if let Some((at, running)) = *state
+                && (running || at.elapsed() < USAGE_EVERY)
+            {
+                return;
+            }
+            *state = Some((Instant::now(), true));
+        }
+        let this = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("history-usage".into())
+            .spawn(move || {
+                let now = bjh_format::now_millis();
+                let cluster = store.cluster(now);
+                let mut up: std::collections::BTreeMap<&str, i64> = Default::default();
+                for i in cluster.intervals.iter().filter(|i| i.to >= now) {
+                    *up.entry(&i.scheduler_id).or_default() += i64::from(i.slots);
+                }
+                let mut up: Vec<(&str, i64)> = up.into_iter().collect();
+                up.sort_by_key(|(id, n)| (std::cmp::Reverse(*n), *id));
+                let used = utilisation_last_hour(&store, &cluster.intervals, now);
+                this.slots.reset();
+                for (i, (id, n)) in up.into_iter().enumerate() {
+                    let label = if i >= MAX_SCHEDULER_LABELS {
+                        OTHER_SCHEDULERS
+                    } else {
+                        id
+                    };
+                    this.slots.with_label_values(&[label]).add(n);
+                }
+                this.utilisation.reset();
+                for (id, x) in used {
+                    this.utilisation.with_label_values(&[id.as_str()]).set(x);
+                }
+                if let Some((_, running)) = this.state.lock().as_mut() {
+                    *running = false;
+                }
+            });
+        if let Err(e) = spawned {
+            log::warn!("job-level metrics: cannot work out the usage: {e}");
+            *self.state.lock() = None;
+        }
+    }
 }
 
 /// The per-query series, written by a grouping and read by scrapes.
@@ -93,7 +151,6 @@ struct QueryGauges {
     ratio: GaugeVec,
     regressed: IntGaugeVec,
     runs: IntGaugeVec,
-    utilisation: GaugeVec,
     /// Held while the four are rewritten, and while they are collected,
     /// so a scrape sees one grouping whole.
     writing: Mutex<()>,
@@ -102,8 +159,8 @@ struct QueryGauges {
 
 #[derive(Default)]
 struct Grouping {
-    /// The store version and the cluster's shape the last grouping read.
-    version: Option<(u64, (u64, u64))>,
+    /// The store version the last grouping read.
+    version: Option<u64>,
     /// When it started.
     at: Option<Instant>,
     /// Whether one is under way.
@@ -128,14 +185,25 @@ impl JobGauges {
                 &["status", "scheduler_id"],
             )
             .expect("valid metric"),
-            slots: IntGaugeVec::new(
-                opts(
+            usage: Arc::new(UsageGauges {
+                slots: IntGaugeVec::new(
+                    opts(
                     "ballista_job_history_slots",
                     "Task slots up now, by scheduler, from its cluster log",
                 ),
                 &["scheduler_id"],
             )
             .expect("valid metric"),
+                utilisation: GaugeVec::new(
+                    opts(
+                        "ballista_job_history_slot_utilisation",
+                        "The share (0 to 1) of the last hour's slot time up that a scheduler's jobs used",
+                    ),
+                    &["scheduler_id"],
+                )
+                .expect("valid metric"),
+                state: Mutex::new(None),
+            }),
             queries: Arc::new(QueryGauges {
                 last_duration: GaugeVec::new(
                     opts(
@@ -167,14 +235,6 @@ impl JobGauges {
                         "Finished runs of a recurring query in the history",
                     ),
                     labels,
-                )
-                .expect("valid metric"),
-                utilisation: GaugeVec::new(
-                    opts(
-                        "ballista_job_history_slot_utilisation",
-                        "The share (0 to 1) of the last hour's slot time up that a scheduler's jobs used",
-                    ),
-                    &["scheduler_id"],
                 )
                 .expect("valid metric"),
                 writing: Mutex::new(()),
@@ -212,43 +272,22 @@ impl JobGauges {
                     .set(counts[state.index()] as i64);
             }
         }
-        self.slots.reset();
-        let now = bjh_format::now_millis();
-        let mut up: std::collections::BTreeMap<&str, i64> = Default::default();
-        let cluster = store.cluster(now);
-        // Which executors came and went: a change regroups at once.
-        let shape = cluster
-            .intervals
-            .iter()
-            .fold((cluster.intervals.len() as u64, 0u64), |(n, sum), i| {
-                (n, sum.wrapping_add(i.from).wrapping_add(u64::from(i.slots)))
-            });
-        for i in cluster.intervals.iter().filter(|i| i.to >= now) {
-            *up.entry(&i.scheduler_id).or_default() += i64::from(i.slots);
-        }
-        let mut up: Vec<(&str, i64)> = up.into_iter().collect();
-        up.sort_by_key(|(id, n)| (std::cmp::Reverse(*n), *id));
-        for (i, (id, n)) in up.into_iter().enumerate() {
-            let label = if i >= MAX_SCHEDULER_LABELS {
-                OTHER_SCHEDULERS
-            } else {
-                id
-            };
-            self.slots.with_label_values(&[label]).add(n);
-        }
-        self.queries.clone().maybe_regroup(store, top, shape);
+        self.usage.clone().maybe_refresh(store.clone());
+        self.queries.clone().maybe_regroup(store, top);
     }
 }
 
 /// The utilisation of each scheduler over the last hour (at most
 /// [`MAX_SCHEDULER_LABELS`], those with the most slots).
-fn utilisation_last_hour(store: &LogStore) -> Vec<(String, f64)> {
+fn utilisation_last_hour(
+    store: &LogStore,
+    intervals: &[bjh_store::cluster::SlotInterval],
+    now: u64,
+) -> Vec<(String, f64)> {
     use bjh_analysis::usage::{UsageJob, usage};
-    let now = bjh_format::now_millis();
     let from = now.saturating_sub(3_600_000);
-    let cluster = store.cluster(now);
     let mut schedulers: Vec<(&str, u64)> = Vec::new();
-    for i in &cluster.intervals {
+    for i in intervals {
         match schedulers.iter_mut().find(|(id, _)| *id == i.scheduler_id) {
             Some((_, n)) => *n += u64::from(i.slots),
             None => schedulers.push((&i.scheduler_id, u64::from(i.slots))),
@@ -260,8 +299,7 @@ fn utilisation_last_hour(store: &LogStore) -> Vec<(String, f64)> {
     schedulers
         .into_iter()
         .filter_map(|(id, _)| {
-            let intervals: Vec<_> = cluster
-                .intervals
+            let intervals: Vec<_> = intervals
                 .iter()
                 .filter(|i| i.scheduler_id == id)
                 .cloned()
@@ -291,20 +329,17 @@ impl QueryGauges {
         self.ratio.reset();
         self.regressed.reset();
         self.runs.reset();
-        self.utilisation.reset();
     }
 
     /// Starts a grouping on a thread of its own when the store changed
     /// since the last one, none is under way, and the last started at
     /// least [`REGROUP_EVERY`] ago.
-    fn maybe_regroup(self: Arc<Self>, store: Arc<LogStore>, top: usize, shape: (u64, u64)) {
-        let version = (store.version(), shape);
+    fn maybe_regroup(self: Arc<Self>, store: Arc<LogStore>, top: usize) {
+        let version = store.version();
         {
             let mut state = self.state.lock();
             let due = state.at.is_none_or(|at| at.elapsed() >= REGROUP_EVERY);
-            // The utilisation moves with the clock: a minute at most.
-            let stale = state.at.is_none_or(|at| at.elapsed() >= USAGE_EVERY);
-            if state.running || (state.version == Some(version) && !stale) || !due {
+            if state.running || state.version == Some(version) || !due {
                 return;
             }
             state.running = true;
@@ -315,8 +350,7 @@ impl QueryGauges {
             .name("history-metrics".into())
             .spawn(move || {
                 let rows = store.with_completed(|jobs| recurring(jobs.map(|j| j as &dyn JobFacts)));
-                let used = utilisation_last_hour(&store);
-                this.publish(top_by_runs(rows, top), used);
+                this.publish(top_by_runs(rows, top));
                 let mut state = this.state.lock();
                 state.version = Some(version);
                 state.running = false;
@@ -327,13 +361,10 @@ impl QueryGauges {
         }
     }
 
-    /// Replaces the series with `rows`' and `used`'s.
-    fn publish(&self, rows: Vec<QueryRow>, used: Vec<(String, f64)>) {
+    /// Replaces the series with `rows`'.
+    fn publish(&self, rows: Vec<QueryRow>) {
         let _writing = self.writing.lock();
         self.clear();
-        for (id, x) in used {
-            self.utilisation.with_label_values(&[id.as_str()]).set(x);
-        }
         for row in rows {
             let name: String = row.job_name.chars().take(MAX_NAME_LABEL).collect();
             let label = row.query_label.as_deref().unwrap_or("");
@@ -371,8 +402,8 @@ impl JobGauges {
         let q = &self.queries;
         let _writing = q.writing.lock();
         let mut out = self.jobs.collect();
-        out.extend(self.slots.collect());
-        out.extend(q.utilisation.collect());
+        out.extend(self.usage.slots.collect());
+        out.extend(self.usage.utilisation.collect());
         out.extend(q.last_duration.collect());
         out.extend(q.ratio.collect());
         out.extend(q.regressed.collect());
