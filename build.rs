@@ -12,11 +12,13 @@ use std::process::{Command, Stdio};
 /// A cfg a test may be ignored under, and whether its tool is present.
 type Probe = (&'static str, fn() -> bool);
 
-fn probes() -> [Probe; 7] {
+fn probes() -> [Probe; 8] {
     [
         ("no_strace", || succeeds("strace", &["-V"])),
         // TPC-H data for the real-query test (PyPI's `tpchgen-cli`).
         ("no_tpchgen", || succeeds("tpchgen-cli", &["--version"])),
+        // TPC-DS data for the decision-support workload (PyPI's `tpcgen-cli`).
+        ("no_tpcgen", || succeeds("tpcgen-cli", &["--version"])),
         ("no_moto", || {
             succeeds("python3", &["-c", "import moto.server"])
         }),

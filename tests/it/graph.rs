@@ -24,6 +24,8 @@ struct Edge {
     from: usize,
     to: usize,
     points: Vec<(f64, f64)>,
+    /// Drawn dashed, with a note (a link pruned from its reader's plan).
+    noted: bool,
 }
 
 /// The first `<svg class="graph">` of an HTML page (or `graph frames`,
@@ -62,11 +64,13 @@ fn read_graph(page: &str) -> Option<(BTreeMap<usize, Rect>, Vec<Edge>)> {
                     );
                 }
             }
-            b"path" if attr("class").as_deref() == Some("edge") => edges.push(Edge {
-                from: attr("data-from").unwrap().parse().unwrap(),
-                to: attr("data-to").unwrap().parse().unwrap(),
-                points: sample(&attr("d").unwrap()),
-            }),
+            b"path" if matches!(attr("class").as_deref(), Some("edge" | "edge noted")) => edges
+                .push(Edge {
+                    from: attr("data-from").unwrap().parse().unwrap(),
+                    to: attr("data-to").unwrap().parse().unwrap(),
+                    points: sample(&attr("d").unwrap()),
+                    noted: attr("class").as_deref() == Some("edge noted"),
+                }),
             _ => {}
         }
     }
@@ -188,6 +192,11 @@ pub(crate) fn drawn_boxes(page: &str) -> Vec<Drawn> {
 /// The number of edges the first graph on `page` draws.
 pub(crate) fn drawn_edges(page: &str) -> usize {
     read_graph(page).map_or(0, |(_, edges)| edges.len())
+}
+
+/// How many of the edges on `page` are drawn dashed, with a note.
+pub(crate) fn noted_edges(page: &str) -> usize {
+    read_graph(page).map_or(0, |(_, edges)| edges.iter().filter(|e| e.noted).count())
 }
 
 /// What is wrong with the stage graph on `page`: stages that feed no other

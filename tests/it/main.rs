@@ -8,6 +8,7 @@ mod browse;
 mod browser;
 mod bucket;
 mod crash;
+mod decision;
 mod disk;
 mod doors;
 mod dropin;

@@ -191,6 +191,75 @@ pub fn plan_reads<'a>(stages: impl IntoIterator<Item = &'a StageAnswer>) -> Vec<
         .collect()
 }
 
+/// One edge of a job's stage graph: stage `from`'s output fed stage `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageEdge {
+    /// The stage that wrote.
+    pub from: u32,
+    /// The stage that read (or, inferred, was planned to).
+    pub to: u32,
+    /// For an inferred edge, what it is inferred from; `None` for a read a
+    /// plan states.
+    pub inferred: Option<String>,
+}
+
+/// The edges of a job's stage graph: the reads the plans state
+/// ([`plan_reads`]), then, for each stage whose output no plan reads
+/// (other than the last stage), the stage it most likely fed.
+///
+/// Adaptive planning (Ballista 55's default) rewrites plans as stages
+/// finish: a join whose input came back empty becomes `EmptyExec`, and
+/// the reads of *all* its inputs leave the plan, so the plans alone leave
+/// stages that feed nothing. The scheduler does not keep the planned
+/// links either (an adaptive job's stages have empty `output_links`,
+/// and the adaptive plan, whose exchanges do hold them, is shown to the
+/// job state only when the job is submitted and when it ends, before and
+/// after the rewrites). So the link is inferred: stage ids are given in
+/// the order stages become runnable, and a stage is runnable only once
+/// its inputs have finished, so the stage a pruned stage fed came after
+/// it and had its read replaced: the first later stage (by id) whose plan
+/// holds `EmptyExec` and whose tasks began after the pruned stage's
+/// ended. Where no stage fits, no edge is drawn. The inference is right
+/// for a chain of emptied stages and can pick the wrong one of two
+/// emptied stages made runnable together (both then wait for the same
+/// inputs, so a replay's timing is the same).
+pub fn stage_edges<'a>(stages: impl IntoIterator<Item = &'a StageAnswer>) -> Vec<StageEdge> {
+    let stages: BTreeMap<u32, &StageAnswer> = stages.into_iter().map(|s| (s.stage_id, s)).collect();
+    let reads = plan_reads(stages.values().copied());
+    let mut out: Vec<StageEdge> = reads
+        .iter()
+        .map(|&(from, to)| StageEdge {
+            from,
+            to,
+            inferred: None,
+        })
+        .collect();
+    let Some(&last) = stages.keys().next_back() else {
+        return out;
+    };
+    for (&from, stage) in &stages {
+        if from == last || reads.iter().any(|r| r.0 == from) {
+            continue;
+        }
+        let ended = stage.ended();
+        let fed = stages.range(from + 1..).find(|(_, s)| {
+            s.plan().contains("EmptyExec") && (ended == 0 || s.began() == 0 || s.began() >= ended)
+        });
+        if let Some((&to, _)) = fed {
+            out.push(StageEdge {
+                from,
+                to,
+                inferred: Some(format!(
+                    "inferred: no stage's final plan reads stage {from}; adaptive planning \
+                     replaced reads with EmptyExec (an input came back empty) in stage {to}, \
+                     the first stage after it to be so rewritten"
+                )),
+            });
+        }
+    }
+    out
+}
+
 /// The task slots each task of `stages` held, by `(stage id, task id)`.
 /// Ballista 55 packs as many of a stage's partitions into one task as the
 /// executor has slots free, and the task holds one slot per partition,
@@ -317,6 +386,67 @@ mod tests {
             ..TaskAnswer::default()
         }];
         assert_eq!(task_slots([&answer]), BTreeMap::from([((3, 0), 1)]));
+    }
+
+    #[test]
+    fn a_stage_no_plan_reads_feeds_the_next_stage_adaptive_planning_emptied() {
+        let stage = |id: u32, plan: &str, began: u64, ended: u64| StageAnswer {
+            stage_id: id,
+            stage_plan: Some(plan.into()),
+            tasks: vec![TaskAnswer {
+                launch_time: began,
+                end_exec_time: ended,
+                ..TaskAnswer::default()
+            }],
+            ..StageAnswer::default()
+        };
+        // Stage 1 joined stage 0 and came back empty: stage 2 (which read
+        // 1) and stage 4 (which read 2 and 3) became EmptyExec. Stage 3
+        // was emptied too, but began before stage 2 ended, so it cannot
+        // have read 2. Stage 5, the last, reads 4.
+        let stages = [
+            stage(0, "ShuffleWriterExec\n  DataSourceExec", 1, 10),
+            stage(
+                1,
+                "ShuffleWriterExec\n  ShuffleReaderExec: upstream_stage: 0",
+                11,
+                20,
+            ),
+            stage(2, "ShuffleWriterExec\n  EmptyExec", 21, 30),
+            stage(3, "ShuffleWriterExec\n  EmptyExec", 25, 31),
+            stage(4, "ShuffleWriterExec\n  EmptyExec", 32, 40),
+            stage(
+                5,
+                "SortExec\n  ShuffleReaderExec: upstream_stage: 4",
+                41,
+                50,
+            ),
+        ];
+        let edges = stage_edges(&stages);
+        let pairs: Vec<(u32, u32, bool)> = edges
+            .iter()
+            .map(|e| (e.from, e.to, e.inferred.is_some()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                (0, 1, false),
+                (4, 5, false),
+                (1, 2, true),
+                (2, 4, true),
+                (3, 4, true)
+            ]
+        );
+        assert!(edges[2].inferred.as_deref().unwrap().contains("EmptyExec"));
+        // Every stage but the last feeds another.
+        let feeding: std::collections::BTreeSet<u32> = edges.iter().map(|e| e.from).collect();
+        assert_eq!(feeding, (0..5).collect());
+        // Nothing emptied after a stage: no edge is invented.
+        let lone = [
+            stage(0, "ShuffleWriterExec\n  DataSourceExec", 1, 2),
+            stage(1, "ShuffleWriterExec\n  DataSourceExec", 3, 4),
+        ];
+        assert!(stage_edges(&lone).is_empty());
     }
 
     #[test]

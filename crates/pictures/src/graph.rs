@@ -452,8 +452,23 @@ pub struct Layout {
     height: f64,
 }
 
+/// What is said of some edges, by `(from, to)` node: an edge with a note
+/// is drawn dashed (`class="edge noted"`), the note its tooltip (a stage
+/// link that adaptive planning removed from its consumer's plan, and why).
+pub type EdgeNotes = HashMap<(usize, usize), String>;
+
 /// Draws `nodes` in layers with `edges` (data flowing downwards).
 pub fn draw(nodes: &[Node], edges: &[(usize, usize)], label: &str) -> Markup {
+    draw_noted(nodes, edges, &EdgeNotes::new(), label)
+}
+
+/// [`draw`], the edges in `notes` dashed with their notes.
+pub fn draw_noted(
+    nodes: &[Node],
+    edges: &[(usize, usize)],
+    notes: &EdgeNotes,
+    label: &str,
+) -> Markup {
     if nodes.is_empty() {
         return html! { p.muted { "No graph was recorded for this job." } };
     }
@@ -471,7 +486,8 @@ pub fn draw(nodes: &[Node], edges: &[(usize, usize)], label: &str) -> Markup {
             width=(layout.width.ceil()) height=(layout.height.ceil())
             role="img" aria-label=(label) {
             (arrow_marker())
-            (render(nodes, &layout, true))
+            (render_edges(&layout, true, notes))
+            (render_boxes(nodes, &layout, true))
         }
     }
 }
@@ -494,8 +510,13 @@ pub const PAD: f64 = 10.0;
 /// downwards), each frame around the layered picture of its own boxes: one
 /// picture of a whole query, stages as frames and operators inside, laid
 /// out by the same code at both levels (the inner pictures first, so each
-/// frame is sized to its content).
-pub fn draw_frames(frames: &[Frame], edges: &[(usize, usize)], label: &str) -> Markup {
+/// frame is sized to its content). The edges in `notes` are dashed.
+pub fn draw_frames(
+    frames: &[Frame],
+    edges: &[(usize, usize)],
+    notes: &EdgeNotes,
+    label: &str,
+) -> Markup {
     let boxes: usize = frames.iter().map(|f| 1 + f.inner.len()).sum();
     if frames.is_empty() {
         return html! { p.muted { "No graph was recorded for this job." } };
@@ -531,7 +552,7 @@ pub fn draw_frames(frames: &[Frame], edges: &[(usize, usize)], label: &str) -> M
             width=(outer.width.ceil()) height=(outer.height.ceil())
             role="img" aria-label=(label) {
             (arrow_marker())
-            (render_edges(&outer, true))
+            (render_edges(&outer, true, notes))
             @for (v, frame) in frames.iter().enumerate() {
                 @let (x, y) = outer.at[v];
                 @let (w, h) = outer.size[v];
@@ -662,10 +683,13 @@ pub fn edge_path(l: &Layout, chain: &[usize]) -> String {
 /// The edges of a layout. The edges of the outer picture say which boxes
 /// they join (`data-from`, `data-to`), so a reader (or a test) can check
 /// the geometry; those inside a frame are marked `op`.
-pub fn render_edges(layout: &Layout, outer: bool) -> Markup {
+pub fn render_edges(layout: &Layout, outer: bool, notes: &EdgeNotes) -> Markup {
     html! {
         @for (a, b, chain) in &layout.paths {
-            @if outer {
+            @if let Some(note) = notes.get(&(*a, *b)).filter(|_| outer) {
+                path.edge.noted d=(edge_path(layout, chain)) data-from=(a) data-to=(b)
+                    marker-end="url(#arrow)" { title { (note) } }
+            } @else if outer {
                 path.edge d=(edge_path(layout, chain)) data-from=(a) data-to=(b)
                     marker-end="url(#arrow)" {}
             } @else {
@@ -689,7 +713,14 @@ pub fn box_text(node: &Node, x: f64, y: f64) -> Markup {
 /// node it is (`data-node`); one inside a frame is marked `data-op`.
 pub fn render(nodes: &[Node], layout: &Layout, outer: bool) -> Markup {
     html! {
-        (render_edges(layout, outer))
+        (render_edges(layout, outer, &EdgeNotes::new()))
+        (render_boxes(nodes, layout, outer))
+    }
+}
+
+/// The boxes of a layout, as [`render`] draws them.
+pub fn render_boxes(nodes: &[Node], layout: &Layout, outer: bool) -> Markup {
+    html! {
         @for (v, node) in nodes.iter().enumerate() {
             @let (x, y) = layout.at[v];
             @let (w, h) = layout.size[v];
@@ -989,6 +1020,33 @@ partitioning=Hash([k@0], 4)"]
         assert!(!svg.contains("<script>"), "{svg}");
         assert!(svg.contains("&lt;script&gt;"), "{svg}");
         assert!(svg.contains("a &amp; b"), "{svg}");
+    }
+
+    #[test]
+    fn a_noted_edge_is_dashed_with_its_note_escaped_and_only_that_one() {
+        let node = |t: &str| Node {
+            title: t.into(),
+            lines: vec![],
+            class: "ok",
+            href: None,
+            hover: t.into(),
+        };
+        let nodes = [node("a"), node("b"), node("c")];
+        let notes = EdgeNotes::from([((0, 2), "inferred <b>&</b>".to_string())]);
+        let svg = draw_noted(&nodes, &[(0, 1), (0, 2), (1, 2)], &notes, "g").into_string();
+        assert_eq!(svg.matches("class=\"edge noted\"").count(), 1, "{svg}");
+        assert_eq!(svg.matches("class=\"edge\"").count(), 2, "{svg}");
+        assert!(svg.contains("data-from=\"0\" data-to=\"2\""), "{svg}");
+        assert!(
+            svg.contains("<title>inferred &lt;b&gt;&amp;&lt;/b&gt;</title>"),
+            "{svg}"
+        );
+        // The same edges without notes draw no dashed one.
+        assert!(
+            !draw(&nodes, &[(0, 1), (0, 2)], "g")
+                .into_string()
+                .contains("noted")
+        );
     }
 
     #[test]

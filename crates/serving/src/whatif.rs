@@ -14,7 +14,7 @@ use bjh_analysis::accuracy::{Accuracy, Pair, QueryGrades, grade};
 use bjh_analysis::whatif::{Layout, MAX_EXECUTORS, MAX_SLOTS, Point, Shape, Work, knee};
 use bjh_format::JobState;
 use bjh_format::query_hash::{hash_text, parse_hash};
-use bjh_format::stages::{StagesAnswer, plan_reads, task_slots};
+use bjh_format::stages::{StagesAnswer, stage_edges, task_slots};
 use bjh_store::LogStore;
 use bjh_store::query::JobFacts;
 use bjh_store::records::JobHeader;
@@ -229,7 +229,9 @@ async fn load(
 }
 
 /// The stage graph and the tasks' slots of `job_id`, from its stored
-/// `/stages` answer (empty without one: every task one slot, no edges).
+/// `/stages` answer (empty without one: every task one slot, no edges):
+/// the plans' reads and the inferred links of stages adaptive planning
+/// pruned ([`stage_edges`]); a pruned stage's reader still waited for it.
 pub(crate) async fn layout_of(source: &dyn JobSource, job_id: &str) -> Layout {
     match source
         .get(job_id, Resource::Stages(PlanFormat::Default))
@@ -238,7 +240,10 @@ pub(crate) async fn layout_of(source: &dyn JobSource, job_id: &str) -> Layout {
         Ok(Some(a)) if a.status == StatusCode::OK => {
             let stages = StagesAnswer::parse(&a.body).stages;
             Layout {
-                edges: plan_reads(&stages),
+                edges: stage_edges(&stages)
+                    .into_iter()
+                    .map(|e| (e.from, e.to))
+                    .collect(),
                 task_slots: task_slots(&stages),
             }
         }

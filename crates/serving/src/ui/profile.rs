@@ -1,5 +1,6 @@
 //! The job's plan as pictures: the stage graph (a box per stage, linked
-//! by the DOT's edges and the reads the stage plans state), a stage's own
+//! by the DOT's edges and the reads the stage plans state, and, dashed,
+//! the inferred links of stages adaptive planning pruned), a stage's own
 //! operators, and the query profile (each stage's operators with their
 //! share of the job's compute, the hottest marked). The job page's
 //! overview and profile tab and the stage page draw with these; the
@@ -11,15 +12,34 @@ use crate::ui::job::{body, stored_stages};
 use crate::ui::page::{count, duration_ns, job_href};
 use ballista_api_types::dto::PlanFormat;
 use bjh_analysis::plan_metrics::{OperatorProfile, operator_profiles};
-use bjh_format::stages::{StageAnswer, plan_reads};
-use bjh_pictures::graph::{Dot, Frame, Node, Stage, draw, draw_frames, operator_name};
+use bjh_format::stages::{StageAnswer, stage_edges};
+use bjh_pictures::graph::{
+    Dot, EdgeNotes, Frame, Node, Stage, draw, draw_frames, draw_noted, operator_name,
+};
 use maud::{Markup, html};
 use std::collections::{BTreeMap, HashMap};
 
 use super::page::status_class;
 
-/// The stage graph: a box per stage with its operators, linked by the
-/// DOT's edges and the reads the stage plans state.
+/// The stage graph's edges, by box: the DOT's, then the reads the plans
+/// state and the inferred links of pruned stages ([`stage_edges`]); and
+/// the notes of the inferred ones.
+pub fn graph_edges(
+    dot: &Dot,
+    stored: &BTreeMap<u32, StageAnswer>,
+) -> (Vec<(usize, usize)>, EdgeNotes) {
+    let edges = stage_edges(stored.values());
+    let pairs: Vec<(u32, u32)> = edges.iter().map(|e| (e.from, e.to)).collect();
+    let box_of = |id: u32| dot.stages.iter().position(|s| s.stage_id == Some(id));
+    let notes = edges
+        .into_iter()
+        .filter_map(|e| Some(((box_of(e.from)?, box_of(e.to)?), e.inferred?)))
+        .collect();
+    (dot.stage_edges(&pairs), notes)
+}
+
+/// The stage graph: a box per stage with its operators, linked as
+/// [`graph_edges`] says.
 pub fn stage_graph(job_id: &str, dot: &Dot, stored: &BTreeMap<u32, StageAnswer>) -> Markup {
     let nodes: Vec<Node> = dot
         .stages
@@ -45,11 +65,8 @@ pub fn stage_graph(job_id: &str, dot: &Dot, stored: &BTreeMap<u32, StageAnswer>)
             }
         })
         .collect();
-    draw(
-        &nodes,
-        &dot.stage_edges(&plan_reads(stored.values())),
-        "Stage graph",
-    )
+    let (edges, notes) = graph_edges(dot, stored);
+    draw_noted(&nodes, &edges, &notes, "Stage graph")
 }
 
 /// The operators of one stage, from its own DOT or the job's cluster: a
@@ -121,7 +138,7 @@ pub async fn profile(ui: &Ui, job_id: &str) -> Markup {
     for &(_, f, o) in ranked.iter().take(HOT_OPERATORS) {
         frames[f].inner[o].class = "hot";
     }
-    let edges = dot.stage_edges(&plan_reads(stored.values()));
+    let (edges, notes) = graph_edges(&dot, &stored);
     html! {
         section aria-labelledby="profile-h" {
             h2 id="profile-h" { "Query profile" }
@@ -131,7 +148,7 @@ pub async fn profile(ui: &Ui, job_id: &str) -> Markup {
                  rows out, compute (its elapsed_compute) and that compute's share of the job's. \
                  The " (HOT_OPERATORS) " operators with the most compute are outlined."
             }
-            div.graph-box { (draw_frames(&frames, &edges, "Query profile")) }
+            div.graph-box { (draw_frames(&frames, &edges, &notes, "Query profile")) }
         }
     }
 }
