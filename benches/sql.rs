@@ -405,7 +405,7 @@ fn main() {
     let store = corpus::indexed_store(index_dir.path(), n);
     let store = std::sync::Arc::new(store);
     let engine = bjh_sql::SqlEngine::new(
-        std::sync::Arc::new(bjh_serving::source::OthersOf(std::sync::Arc::new(
+        std::sync::Arc::new(bjh_serving::source::OthersOf::new(std::sync::Arc::new(
             bjh_serving::source::DiskSource::new(store.clone()),
         ))),
         store,
@@ -471,7 +471,7 @@ fn main() {
         std::sync::Arc::new(bjh_metrics::HistoryMetrics::unregistered()),
     ));
     let small = bjh_sql::SqlEngine::new(
-        std::sync::Arc::new(bjh_serving::source::OthersOf(std::sync::Arc::new(
+        std::sync::Arc::new(bjh_serving::source::OthersOf::new(std::sync::Arc::new(
             bjh_serving::source::DiskSource::new(empty_store.clone()),
         ))),
         empty_store,

@@ -184,7 +184,7 @@ impl HistoryOptions {
             std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"))
         });
         Arc::new(bjh_sql::SqlEngine::new(
-            Arc::new(bjh_serving::source::OthersOf(source)),
+            Arc::new(bjh_serving::source::OthersOf::new(source)),
             store,
             self.columnar_dir(),
             self.sql,

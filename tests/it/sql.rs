@@ -649,3 +649,104 @@ async fn a_ballista_cluster_answers_the_export_as_the_server_does() {
     }
     server.terminate();
 }
+
+/// The `whatif` table: each recurring query's newest completed run,
+/// replayed on its own shape and others. Checked against the list (which
+/// runs are the newest of their query, and how long they took) and
+/// against `GET /api/job/{id}/whatif` at each row's shape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_whatif_table_holds_each_querys_newest_run_replayed_as_the_route_replays_it() {
+    let cluster = Cluster::start(&[]).await;
+    let sched = &cluster.sched;
+    let mut runs = Vec::new();
+    for q in [
+        "SELECT k, count(*) FROM t GROUP BY k ORDER BY k",
+        "SELECT sum(v) FROM t",
+        "SELECT k, count(*) FROM t GROUP BY k ORDER BY k",
+    ] {
+        let (job_id, result) = run_job(sched, &cluster.ctx, q).await;
+        assert!(result.is_ok(), "{q}: {result:?}");
+        completed_log(&cluster.logs, &job_id).await;
+        runs.push(job_id);
+    }
+    // The `jobs` table (the columnar history, another path): each run's
+    // query hash and duration.
+    let jobs = sql(sched, "SELECT job_id, query_hash, duration_ms FROM jobs").await;
+    let entry = |id: &str| -> Value {
+        jobs.iter()
+            .find(|j| j["job_id"] == id)
+            .unwrap_or_else(|| panic!("{id} in jobs: {jobs:?}"))
+            .clone()
+    };
+    let hash = |id: &str| entry(id)["query_hash"].as_str().unwrap().to_string();
+    assert_eq!(hash(&runs[0]), hash(&runs[2]), "the grouping ran twice");
+    assert_ne!(hash(&runs[0]), hash(&runs[1]));
+
+    let rows = sql(
+        sched,
+        "SELECT * FROM whatif ORDER BY query_hash, executors, slots",
+    )
+    .await;
+    let newest: std::collections::BTreeMap<String, String> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["query_hash"].as_str().unwrap().to_string(),
+                r["job_id"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expected = std::collections::BTreeMap::from([
+        (hash(&runs[1]), runs[1].clone()),
+        (hash(&runs[2]), runs[2].clone()),
+    ]);
+    assert_eq!(newest, expected, "one query, its newest run: {rows:?}");
+    for r in &rows {
+        let id = r["job_id"].as_str().unwrap();
+        assert_eq!(r["observed_ms"], entry(id)["duration_ms"], "{r}");
+        let (e, s) = (
+            r["executors"].as_u64().unwrap(),
+            r["slots"].as_u64().unwrap(),
+        );
+        let route =
+            get_json(&sched.url(&format!("/api/job/{id}/whatif?executors={e}&slots={s}"))).await;
+        for field in [
+            "predicted_ms",
+            "replayed_ms",
+            "critical_path_ms",
+            "ideal_ms",
+        ] {
+            assert_eq!(r[field], route[field], "{field} of {id} at {e}x{s}");
+        }
+    }
+    // Each run on its own shape and four others (one executor, 2 slots).
+    assert_eq!(rows.len(), 2 * 4, "{rows:?}");
+
+    // The question the table is for, in one query.
+    let gains = sql(
+        sched,
+        "SELECT query_hash, observed_ms - predicted_ms AS saving_ms FROM whatif \
+         WHERE executors = observed_executors + 2 AND slots = observed_slots \
+         ORDER BY saving_ms DESC",
+    )
+    .await;
+    assert_eq!(gains.len(), 2, "{gains:?}");
+
+    // A run whose log is gone once listed is left out, not the answer.
+    let (gone, result) = run_job(sched, &cluster.ctx, "SELECT max(v) FROM t").await;
+    assert!(result.is_ok(), "{result:?}");
+    completed_log(&cluster.logs, &gone).await;
+    assert!(
+        sql(sched, "SELECT job_id FROM jobs")
+            .await
+            .iter()
+            .any(|j| j["job_id"] == *gone),
+        "{gone} listed before its log goes"
+    );
+    std::fs::remove_file(cluster.logs.join(format!("{gone}.eventlog"))).unwrap();
+    let left = sql(sched, "SELECT DISTINCT job_id FROM whatif ORDER BY job_id").await;
+    let mut kept = vec![runs[1].clone(), runs[2].clone()];
+    kept.sort();
+    let left: Vec<&str> = left.iter().map(|r| r["job_id"].as_str().unwrap()).collect();
+    assert_eq!(left, kept);
+}

@@ -48,6 +48,7 @@ pub mod timeline;
 pub mod ui;
 pub mod usage;
 pub mod whatif;
+pub mod whatif_sql;
 
 /// What the routes of one server share.
 #[derive(Clone)]

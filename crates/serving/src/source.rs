@@ -642,7 +642,14 @@ impl JobSource for Layered {
 
 /// A source as the SQL engine's [`bjh_sql::OtherJobs`]: the jobs of the
 /// `jobs` table that are not the store's completed ones.
-pub struct OthersOf(pub Arc<dyn JobSource>);
+pub struct OthersOf(pub Arc<dyn JobSource>, pub crate::whatif_sql::Kept);
+
+impl OthersOf {
+    /// The other jobs of `source`, and its replays for `whatif`.
+    pub fn new(source: Arc<dyn JobSource>) -> Self {
+        Self(source, Default::default())
+    }
+}
 
 #[async_trait]
 impl bjh_sql::OtherJobs for OthersOf {
@@ -651,6 +658,15 @@ impl bjh_sql::OtherJobs for OthersOf {
             .list(query, None)
             .await
             .map_err(|e| bjh_sql::SqlError::Internal(e.to_string()))
+    }
+
+    async fn whatif(
+        &self,
+        store: Arc<bjh_store::LogStore>,
+    ) -> Result<Vec<bjh_sql::whatif::WhatIfRow>, bjh_sql::SqlError> {
+        crate::whatif_sql::predictions(self.0.as_ref(), store, &self.1)
+            .await
+            .map_err(bjh_sql::SqlError::Internal)
     }
 }
 

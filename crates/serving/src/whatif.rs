@@ -209,7 +209,7 @@ pub(crate) async fn whatif_of(
 }
 
 /// A finished job's header, records and layout, for a replay.
-async fn load(
+pub(crate) async fn load(
     source: &dyn JobSource,
     job_id: &str,
 ) -> Result<(JobHeader, JobRecords, Layout), ApiError> {

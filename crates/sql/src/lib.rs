@@ -1,5 +1,7 @@
-//! SQL over the history: `POST /api/sql` with DataFusion over four tables
-//! (`jobs`, `stages`, `tasks`, `operators`; `tables` has their schemas).
+//! SQL over the history: `POST /api/sql` with DataFusion over six tables
+//! (`jobs`, `stages`, `tasks`, `operators`, whose schemas `tables` has;
+//! `usage`, from the cluster logs; `whatif`, the replays the server works
+//! out, whose schema `whatif` has).
 //!
 //! `jobs` is built from the list the source gives (completed jobs from the
 //! in-memory index, running and abandoned ones too); the other three are
@@ -26,6 +28,7 @@
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 pub mod pool;
+pub mod whatif;
 pub mod worker;
 
 use crate::worker::{Format, Request};
@@ -60,6 +63,12 @@ pub enum SqlError {
 pub trait OtherJobs: Send + Sync {
     /// The jobs `query` matches, in one page.
     async fn others(&self, query: &ListQuery) -> Result<bjh_store::query::Page, SqlError>;
+
+    /// The `whatif` table's rows (the replays of each recurring query's
+    /// newest run, [`whatif`]); none where the server replays nothing.
+    async fn whatif(&self, _store: Arc<LogStore>) -> Result<Vec<whatif::WhatIfRow>, SqlError> {
+        Ok(Vec::new())
+    }
 }
 
 /// The limits every query runs under.
@@ -356,6 +365,14 @@ impl SqlEngine {
         } else {
             Vec::new()
         };
+        // The replays, worked out by the server from the logs.
+        let with_whatif = lower.contains("whatif");
+        let whatif = if with_whatif {
+            let rows = self.source.whatif(self.store.clone()).await?;
+            vec![whatif::whatif_batch(&rows)]
+        } else {
+            Vec::new()
+        };
         let root = self.columnar.dir().to_path_buf();
         let files = generation.files.each_ref().map(|files| {
             files
@@ -374,8 +391,13 @@ impl SqlEngine {
             files,
             with_jobs,
             with_usage,
+            with_whatif,
         };
-        let rows = worker::Rows { jobs, usage };
+        let rows = worker::Rows {
+            jobs,
+            usage,
+            whatif,
+        };
         let answer = self.workers.ask(request, rows, started).await?;
         // The generation is held until the worker has read its files: a
         // refresh deletes replaced files only once no query holds them.

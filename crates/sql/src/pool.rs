@@ -290,6 +290,9 @@ impl Workers {
             if request.with_usage {
                 send_rows(&mut stdin, &bjh_columnar::tables::USAGE, &rows.usage).await?;
             }
+            if request.with_whatif {
+                send_rows(&mut stdin, &crate::whatif::WHATIF, &rows.whatif).await?;
+            }
             stdin.shutdown().await
         };
         let reading = read_frame(&mut stdout);

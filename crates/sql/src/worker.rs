@@ -107,6 +107,10 @@ pub(crate) struct Request {
     /// are sent) as an Arrow IPC stream.
     #[serde(default)]
     pub(crate) with_usage: bool,
+    /// Whether the `whatif` rows follow (after the `usage` rows, when
+    /// those are sent) as an Arrow IPC stream.
+    #[serde(default)]
+    pub(crate) with_whatif: bool,
 }
 
 /// The rows of the tables the server sends (not read from Parquet).
@@ -116,6 +120,8 @@ pub(crate) struct Rows {
     pub(crate) jobs: Vec<RecordBatch>,
     /// `usage`.
     pub(crate) usage: Vec<RecordBatch>,
+    /// `whatif`.
+    pub(crate) whatif: Vec<RecordBatch>,
 }
 
 impl Rows {
@@ -124,6 +130,7 @@ impl Rows {
         self.jobs
             .iter()
             .chain(&self.usage)
+            .chain(&self.whatif)
             .map(RecordBatch::get_array_memory_size)
             .sum()
     }
@@ -245,6 +252,7 @@ fn serve() -> std::io::Result<()> {
     let rows = Rows {
         jobs: stream(request.with_jobs)?,
         usage: stream(request.with_usage)?,
+        whatif: stream(request.with_whatif)?,
     };
     drop(input);
     let answer = runtime.block_on(answer(&request, rows));
@@ -493,6 +501,8 @@ fn context(request: &Request, rows: Rows) -> datafusion::error::Result<SessionCo
     ctx.register_table("jobs", Arc::new(table))?;
     let table = MemTable::try_new(tables::USAGE.clone(), vec![rows.usage])?;
     ctx.register_table("usage", Arc::new(table))?;
+    let table = MemTable::try_new(crate::whatif::WHATIF.clone(), vec![rows.whatif])?;
+    ctx.register_table("whatif", Arc::new(table))?;
     for (t, (name, schema)) in TABLES.iter().enumerate() {
         let files = &request.files[t];
         let provider: Arc<dyn datafusion::catalog::TableProvider> = if files.is_empty() {
@@ -535,10 +545,11 @@ pub async fn answer_in_process(
         files,
         with_jobs: jobs.is_some(),
         with_usage: false,
+        with_whatif: false,
     };
     let rows = Rows {
         jobs: jobs.unwrap_or_default(),
-        usage: Vec::new(),
+        ..Rows::default()
     };
     answer(&request, rows)
         .await
