@@ -655,7 +655,7 @@ async fn a_ballista_cluster_answers_the_export_as_the_server_does() {
 /// runs are the newest of their query, and how long they took) and
 /// against `GET /api/job/{id}/whatif` at each row's shape.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_whatif_table_holds_each_querys_newest_run_replayed_as_the_route_replays_it() {
+async fn the_whatif_tables_hold_each_querys_newest_run_and_its_graded_pairs_as_the_routes_do() {
     let cluster = Cluster::start(&[]).await;
     let sched = &cluster.sched;
     let mut runs = Vec::new();
@@ -725,12 +725,44 @@ async fn the_whatif_table_holds_each_querys_newest_run_replayed_as_the_route_rep
     // The question the table is for, in one query.
     let gains = sql(
         sched,
-        "SELECT query_hash, observed_ms - predicted_ms AS saving_ms FROM whatif \
-         WHERE executors = observed_executors + 2 AND slots = observed_slots \
+        "SELECT query_label, observed_ms - predicted_ms AS saving_ms\nFROM whatif\n\
+         WHERE executors = observed_executors + 2 AND slots = observed_slots\n\
          ORDER BY saving_ms DESC",
     )
     .await;
     assert_eq!(gains.len(), 2, "{gains:?}");
+
+    // The pairs the history grades itself on: the grouping's two runs,
+    // as the accuracy route grades them.
+    let pairs = sql(sched, "SELECT * FROM whatif_pairs").await;
+    assert_eq!(pairs.len(), 1, "{pairs:?}");
+    let p = &pairs[0];
+    assert_eq!(p["earlier_job_id"].as_str(), Some(runs[0].as_str()));
+    assert_eq!(p["later_job_id"].as_str(), Some(runs[2].as_str()));
+    assert_eq!(p["actual_ms"], entry(&runs[2])["duration_ms"]);
+    assert_eq!(p["naive_ms"], entry(&runs[0])["duration_ms"]);
+    let graded = get_json(&sched.url("/api/whatif/accuracy")).await;
+    let route = &graded["pairs"][0];
+    assert_eq!(p["predicted_ms"], route["predicted_ms"], "{graded}");
+    let kind = if route["shape_a"] == route["shape_b"] {
+        "same shape"
+    } else {
+        "executors"
+    };
+    assert_eq!(p["kind"].as_str(), Some(kind), "{p}");
+    let want = (p["predicted_ms"].as_f64().unwrap() - p["actual_ms"].as_f64().unwrap()).abs()
+        / p["actual_ms"].as_f64().unwrap().max(1.0);
+    assert!((p["error"].as_f64().unwrap() - want).abs() < 1e-9, "{p}");
+    // The documented question over the pairs.
+    let worst = sql(
+        sched,
+        "SELECT query_label, kind, count(*) AS pairs, median(error) AS error,\n       \
+         median(naive_error) AS naive_error\n\
+         FROM whatif_pairs GROUP BY query_label, kind ORDER BY error DESC",
+    )
+    .await;
+    assert_eq!(worst.len(), 1, "{worst:?}");
+    assert_eq!(worst[0]["pairs"], 1);
 
     // A run whose log is gone once listed is left out, not the answer.
     let (gone, result) = run_job(sched, &cluster.ctx, "SELECT max(v) FROM t").await;

@@ -119,7 +119,7 @@ pub struct JobId {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct Sql {
     /// One SQL query (DataFusion's dialect) over the tables jobs, usage,
-    /// whatif, stages, tasks and operators, e.g. `SELECT job_id, duration_ms FROM jobs ORDER BY
+    /// whatif, whatif_pairs, stages, tasks and operators, e.g. `SELECT job_id, duration_ms FROM jobs ORDER BY
     /// duration_ms DESC LIMIT 10`.
     pub sql: String,
 }
@@ -190,7 +190,7 @@ impl History {
     }
 
     #[tool(
-        description = "Run one read-only SQL query over the whole history (tables jobs, usage, whatif, stages, tasks and operators; whatif has each recurring query's newest run replayed on other cluster shapes; e.g. jobs has job_id, job_name, status, start_time, end_time, duration_ms, query_hash, query_label, scheduler_id, busy_slot_ms) and get the rows as JSON. For questions the other tools do not answer: counts, top-N, trends over many jobs. Limits on time, memory and rows apply.",
+        description = "Run one read-only SQL query over the whole history (tables jobs, usage, whatif, whatif_pairs, stages, tasks and operators; whatif has each recurring query's newest run replayed on other cluster shapes, whatif_pairs those replays graded against the next run; e.g. jobs has job_id, job_name, status, start_time, end_time, duration_ms, query_hash, query_label, scheduler_id, busy_slot_ms) and get the rows as JSON. For questions the other tools do not answer: counts, top-N, trends over many jobs. Limits on time, memory and rows apply.",
         annotations(read_only_hint = true, open_world_hint = false)
     )]
     async fn run_sql(&self, Parameters(Sql { sql }): Parameters<Sql>) -> Answer {

@@ -668,6 +668,15 @@ impl bjh_sql::OtherJobs for OthersOf {
             .await
             .map_err(bjh_sql::SqlError::Internal)
     }
+
+    async fn whatif_pairs(
+        &self,
+        store: Arc<bjh_store::LogStore>,
+    ) -> Result<Vec<bjh_sql::whatif::PairRow>, bjh_sql::SqlError> {
+        crate::whatif_sql::pairs(self.0.clone(), store, &self.1)
+            .await
+            .map_err(bjh_sql::SqlError::Internal)
+    }
 }
 
 #[cfg(test)]

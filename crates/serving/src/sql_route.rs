@@ -104,7 +104,7 @@ fn query_of(headers: &HeaderMap, body: &[u8]) -> Result<String, ApiError> {
     path = "/api/sql",
     tag = "sql",
     request_body(
-        description = "One SQL query over the tables `jobs`, `usage`, `whatif`, `stages`, `tasks` and `operators`",
+        description = "One SQL query over the tables `jobs`, `usage`, `whatif`, `whatif_pairs`, `stages`, `tasks` and `operators`",
         content(
             (SqlRequest = "application/json"),
             (String = "application/sql"),

@@ -319,6 +319,22 @@ pub(crate) async fn accuracy_of(
     only: Option<u64>,
     limit: usize,
 ) -> Result<Accuracy, ApiError> {
+    accuracy_kept(source, store, only, limit, None).await
+}
+
+/// Graded pairs kept by `(earlier, later)` run: both logs are complete, so
+/// a pair once graded is graded the same again.
+pub type KeptPairs = parking_lot::Mutex<HashMap<(String, String), Pair>>;
+
+/// [`accuracy_of`], taking the pairs `kept` holds as graded and keeping
+/// those it grades (only the pairs of this answer stay kept).
+pub(crate) async fn accuracy_kept(
+    source: Arc<dyn JobSource>,
+    store: Arc<LogStore>,
+    only: Option<u64>,
+    limit: usize,
+    kept: Option<&KeptPairs>,
+) -> Result<Accuracy, ApiError> {
     // (hash, start, id) of every completed run with a query hash.
     let mut runs: Vec<Run> = tokio::task::spawn_blocking(move || {
         store.with_completed(|jobs| {
@@ -343,6 +359,11 @@ pub(crate) async fn accuracy_of(
     let mut works: HashMap<String, Option<Work>> = HashMap::new();
     let mut graded = Vec::with_capacity(pairs.len());
     for (a, b) in pairs {
+        let key = (a.2.clone(), b.2.clone());
+        if let Some(pair) = kept.and_then(|k| k.lock().get(&key).cloned()) {
+            graded.push(pair);
+            continue;
+        }
         for id in [&a.2, &b.2] {
             if !works.contains_key(id) {
                 let work = match load(source.as_ref(), id).await {
@@ -374,6 +395,17 @@ pub(crate) async fn accuracy_of(
             actual_ms: wb.observed_ms(),
             naive_ms: wa.observed_ms(),
         });
+        if let (Some(k), Some(pair)) = (kept, graded.last()) {
+            k.lock().insert(key, pair.clone());
+        }
+    }
+    if let Some(k) = kept {
+        let now: std::collections::HashSet<(&str, &str)> = graded
+            .iter()
+            .map(|p| (p.a.as_str(), p.b.as_str()))
+            .collect();
+        k.lock()
+            .retain(|(a, b), _| now.contains(&(a.as_str(), b.as_str())));
     }
     Ok(grade(graded))
 }

@@ -3,22 +3,63 @@
 //! replays it, on its own shape and on the others `whatif::shapes` names.
 //! A run replayed once is kept (its log does not change) while it is
 //! still its query's newest, so a query over the table reads only the
-//! logs of runs new since the last.
+//! logs of runs new since the last. And the rows of `whatif_pairs`: the
+//! pairs `GET /api/whatif/accuracy` grades, kept the same way.
 
 use crate::source::JobSource;
 use crate::whatif::load;
 use bjh_analysis::whatif::{MAX_EXECUTORS, MAX_SLOTS, Shape, Work};
 use bjh_format::JobState;
 use bjh_format::query_hash::hash_text;
-use bjh_sql::whatif::{MAX_QUERIES, WhatIfRow, shapes};
+use bjh_sql::whatif::{MAX_QUERIES, PairRow, WhatIfRow, shapes};
 use bjh_store::LogStore;
 use bjh_store::query::JobFacts;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-/// Replays kept by run.
-pub type Kept = Mutex<HashMap<String, Vec<WhatIfRow>>>;
+/// Replays kept by run, and graded pairs by pair of runs.
+#[derive(Default)]
+pub struct Kept {
+    runs: Mutex<HashMap<String, Vec<WhatIfRow>>>,
+    pairs: crate::whatif::KeptPairs,
+}
+
+/// The `whatif_pairs` rows: the newest [`bjh_sql::whatif::MAX_PAIRS`]
+/// pairs of consecutive completed runs of each query, graded.
+pub async fn pairs(
+    source: Arc<dyn JobSource>,
+    store: Arc<LogStore>,
+    kept: &Kept,
+) -> Result<Vec<PairRow>, String> {
+    let graded = crate::whatif::accuracy_kept(
+        source,
+        store,
+        None,
+        bjh_sql::whatif::MAX_PAIRS,
+        Some(&kept.pairs),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    Ok(graded
+        .pairs
+        .into_iter()
+        .map(|p| PairRow {
+            query_label: bjh_format::query_hash::parse_hash(&p.query_hash)
+                .and_then(bjh_store::labels::get)
+                .map(|l| l.to_string()),
+            kind: p.kind().to_string(),
+            earlier_shape: (p.shape_a.executors, p.shape_a.slots),
+            later_shape: (p.shape_b.executors, p.shape_b.slots),
+            query_hash: p.query_hash,
+            earlier_job_id: p.a,
+            later_job_id: p.b,
+            predicted_ms: p.predicted_ms,
+            actual_ms: p.actual_ms,
+            naive_ms: p.naive_ms,
+        })
+        .collect())
+}
 
 /// The table's rows: the newest completed run of each of the
 /// [`MAX_QUERIES`] most recently run recurring queries (newest queued
@@ -55,7 +96,7 @@ pub async fn predictions(
     .map_err(|e| format!("listing the runs failed: {e}"))?;
     let mut rows = Vec::new();
     for (hash, job_id, scheduler_id) in &newest {
-        let known = kept.lock().get(job_id).cloned();
+        let known = kept.runs.lock().get(job_id).cloned();
         let replayed = match known {
             Some(r) => r,
             None => {
@@ -69,14 +110,14 @@ pub async fn predictions(
                 })
                 .await
                 .map_err(|e| format!("the replay failed: {e}"))?;
-                kept.lock().insert(job_id.clone(), r.clone());
+                kept.runs.lock().insert(job_id.clone(), r.clone());
                 r
             }
         };
         rows.extend(replayed);
     }
     let wanted: HashSet<&String> = newest.iter().map(|n| &n.1).collect();
-    kept.lock().retain(|id, _| wanted.contains(id));
+    kept.runs.lock().retain(|id, _| wanted.contains(id));
     Ok(rows)
 }
 

@@ -1,7 +1,8 @@
-//! SQL over the history: `POST /api/sql` with DataFusion over six tables
+//! SQL over the history: `POST /api/sql` with DataFusion over seven tables
 //! (`jobs`, `stages`, `tasks`, `operators`, whose schemas `tables` has;
-//! `usage`, from the cluster logs; `whatif`, the replays the server works
-//! out, whose schema `whatif` has).
+//! `usage`, from the cluster logs; `whatif` and `whatif_pairs`, the
+//! replays and graded pairs the server works out, whose schemas `whatif`
+//! has).
 //!
 //! `jobs` is built from the list the source gives (completed jobs from the
 //! in-memory index, running and abandoned ones too); the other three are
@@ -67,6 +68,12 @@ pub trait OtherJobs: Send + Sync {
     /// The `whatif` table's rows (the replays of each recurring query's
     /// newest run, [`whatif`]); none where the server replays nothing.
     async fn whatif(&self, _store: Arc<LogStore>) -> Result<Vec<whatif::WhatIfRow>, SqlError> {
+        Ok(Vec::new())
+    }
+
+    /// The `whatif_pairs` table's rows (the newest [`whatif::MAX_PAIRS`]
+    /// graded pairs of runs); none where the server grades nothing.
+    async fn whatif_pairs(&self, _store: Arc<LogStore>) -> Result<Vec<whatif::PairRow>, SqlError> {
         Ok(Vec::new())
     }
 }
@@ -366,10 +373,17 @@ impl SqlEngine {
             Vec::new()
         };
         // The replays, worked out by the server from the logs.
-        let with_whatif = lower.contains("whatif");
+        let with_pairs = lower.contains("whatif_pairs");
+        let with_whatif = lower.replace("whatif_pairs", "").contains("whatif");
         let whatif = if with_whatif {
             let rows = self.source.whatif(self.store.clone()).await?;
             vec![whatif::whatif_batch(&rows)]
+        } else {
+            Vec::new()
+        };
+        let pairs = if with_pairs {
+            let rows = self.source.whatif_pairs(self.store.clone()).await?;
+            vec![whatif::pairs_batch(&rows)]
         } else {
             Vec::new()
         };
@@ -392,11 +406,13 @@ impl SqlEngine {
             with_jobs,
             with_usage,
             with_whatif,
+            with_pairs,
         };
         let rows = worker::Rows {
             jobs,
             usage,
             whatif,
+            pairs,
         };
         let answer = self.workers.ask(request, rows, started).await?;
         // The generation is held until the worker has read its files: a

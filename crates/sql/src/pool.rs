@@ -293,6 +293,9 @@ impl Workers {
             if request.with_whatif {
                 send_rows(&mut stdin, &crate::whatif::WHATIF, &rows.whatif).await?;
             }
+            if request.with_pairs {
+                send_rows(&mut stdin, &crate::whatif::WHATIF_PAIRS, &rows.pairs).await?;
+            }
             stdin.shutdown().await
         };
         let reading = read_frame(&mut stdout);

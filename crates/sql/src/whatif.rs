@@ -10,10 +10,15 @@
 //! ORDER BY saving_ms DESC
 //! ```
 //!
+//! And the `whatif_pairs` table: the history grading itself, each pair of
+//! consecutive completed runs of one query with the earlier run's replay
+//! on the later run's shape beside what the later run took (the pairs
+//! `GET /api/whatif/accuracy` grades).
+//!
 //! The rows are worked out by the server (serving's replay, over the logs
 //! it reads) and sent to the worker like the `jobs` rows
-//! ([`crate::OtherJobs::whatif`]); this module holds their schema and
-//! their Arrow encoding only.
+//! ([`crate::OtherJobs::whatif`], [`crate::OtherJobs::whatif_pairs`]);
+//! this module holds their schemas and their Arrow encoding only.
 
 use datafusion::arrow::array::{
     ArrayRef, BooleanBuilder, Int64Builder, RecordBatch, StringViewBuilder,
@@ -147,9 +152,146 @@ pub fn whatif_batch(rows: &[WhatIfRow]) -> RecordBatch {
     RecordBatch::try_new(WHATIF.clone(), columns).expect("columns built to the schema")
 }
 
+/// The most pairs `whatif_pairs` holds, the newest first (each pair is
+/// two logs read, once each).
+pub const MAX_PAIRS: usize = 200;
+
+/// One graded pair: run `earlier`, then run `later` of the same query.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairRow {
+    /// The query hash (16 hex digits).
+    pub query_hash: String,
+    /// The query's label, when it has one.
+    pub query_label: Option<String>,
+    /// The earlier run.
+    pub earlier_job_id: String,
+    /// The later run.
+    pub later_job_id: String,
+    /// The earlier run's shape.
+    pub earlier_shape: (u32, u32),
+    /// The later run's shape.
+    pub later_shape: (u32, u32),
+    /// What changed: `same shape`, `executors`, `slots` or `executors and
+    /// slots`.
+    pub kind: String,
+    /// The earlier run replayed on the later run's shape (ms).
+    pub predicted_ms: u64,
+    /// What the later run took (ms).
+    pub actual_ms: u64,
+    /// What the earlier run took: the naive prediction (ms).
+    pub naive_ms: u64,
+}
+
+/// `whatif_pairs`' schema.
+pub static WHATIF_PAIRS: LazyLock<SchemaRef> = LazyLock::new(|| {
+    let int = |name: &str| Field::new(name, DataType::Int64, false);
+    let text = |name: &str| Field::new(name, DataType::Utf8View, false);
+    Arc::new(Schema::new(vec![
+        text("query_hash"),
+        Field::new("query_label", DataType::Utf8View, true),
+        text("earlier_job_id"),
+        text("later_job_id"),
+        int("earlier_executors"),
+        int("earlier_slots"),
+        int("later_executors"),
+        int("later_slots"),
+        text("kind"),
+        int("predicted_ms"),
+        int("actual_ms"),
+        int("naive_ms"),
+        Field::new("error", DataType::Float64, false),
+        Field::new("naive_error", DataType::Float64, false),
+    ]))
+});
+
+/// `|got - want| / want`, a `want` of 0 read as 1 ms (as the accuracy
+/// route grades).
+fn relative(got: u64, want: u64) -> f64 {
+    (got as f64 - want as f64).abs() / want.max(1) as f64
+}
+
+/// `rows` as one batch of [`WHATIF_PAIRS`].
+pub fn pairs_batch(rows: &[PairRow]) -> RecordBatch {
+    use datafusion::arrow::array::Float64Builder;
+    let mut text: [StringViewBuilder; 5] = Default::default();
+    let mut ints: [Int64Builder; 7] = Default::default();
+    let mut errors: [Float64Builder; 2] = Default::default();
+    for r in rows {
+        text[0].append_value(&r.query_hash);
+        text[1].append_option(r.query_label.as_deref());
+        text[2].append_value(&r.earlier_job_id);
+        text[3].append_value(&r.later_job_id);
+        text[4].append_value(&r.kind);
+        let values = [
+            u64::from(r.earlier_shape.0),
+            u64::from(r.earlier_shape.1),
+            u64::from(r.later_shape.0),
+            u64::from(r.later_shape.1),
+            r.predicted_ms,
+            r.actual_ms,
+            r.naive_ms,
+        ];
+        for (b, v) in ints.iter_mut().zip(values) {
+            b.append_value(i64::try_from(v).unwrap_or(i64::MAX));
+        }
+        errors[0].append_value(relative(r.predicted_ms, r.actual_ms));
+        errors[1].append_value(relative(r.naive_ms, r.actual_ms));
+    }
+    let [hash, label, earlier, later, kind] = text.map(|mut b| Arc::new(b.finish()) as ArrayRef);
+    let [ee, es, le, ls, predicted, actual, naive] =
+        ints.map(|mut b| Arc::new(b.finish()) as ArrayRef);
+    let [error, naive_error] = errors.map(|mut b| Arc::new(b.finish()) as ArrayRef);
+    let columns = vec![
+        hash,
+        label,
+        earlier,
+        later,
+        ee,
+        es,
+        le,
+        ls,
+        kind,
+        predicted,
+        actual,
+        naive,
+        error,
+        naive_error,
+    ];
+    RecordBatch::try_new(WHATIF_PAIRS.clone(), columns).expect("columns built to the schema")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pair_row_states_its_errors_as_the_route_grades_them() {
+        let row = PairRow {
+            query_hash: "q".into(),
+            query_label: Some("t · aggregate".into()),
+            earlier_job_id: "a".into(),
+            later_job_id: "b".into(),
+            earlier_shape: (1, 1),
+            later_shape: (2, 1),
+            kind: "executors".into(),
+            predicted_ms: 600,
+            actual_ms: 500,
+            naive_ms: 1_000,
+        };
+        let batch = pairs_batch(&[row]);
+        let float = |name: &str| {
+            batch
+                .column_by_name(name)
+                .unwrap()
+                .as_any()
+                .downcast_ref::<datafusion::arrow::array::Float64Array>()
+                .unwrap()
+                .value(0)
+        };
+        assert!((float("error") - 0.2).abs() < 1e-12);
+        assert!((float("naive_error") - 1.0).abs() < 1e-12);
+        assert_eq!(batch.num_columns(), WHATIF_PAIRS.fields().len());
+    }
 
     #[test]
     fn each_shape_is_replayed_once() {

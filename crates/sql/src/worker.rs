@@ -111,6 +111,10 @@ pub(crate) struct Request {
     /// those are sent) as an Arrow IPC stream.
     #[serde(default)]
     pub(crate) with_whatif: bool,
+    /// Whether the `whatif_pairs` rows follow (last) as an Arrow IPC
+    /// stream.
+    #[serde(default)]
+    pub(crate) with_pairs: bool,
 }
 
 /// The rows of the tables the server sends (not read from Parquet).
@@ -122,6 +126,8 @@ pub(crate) struct Rows {
     pub(crate) usage: Vec<RecordBatch>,
     /// `whatif`.
     pub(crate) whatif: Vec<RecordBatch>,
+    /// `whatif_pairs`.
+    pub(crate) pairs: Vec<RecordBatch>,
 }
 
 impl Rows {
@@ -131,6 +137,7 @@ impl Rows {
             .iter()
             .chain(&self.usage)
             .chain(&self.whatif)
+            .chain(&self.pairs)
             .map(RecordBatch::get_array_memory_size)
             .sum()
     }
@@ -253,6 +260,7 @@ fn serve() -> std::io::Result<()> {
         jobs: stream(request.with_jobs)?,
         usage: stream(request.with_usage)?,
         whatif: stream(request.with_whatif)?,
+        pairs: stream(request.with_pairs)?,
     };
     drop(input);
     let answer = runtime.block_on(answer(&request, rows));
@@ -503,6 +511,8 @@ fn context(request: &Request, rows: Rows) -> datafusion::error::Result<SessionCo
     ctx.register_table("usage", Arc::new(table))?;
     let table = MemTable::try_new(crate::whatif::WHATIF.clone(), vec![rows.whatif])?;
     ctx.register_table("whatif", Arc::new(table))?;
+    let table = MemTable::try_new(crate::whatif::WHATIF_PAIRS.clone(), vec![rows.pairs])?;
+    ctx.register_table("whatif_pairs", Arc::new(table))?;
     for (t, (name, schema)) in TABLES.iter().enumerate() {
         let files = &request.files[t];
         let provider: Arc<dyn datafusion::catalog::TableProvider> = if files.is_empty() {
@@ -546,6 +556,7 @@ pub async fn answer_in_process(
         with_jobs: jobs.is_some(),
         with_usage: false,
         with_whatif: false,
+        with_pairs: false,
     };
     let rows = Rows {
         jobs: jobs.unwrap_or_default(),
