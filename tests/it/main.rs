@@ -42,7 +42,7 @@ mod sql;
 mod stopping;
 mod tidy;
 mod tpch;
+mod tpch_data;
 mod traces;
 mod ui;
 mod usage;
-mod whatif;

@@ -11,9 +11,8 @@
 use crate::browser::Browser;
 use crate::graph::{drawn_edges, graph_faults, noted_edges};
 use crate::harness::*;
-use datafusion::prelude::ParquetReadOptions;
+use crate::tpch_data::{generate, query, register};
 use std::collections::BTreeSet;
-use std::path::Path;
 
 /// The stage-to-stage edges a job's stored DOT and stage plans state, each
 /// pair once: a DOT edge between two clusters' operators
@@ -45,36 +44,6 @@ fn stated_edges(dot: &str, plans: &[(u32, String)]) -> BTreeSet<(u32, u32)> {
         }
     }
     out
-}
-
-const TABLES: [&str; 8] = [
-    "customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier",
-];
-
-/// Writes the eight tables at scale factor `scale` as Parquet into `dir`.
-pub fn generate(dir: &Path, scale: &str) {
-    let status = std::process::Command::new("tpchgen-cli")
-        .args(["parquet", "-s", scale, "--output-dir"])
-        .arg(dir)
-        .status()
-        .expect("tpchgen-cli runs (pip install tpchgen-cli)");
-    assert!(status.success());
-}
-
-/// Registers the eight tables of `dir` with `ctx`.
-pub async fn register(ctx: &datafusion::prelude::SessionContext, dir: &Path) {
-    for table in TABLES {
-        let path = dir.join(format!("{table}.parquet"));
-        ctx.register_parquet(table, path.to_str().unwrap(), ParquetReadOptions::default())
-            .await
-            .unwrap();
-    }
-}
-
-/// The text of TPC-H query `q`.
-pub fn query(q: u32) -> String {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tpch");
-    std::fs::read_to_string(dir.join(format!("q{q}.sql"))).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -8,7 +8,7 @@
 //! The figures are printed (`--nocapture`) for `docs/diagnosis.md`.
 
 use crate::harness::*;
-use crate::tpch::{generate, query, register};
+use crate::tpch_data::{generate, query, register};
 use std::path::Path;
 
 /// The shapes: executors x task slots each.
