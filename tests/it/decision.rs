@@ -1,4 +1,4 @@
-//! A decision-support workload (`tests/fixtures/decision/`: eight queries
+//! A decision-support workload (`tests/fixtures/decision/`: seven queries
 //! of our own over TPC-DS's schema and data, from PyPI's `tpcgen-cli` at
 //! scale factor 0.01): many-stage plans, three-way unions, INTERSECT,
 //! ROLLUP, window functions over aggregates, and intermediate results that
@@ -39,7 +39,7 @@ const TABLES: [&str; 13] = [
 ];
 
 /// The workload's queries.
-const QUERIES: u32 = 8;
+const QUERIES: u32 = 7;
 
 /// Writes TPC-DS's tables at scale factor 0.01 as Parquet into `dir`.
 fn generate(dir: &Path) {

@@ -219,7 +219,9 @@ pub struct StageEdge {
 /// its inputs have finished, so the stage a pruned stage fed came after
 /// it and had its read replaced: the first later stage (by id) whose plan
 /// holds `EmptyExec` and whose tasks began after the pruned stage's
-/// ended. Where no stage fits, no edge is drawn. The inference is right
+/// ended, else (a stage adaptive planning superseded while it still ran)
+/// the first later stage whose plan holds `EmptyExec`. Where no stage
+/// fits, no edge is drawn. The inference is right
 /// for a chain of emptied stages and can pick the wrong one of two
 /// emptied stages made runnable together (both then wait for the same
 /// inputs, so a replay's timing is the same).
@@ -242,9 +244,16 @@ pub fn stage_edges<'a>(stages: impl IntoIterator<Item = &'a StageAnswer>) -> Vec
             continue;
         }
         let ended = stage.ended();
-        let fed = stages.range(from + 1..).find(|(_, s)| {
-            s.plan().contains("EmptyExec") && (ended == 0 || s.began() == 0 || s.began() >= ended)
-        });
+        let emptied = || {
+            stages
+                .range(from + 1..)
+                .filter(|(_, s)| s.plan().contains("EmptyExec"))
+        };
+        // One that began after it ended, else (a stage superseded while
+        // it ran) the first emptied after it.
+        let fed = emptied()
+            .find(|(_, s)| ended == 0 || s.began() == 0 || s.began() >= ended)
+            .or_else(|| emptied().next());
         if let Some((&to, _)) = fed {
             out.push(StageEdge {
                 from,
