@@ -372,17 +372,33 @@ impl SqlEngine {
         } else {
             Vec::new()
         };
-        // The replays, worked out by the server from the logs.
+        // The replays, worked out by the server from the logs, within the
+        // query's time limit (what was worked out is kept by the source,
+        // so asking again goes further).
+        let deadline = started + self.limits.timeout;
+        let slow = |table: &str| {
+            SqlError::BadRequest(format!(
+                "the {table} table was not worked out within the query's time limit \
+                 ({:?}); the replays made so far are kept, so asking again goes further",
+                self.limits.timeout
+            ))
+        };
         let with_pairs = lower.contains("whatif_pairs");
         let with_whatif = lower.replace("whatif_pairs", "").contains("whatif");
         let whatif = if with_whatif {
-            let rows = self.source.whatif(self.store.clone()).await?;
+            let rows = self.source.whatif(self.store.clone());
+            let rows = tokio::time::timeout_at(deadline, rows)
+                .await
+                .map_err(|_| slow("whatif"))??;
             vec![whatif::whatif_batch(&rows)]
         } else {
             Vec::new()
         };
         let pairs = if with_pairs {
-            let rows = self.source.whatif_pairs(self.store.clone()).await?;
+            let rows = self.source.whatif_pairs(self.store.clone());
+            let rows = tokio::time::timeout_at(deadline, rows)
+                .await
+                .map_err(|_| slow("whatif_pairs"))??;
             vec![whatif::pairs_batch(&rows)]
         } else {
             Vec::new()
@@ -517,6 +533,61 @@ mod tests {
                 rows: Vec::new(),
                 total: 0,
             })
+        }
+    }
+
+    /// A source whose replays never finish.
+    struct Stuck;
+
+    #[async_trait::async_trait]
+    impl OtherJobs for Stuck {
+        async fn others(&self, q: &ListQuery) -> Result<bjh_store::query::Page, SqlError> {
+            NoOthers.others(q).await
+        }
+
+        async fn whatif(&self, _: Arc<LogStore>) -> Result<Vec<whatif::WhatIfRow>, SqlError> {
+            std::future::pending().await
+        }
+
+        async fn whatif_pairs(&self, _: Arc<LogStore>) -> Result<Vec<whatif::PairRow>, SqlError> {
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test]
+    async fn replays_that_never_finish_are_cut_at_the_querys_time_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(bjh_store::LogStore::new(
+            dir.path().join("logs"),
+            Arc::new(bjh_metrics::HistoryMetrics::unregistered()),
+        ));
+        let limits = SqlLimits {
+            timeout: Duration::from_millis(200),
+            ..SqlLimits::default()
+        };
+        let engine = SqlEngine::new(
+            Arc::new(Stuck),
+            store,
+            dir.path().join("columnar"),
+            limits,
+            "/nonexistent".into(),
+            None,
+        );
+        for (sql, table) in [
+            ("SELECT * FROM whatif", "whatif table"),
+            ("SELECT * FROM whatif_pairs", "whatif_pairs table"),
+        ] {
+            let answer =
+                tokio::time::timeout(Duration::from_secs(60), engine.query(sql, Format::Json, 10))
+                    .await
+                    .expect("the query ends at its own limit");
+            match answer {
+                Err(SqlError::BadRequest(m)) => {
+                    assert!(m.contains(table) && m.contains("time limit"), "{m}")
+                }
+                Err(e) => panic!("{sql}: {e}"),
+                Ok(_) => panic!("{sql}: answered"),
+            }
         }
     }
 

@@ -64,9 +64,13 @@ pub struct WhatIfRow {
     pub ideal_ms: u64,
 }
 
+/// A column of never-null milliseconds or counts.
+fn int(name: &str) -> Field {
+    Field::new(name, DataType::Int64, false)
+}
+
 /// `whatif`'s schema.
 pub static WHATIF: LazyLock<SchemaRef> = LazyLock::new(|| {
-    let int = |name: &str| Field::new(name, DataType::Int64, false);
     Arc::new(Schema::new(vec![
         Field::new("query_hash", DataType::Utf8View, false),
         Field::new("query_label", DataType::Utf8View, true),
@@ -184,7 +188,6 @@ pub struct PairRow {
 
 /// `whatif_pairs`' schema.
 pub static WHATIF_PAIRS: LazyLock<SchemaRef> = LazyLock::new(|| {
-    let int = |name: &str| Field::new(name, DataType::Int64, false);
     let text = |name: &str| Field::new(name, DataType::Utf8View, false);
     Arc::new(Schema::new(vec![
         text("query_hash"),
