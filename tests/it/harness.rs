@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 /// condition holds.
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
+/// How long [`run_job`] waits for a query's answer.
+pub const QUERY_DEADLINE: Duration = Duration::from_secs(180);
+
 /// Held for writing by the test that loads the machine most (the TPC-H
 /// run) and for reading by the tests that time the server's answers, so
 /// that a timing test measures its server and not a neighbour's load.
@@ -433,12 +436,16 @@ pub async fn run_job(
     sql: &str,
 ) -> (String, Result<usize, String>) {
     let before = job_ids(proc).await;
-    let result = async {
+    let query = async {
         let batches = ctx.sql(sql).await?.collect().await?;
         Ok::<usize, datafusion::error::DataFusionError>(batches.iter().map(|b| b.num_rows()).sum())
-    }
-    .await
-    .map_err(|e| e.to_string());
+    };
+    // A job that never ends (a scheduler bug) fails the test that ran it
+    // rather than the whole run's time limit.
+    let result = match tokio::time::timeout(QUERY_DEADLINE, query).await {
+        Ok(answer) => answer.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("the query did not finish in {QUERY_DEADLINE:?}")),
+    };
     let mut new: Vec<String> = wait_for("the job is listed", || {
         let before = before.clone();
         async move {

@@ -71,6 +71,12 @@ async fn runs_at(tmp: &Path, data: &Path, shape: usize) -> (Proc, Vec<Run>) {
             let (job_id, result) = run_job(&sched, &ctx, &query(q)).await;
             assert!(result.is_ok(), "q{q} on {executors}x{slots}: {result:?}");
             completed_log(&logs, &job_id).await;
+            // The file is written before the store has taken it in.
+            let own = sched.url(&format!("/api/job/{job_id}/whatif"));
+            eventually(&format!("{job_id}'s log in the store"), || async {
+                get(&own).await.0 == 200
+            })
+            .await;
             let mut predicted = [0; 3];
             let mut observed = 0;
             let mut inferred = (0, 0);
@@ -89,7 +95,6 @@ async fn runs_at(tmp: &Path, data: &Path, shape: usize) -> (Proc, Vec<Run>) {
                     seen["slots"].as_u64().unwrap(),
                 );
             }
-            let own = sched.url(&format!("/api/job/{job_id}/whatif"));
             let replayed = get_json(&own).await["replayed_ms"].as_u64().unwrap();
             runs.push(Run {
                 query: q,
