@@ -372,37 +372,11 @@ impl SqlEngine {
         } else {
             Vec::new()
         };
-        // The replays, worked out by the server from the logs, within the
-        // query's time limit (what was worked out is kept by the source,
-        // so asking again goes further).
-        let deadline = started + self.limits.timeout;
-        let slow = |table: &str| {
-            SqlError::BadRequest(format!(
-                "the {table} table was not worked out within the query's time limit \
-                 ({:?}); the replays made so far are kept, so asking again goes further",
-                self.limits.timeout
-            ))
-        };
         let with_pairs = lower.contains("whatif_pairs");
         let with_whatif = lower.replace("whatif_pairs", "").contains("whatif");
-        let whatif = if with_whatif {
-            let rows = self.source.whatif(self.store.clone());
-            let rows = tokio::time::timeout_at(deadline, rows)
-                .await
-                .map_err(|_| slow("whatif"))??;
-            vec![whatif::whatif_batch(&rows)]
-        } else {
-            Vec::new()
-        };
-        let pairs = if with_pairs {
-            let rows = self.source.whatif_pairs(self.store.clone());
-            let rows = tokio::time::timeout_at(deadline, rows)
-                .await
-                .map_err(|_| slow("whatif_pairs"))??;
-            vec![whatif::pairs_batch(&rows)]
-        } else {
-            Vec::new()
-        };
+        let (whatif, pairs) = self
+            .replays(with_whatif, with_pairs, started + self.limits.timeout)
+            .await?;
         let root = self.columnar.dir().to_path_buf();
         let files = generation.files.each_ref().map(|files| {
             files
@@ -446,6 +420,42 @@ impl SqlEngine {
             bytes: answer.head.bytes,
             body,
         })
+    }
+
+    /// The `whatif` and `whatif_pairs` tables, as asked: replays worked
+    /// out by the server from the logs by `deadline` (the query's time
+    /// limit; what was worked out is kept by the source, so asking again
+    /// goes further).
+    async fn replays(
+        &self,
+        with_whatif: bool,
+        with_pairs: bool,
+        deadline: tokio::time::Instant,
+    ) -> Result<(Vec<RecordBatch>, Vec<RecordBatch>), SqlError> {
+        let slow = |table: &str| {
+            SqlError::BadRequest(format!(
+                "the {table} table was not worked out within the query's time limit \
+                 ({:?}); the replays made so far are kept, so asking again goes further",
+                self.limits.timeout
+            ))
+        };
+        let mut whatif = Vec::new();
+        if with_whatif {
+            let rows = self.source.whatif(self.store.clone());
+            let rows = tokio::time::timeout_at(deadline, rows)
+                .await
+                .map_err(|_| slow("whatif"))??;
+            whatif.push(whatif::whatif_batch(&rows));
+        }
+        let mut pairs = Vec::new();
+        if with_pairs {
+            let rows = self.source.whatif_pairs(self.store.clone());
+            let rows = tokio::time::timeout_at(deadline, rows)
+                .await
+                .map_err(|_| slow("whatif_pairs"))??;
+            pairs.push(whatif::pairs_batch(&rows));
+        }
+        Ok((whatif, pairs))
     }
 
     /// Counts a query refused before it was run (its body's type, or a
