@@ -5,6 +5,15 @@
 //! (`GET /api/whatif/accuracy`). Pairs on the same shape are graded too:
 //! their error is the run-to-run noise the other kinds are read against.
 //!
+//! A pair whose runs computed different partitions (their widest stages
+//! differ: `datafusion.execution.target_partitions` changed between them,
+//! `whatif::Work::partitions`) ran different tasks: a replay of the
+//! earlier run's tasks does not predict the later, and no what-if claims
+//! to. Such pairs are graded apart (`partitions_changed`, kinds
+//! `partitions` and `partitions and shape`), in neither the cross-shape
+//! figures nor the noise, so that a user's change of setting does not pass
+//! for the model's error.
+//!
 //! A query whose replays were off by a median of more than
 //! [`UNRELIABLE_ERROR`] over at least [`UNRELIABLE_MIN_PAIRS`] pairs (of
 //! any kind: a query whose runs differ that much on one shape cannot be
@@ -34,19 +43,36 @@ pub struct Pair {
     pub actual_ms: u64,
     /// What `a` took: the naive prediction (ms).
     pub naive_ms: u64,
+    /// The partitions of `a`'s widest stage.
+    pub partitions_a: u64,
+    /// The partitions of `b`'s widest stage.
+    pub partitions_b: u64,
 }
 
 impl Pair {
     /// What changed between the runs: `same shape`, `executors`, `slots`
-    /// or `executors and slots`.
+    /// or `executors and slots`; `partitions` or `partitions and shape`
+    /// when the runs computed different partitions.
     pub fn kind(&self) -> &'static str {
         let (a, b) = (self.shape_a, self.shape_b);
+        if self.partitions_changed() {
+            return if a == b {
+                "partitions"
+            } else {
+                "partitions and shape"
+            };
+        }
         match (a.executors == b.executors, a.slots == b.slots) {
             (true, true) => "same shape",
             (false, true) => "executors",
             (true, false) => "slots",
             (false, false) => "executors and slots",
         }
+    }
+
+    /// Whether the runs computed different partitions (see the module).
+    pub fn partitions_changed(&self) -> bool {
+        self.partitions_a != self.partitions_b
     }
 
     /// `|predicted - actual| / actual`.
@@ -117,21 +143,27 @@ pub struct QueryGrades {
     /// All its pairs, whatever changed.
     pub all: Errors,
     /// Its replays were off by a median over [`UNRELIABLE_ERROR`] in at
-    /// least [`UNRELIABLE_MIN_PAIRS`] pairs.
+    /// least [`UNRELIABLE_MIN_PAIRS`] pairs (of those on the same
+    /// partitions).
     pub unreliable: bool,
-    /// Its pairs on different shapes.
+    /// Its pairs on different shapes, the same partitions.
     pub across_shapes: Errors,
-    /// Its pairs on the same shape: the noise.
+    /// Its pairs on the same shape and partitions: the noise.
     pub same_shape: Errors,
+    /// Its pairs whose runs computed different partitions.
+    pub partitions_changed: Errors,
 }
 
 /// `GET /api/whatif/accuracy`'s answer.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Accuracy {
-    /// Every pair on different shapes.
+    /// Every pair on different shapes, the same partitions.
     pub across_shapes: Errors,
-    /// Every pair on the same shape: the run-to-run noise.
+    /// Every pair on the same shape and partitions: the run-to-run noise.
     pub same_shape: Errors,
+    /// Every pair whose runs computed different partitions: not what a
+    /// replay predicts, shown apart.
+    pub partitions_changed: Errors,
     /// By what changed between the runs.
     pub by_kind: BTreeMap<String, Errors>,
     /// By query, most pairs first.
@@ -142,8 +174,9 @@ pub struct Accuracy {
 
 /// Grades `pairs` (the newest first).
 pub fn grade(pairs: Vec<Pair>) -> Accuracy {
-    let across = |p: &&Pair| p.shape_a != p.shape_b;
-    let same = |p: &&Pair| p.shape_a == p.shape_b;
+    let across = |p: &&Pair| p.shape_a != p.shape_b && !p.partitions_changed();
+    let same = |p: &&Pair| p.shape_a == p.shape_b && !p.partitions_changed();
+    let changed = |p: &&Pair| p.partitions_changed();
     let mut kinds: BTreeMap<&str, Vec<&Pair>> = BTreeMap::new();
     let mut queries: BTreeMap<&str, Vec<&Pair>> = BTreeMap::new();
     for p in &pairs {
@@ -153,24 +186,26 @@ pub fn grade(pairs: Vec<Pair>) -> Accuracy {
     let mut by_query: Vec<QueryGrades> = queries
         .into_iter()
         .map(|(hash, ps)| {
-            let all = Errors::of(ps.iter().copied());
+            let kept = Errors::of(ps.iter().copied().filter(|p| !p.partitions_changed()));
             QueryGrades {
                 query_hash: hash.to_string(),
                 query_label: bjh_format::query_hash::parse_hash(hash)
                     .and_then(bjh_store::labels::get)
                     .map(|l| l.to_string()),
-                unreliable: all.pairs >= UNRELIABLE_MIN_PAIRS
-                    && all.median_error > UNRELIABLE_ERROR,
-                all,
+                unreliable: kept.pairs >= UNRELIABLE_MIN_PAIRS
+                    && kept.median_error > UNRELIABLE_ERROR,
+                all: Errors::of(ps.iter().copied()),
                 across_shapes: Errors::of(ps.iter().copied().filter(across)),
                 same_shape: Errors::of(ps.iter().copied().filter(same)),
+                partitions_changed: Errors::of(ps.iter().copied().filter(changed)),
             }
         })
         .collect();
-    by_query.sort_by_key(|q| std::cmp::Reverse(q.across_shapes.pairs + q.same_shape.pairs));
+    by_query.sort_by_key(|q| std::cmp::Reverse(q.all.pairs));
     Accuracy {
         across_shapes: Errors::of(pairs.iter().filter(across)),
         same_shape: Errors::of(pairs.iter().filter(same)),
+        partitions_changed: Errors::of(pairs.iter().filter(changed)),
         by_kind: kinds
             .into_iter()
             .map(|(k, ps)| (k.to_string(), Errors::of(ps.into_iter())))
@@ -195,6 +230,8 @@ mod tests {
             predicted_ms,
             actual_ms,
             naive_ms: 1_000,
+            partitions_a: 8,
+            partitions_b: 8,
         }
     }
 
@@ -270,5 +307,50 @@ mod tests {
         assert_eq!(unreliable("far"), (3, true));
         assert_eq!(unreliable("few"), (2, false));
         assert_eq!(unreliable("edge"), (3, false));
+    }
+
+    /// Worked by hand: a pair whose later run computed 16 partitions
+    /// where the earlier computed 8 is graded apart, as `partitions` on
+    /// one shape and `partitions and shape` across; the cross-shape
+    /// figures and the noise keep only the pairs on 8, and three such
+    /// pairs far off do not make the query unreliable.
+    #[test]
+    fn pairs_whose_partitions_changed_are_graded_apart() {
+        let changed = |a, b, predicted_ms| Pair {
+            partitions_b: 16,
+            ..pair(a, b, predicted_ms, 1_000)
+        };
+        let pairs = vec![
+            pair((1, 1), (2, 1), 1_100, 1_000),
+            pair((1, 1), (1, 1), 1_020, 1_000),
+            changed((1, 1), (1, 1), 2_000),
+            changed((1, 1), (2, 1), 3_000),
+            changed((2, 1), (1, 2), 4_000),
+        ];
+        assert_eq!(pairs[2].kind(), "partitions");
+        assert_eq!(pairs[3].kind(), "partitions and shape");
+        let graded = grade(pairs);
+        assert_eq!(
+            (
+                graded.across_shapes.pairs,
+                graded.across_shapes.median_error
+            ),
+            (1, 0.1)
+        );
+        assert_eq!(
+            (graded.same_shape.pairs, graded.same_shape.median_error),
+            (1, 0.02)
+        );
+        // Errors 1, 2 and 3.
+        let apart = &graded.partitions_changed;
+        assert_eq!(
+            (apart.pairs, apart.median_error, apart.p90_error),
+            (3, 2.0, 3.0)
+        );
+        assert_eq!(graded.by_kind["partitions"].pairs, 1);
+        assert_eq!(graded.by_kind["partitions and shape"].pairs, 2);
+        let q = &graded.queries[0];
+        assert_eq!((q.all.pairs, q.partitions_changed.pairs), (5, 3));
+        assert!(!q.unreliable, "two pairs on one partitioning say nothing");
     }
 }

@@ -15,6 +15,14 @@
 //! which a replay of the recorded tasks cannot know; such advice says so.
 //!
 //! The findings the advice answers gain its numbers in their message.
+//!
+//! The next run checks it ([`check_next_run`]): when the query's next
+//! completed run ran on a shape a piece of advice named, with the same
+//! partitions, what it took is set beside what the advice predicted, and
+//! the advice is marked contradicted when the prediction was off by more
+//! than [`CONTRADICTED`] or a saving it promised did not come (the next
+//! run was no faster than this one). A next run on other partitions ran
+//! other tasks: it checks nothing, and says so.
 
 use crate::diagnosis::Finding;
 use crate::whatif::{Shape, Work, knee};
@@ -48,6 +56,83 @@ pub struct Advice {
     pub basis: String,
     /// The finding it answers, if one.
     pub finding: Option<&'static str>,
+    /// The shape it predicts for, where it is one (`executors`,
+    /// `--concurrent-tasks`).
+    pub shape: Option<Shape>,
+    /// What the query's next run did, when it ran on [`Advice::shape`]
+    /// with the same partitions.
+    pub next_run: Option<Checked>,
+}
+
+/// A prediction is contradicted past this error (`|predicted - actual| /
+/// actual`): the bound past which a query's replays are unreliable.
+pub const CONTRADICTED: f64 = crate::accuracy::UNRELIABLE_ERROR;
+
+/// A piece of advice set beside what the next run on its shape did.
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
+pub struct Checked {
+    /// The next run.
+    pub job_id: String,
+    /// What it took (ms).
+    pub actual_ms: u64,
+    /// `|predicted_ms - actual_ms| / actual_ms`.
+    pub error: f64,
+    /// Off by more than [`CONTRADICTED`], or a promised saving that did
+    /// not come.
+    pub contradicted: bool,
+}
+
+/// The query's next completed run, and this job's replay on its shape.
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
+pub struct NextRun {
+    /// The next run.
+    pub job_id: String,
+    /// The shape it ran on.
+    pub shape: Shape,
+    /// What it took (ms).
+    pub observed_ms: u64,
+    /// The partitions of its widest stage, beside this job's.
+    pub partitions: u64,
+    /// It computed other partitions than this job: other tasks, which no
+    /// replay of this job's predicts (`predicted_ms` and `error` are
+    /// then `null`).
+    pub partitions_changed: bool,
+    /// This job replayed on its shape (ms).
+    pub predicted_ms: Option<u64>,
+    /// `|predicted_ms - observed_ms| / observed_ms`.
+    pub error: Option<f64>,
+}
+
+/// Sets `next` (the query's next completed run, `next_id`) beside `work`
+/// (this job) and the advice given for it: each piece of advice on the
+/// shape `next` ran on gains what it did.
+pub fn check_next_run(work: &Work, advice: &mut [Advice], next_id: &str, next: &Work) -> NextRun {
+    let shape = next.observed_shape();
+    let actual = next.observed_ms();
+    let changed = work.partitions() != next.partitions();
+    let error = |predicted: u64| (predicted as f64 - actual as f64).abs() / actual.max(1) as f64;
+    let predicted = (!changed).then(|| work.replay(shape));
+    if !changed {
+        for a in advice.iter_mut().filter(|a| a.shape == Some(shape)) {
+            let Some(p) = a.predicted_ms else { continue };
+            let promised = a.saving_ms.is_some_and(|s| s > 0);
+            a.next_run = Some(Checked {
+                job_id: next_id.to_string(),
+                actual_ms: actual,
+                error: error(p),
+                contradicted: error(p) > CONTRADICTED || (promised && actual >= work.observed_ms()),
+            });
+        }
+    }
+    NextRun {
+        job_id: next_id.to_string(),
+        shape,
+        observed_ms: actual,
+        partitions: next.partitions(),
+        partitions_changed: changed,
+        predicted_ms: predicted,
+        error: predicted.map(error),
+    }
 }
 
 /// The advice for `work` (a finished job), ranked by the time it saves,
@@ -80,6 +165,8 @@ pub fn advise(work: &Work, executors: &[String], findings: &mut [Finding]) -> Ve
             current_slot_seconds: current,
             basis: basis.to_string(),
             finding: None,
+            shape: Some(shape),
+            next_run: None,
         });
     };
     let replay = "the job's tasks replayed on that shape";
@@ -181,6 +268,8 @@ fn answer_findings(
                             median pace on each stage: replace or drain it"
                         .into(),
                     finding: Some("slow_executor"),
+                    shape: None,
+                    next_run: None,
                 });
             }
             "queueing" => {
@@ -211,6 +300,8 @@ fn answer_findings(
                             replay of the recorded tasks cannot know"
                         .into(),
                     finding: Some(f.kind),
+                    shape: None,
+                    next_run: None,
                 });
             }
             _ => {}

@@ -148,6 +148,10 @@ pub struct Diagnosis {
     /// (`advice`): empty for a job still running, and where the log
     /// cannot be replayed.
     pub advice: Vec<crate::advice::Advice>,
+    /// The next completed run of the same query, and what this job's
+    /// replay predicted for it (`advice::check_next_run`): `null` without
+    /// one.
+    pub next_run: Option<crate::advice::NextRun>,
 }
 
 fn finding(kind: &'static str, severity: Severity, message: String) -> Finding {
@@ -301,6 +305,7 @@ pub fn diagnose(
         thresholds: th.clone(),
         findings,
         advice: Vec::new(),
+        next_run: None,
     }
 }
 

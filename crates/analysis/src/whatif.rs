@@ -99,6 +99,8 @@ pub struct Work {
     observed: Shape,
     /// Whether the log recorded the shape (else it is inferred).
     recorded: bool,
+    /// The partitions of its widest stage (see [`Work::partitions`]).
+    partitions: u64,
 }
 
 /// One stage's work.
@@ -191,6 +193,19 @@ impl Work {
                 .flat_map(|s| &mut s.tasks)
                 .for_each(|t| t.2 = 1);
         }
+        // Each task counted once, whatever its attempts.
+        let partitions = by_stage
+            .values()
+            .map(|tasks| {
+                let mut seen = std::collections::HashSet::new();
+                tasks
+                    .iter()
+                    .filter(|(t, _)| seen.insert(t.task_id))
+                    .map(|(t, _)| if believed { u64::from(parts(t)) } else { 1 })
+                    .sum::<u64>()
+            })
+            .max()
+            .unwrap_or(0);
         let observed_ms = end_time.saturating_sub(start_time);
         let (lead_ms, gaps_ms, tail_ms) = overheads(records, start_time, end_time);
         Self {
@@ -212,7 +227,18 @@ impl Work {
                 None => observed_shape(records, |t| if believed { parts(t) } else { 1 }),
             },
             recorded: recorded.is_some(),
+            partitions,
         }
+    }
+
+    /// The partitions of the job's widest stage, each task counted once
+    /// with the partitions it computed: what
+    /// `datafusion.execution.target_partitions` sets, the same for two
+    /// runs of one query on any shape (a shape changes how partitions are
+    /// grouped into tasks, not how many there are). Two runs that differ
+    /// here ran different tasks, which a replay of one cannot predict.
+    pub fn partitions(&self) -> u64 {
+        self.partitions
     }
 
     /// The job's time from start to end, as observed (ms).

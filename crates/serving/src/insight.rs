@@ -11,13 +11,13 @@ use axum::extract::{Path, State};
 use axum::routing::get;
 use axum::{Json, Router};
 use ballista_api_types::dto::PlanFormat;
-use bjh_analysis::advice::advise;
+use bjh_analysis::advice::{advise, check_next_run};
 use bjh_analysis::compare::{ComparedRun, compare};
 use bjh_analysis::diagnosis::{Diagnosis, Thresholds, diagnose, operator_memory};
 use bjh_analysis::queries::recurring;
 use bjh_analysis::whatif::{Layout, Work};
 use bjh_store::LogStore;
-use bjh_store::query::JobFacts;
+use bjh_store::query::{JobFacts, ListQuery, Order, Sort};
 use bjh_store::records::JobRecords;
 use http::StatusCode;
 use rmcp::schemars;
@@ -99,8 +99,9 @@ pub(crate) async fn diagnosis_of(
     let mut diagnosis = diagnose(&header, &records, &operators, &Thresholds::default());
     if !header.state.is_unfinished() {
         let layout = crate::whatif::layout_of(source, job_id).await;
+        let next = next_run(source, job_id).await;
         diagnosis = tokio::task::spawn_blocking(move || {
-            add_advice(&mut diagnosis, &header, &records, &layout);
+            add_advice(&mut diagnosis, &header, &records, &layout, next.as_ref());
             diagnosis
         })
         .await
@@ -111,18 +112,63 @@ pub(crate) async fn diagnosis_of(
 
 /// Settings with a predicted effect (`analysis::advice`) added to the
 /// diagnosis of a finished job: its tasks replayed on other shapes, the
-/// findings the advice answers given its numbers.
+/// findings the advice answers given its numbers, and `next` (the query's
+/// next run, [`next_run`]) set beside them.
 pub(crate) fn add_advice(
     d: &mut Diagnosis,
     header: &bjh_store::records::JobHeader,
     records: &JobRecords,
     layout: &Layout,
+    next: Option<&(String, Work)>,
 ) {
     if header.state.is_unfinished() {
         return;
     }
     let work = Work::of(records, layout, header.start_time, header.end_time);
     d.advice = advise(&work, &records.executors, &mut d.findings);
+    if let Some((id, next)) = next {
+        d.next_run = Some(check_next_run(&work, &mut d.advice, id, next));
+    }
+}
+
+/// The runs of one start time a search for the next run looks through.
+const NEXT_RUN_SCAN: usize = 100;
+
+/// The next completed run of `job_id`'s query (the next by start time,
+/// then id: the later run of the pair `GET /api/whatif/accuracy` makes of
+/// the two) and its work, when it has a query hash, such a run and a
+/// readable log.
+pub(crate) async fn next_run(source: &dyn JobSource, job_id: &str) -> Option<(String, Work)> {
+    let facts = source.facts(job_id).await.ok()??;
+    if facts.query_hash == 0 {
+        return None;
+    }
+    let query = ListQuery {
+        limit: Some(NEXT_RUN_SCAN),
+        states: Some(vec![bjh_format::JobState::Completed]),
+        started_after: Some(facts.start_time),
+        query_hash: Some(facts.query_hash),
+        sort: Sort::StartTime,
+        order: Some(Order::Asc),
+        ..ListQuery::default()
+    };
+    let page = source.list(&query, None).await.ok()?;
+    let this = (facts.start_time, job_id);
+    let next = page
+        .rows
+        .iter()
+        .map(|r| (r.facts.start_time(), r.facts.job_id()))
+        .filter(|run| *run > this)
+        .min()?
+        .1
+        .to_string();
+    let (header, records, layout) = crate::whatif::load(source, &next).await.ok()?;
+    let work = tokio::task::spawn_blocking(move || {
+        Work::of(&records, &layout, header.start_time, header.end_time)
+    })
+    .await
+    .ok()?;
+    Some((next, work))
 }
 
 /// `GET /api/job/{id}/diagnosis`.

@@ -394,6 +394,8 @@ pub(crate) async fn accuracy_kept(
             predicted_ms: wa.replay(shape_b),
             actual_ms: wb.observed_ms(),
             naive_ms: wa.observed_ms(),
+            partitions_a: wa.partitions(),
+            partitions_b: wb.partitions(),
         });
         if let (Some(k), Some(pair)) = (kept, graded.last()) {
             k.lock().insert(key, pair.clone());

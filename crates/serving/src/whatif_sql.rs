@@ -51,6 +51,7 @@ pub async fn pairs(
             kind: p.kind().to_string(),
             earlier_shape: (p.shape_a.executors, p.shape_a.slots),
             later_shape: (p.shape_b.executors, p.shape_b.slots),
+            partitions: (p.partitions_a, p.partitions_b),
             query_hash: p.query_hash,
             earlier_job_id: p.a,
             later_job_id: p.b,

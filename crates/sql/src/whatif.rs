@@ -175,8 +175,10 @@ pub struct PairRow {
     pub earlier_shape: (u32, u32),
     /// The later run's shape.
     pub later_shape: (u32, u32),
-    /// What changed: `same shape`, `executors`, `slots` or `executors and
-    /// slots`.
+    /// The partitions of each run's widest stage, earlier and later.
+    pub partitions: (u64, u64),
+    /// What changed: `same shape`, `executors`, `slots`, `executors and
+    /// slots`, `partitions` or `partitions and shape`.
     pub kind: String,
     /// The earlier run replayed on the later run's shape (ms).
     pub predicted_ms: u64,
@@ -198,6 +200,8 @@ pub static WHATIF_PAIRS: LazyLock<SchemaRef> = LazyLock::new(|| {
         int("earlier_slots"),
         int("later_executors"),
         int("later_slots"),
+        int("earlier_partitions"),
+        int("later_partitions"),
         text("kind"),
         int("predicted_ms"),
         int("actual_ms"),
@@ -217,7 +221,7 @@ fn relative(got: u64, want: u64) -> f64 {
 pub fn pairs_batch(rows: &[PairRow]) -> RecordBatch {
     use datafusion::arrow::array::Float64Builder;
     let mut text: [StringViewBuilder; 5] = Default::default();
-    let mut ints: [Int64Builder; 7] = Default::default();
+    let mut ints: [Int64Builder; 9] = Default::default();
     let mut errors: [Float64Builder; 2] = Default::default();
     for r in rows {
         text[0].append_value(&r.query_hash);
@@ -230,6 +234,8 @@ pub fn pairs_batch(rows: &[PairRow]) -> RecordBatch {
             u64::from(r.earlier_shape.1),
             u64::from(r.later_shape.0),
             u64::from(r.later_shape.1),
+            r.partitions.0,
+            r.partitions.1,
             r.predicted_ms,
             r.actual_ms,
             r.naive_ms,
@@ -241,7 +247,7 @@ pub fn pairs_batch(rows: &[PairRow]) -> RecordBatch {
         errors[1].append_value(relative(r.naive_ms, r.actual_ms));
     }
     let [hash, label, earlier, later, kind] = text.map(|mut b| Arc::new(b.finish()) as ArrayRef);
-    let [ee, es, le, ls, predicted, actual, naive] =
+    let [ee, es, le, ls, ep, lp, predicted, actual, naive] =
         ints.map(|mut b| Arc::new(b.finish()) as ArrayRef);
     let [error, naive_error] = errors.map(|mut b| Arc::new(b.finish()) as ArrayRef);
     let columns = vec![
@@ -253,6 +259,8 @@ pub fn pairs_batch(rows: &[PairRow]) -> RecordBatch {
         es,
         le,
         ls,
+        ep,
+        lp,
         kind,
         predicted,
         actual,
@@ -276,6 +284,7 @@ mod tests {
             later_job_id: "b".into(),
             earlier_shape: (1, 1),
             later_shape: (2, 1),
+            partitions: (8, 8),
             kind: "executors".into(),
             predicted_ms: 600,
             actual_ms: 500,

@@ -123,3 +123,101 @@ fn an_executor_the_job_cannot_use_is_advised_away() {
     assert_eq!(fewer.current_slot_seconds, 4.0);
     assert_eq!(advice.len(), 1, "nothing else helps a chain: {advice:#?}");
 }
+
+/// The job of the first test (eight 1,000 ms tasks on one slot, 8,000
+/// ms), advised 2 executors for 4,000 ms, against next runs built by hand:
+/// on 2 executors in 4,400 ms (off by 400 / 4,400 = 9%: confirmed), in
+/// 7,000 ms (off by 3,000 / 7,000 = 43%: contradicted), and on 2 executors
+/// with four tasks, four partitions where the job had eight (nothing
+/// checked, and said so).
+#[test]
+fn the_next_run_on_an_advised_shape_confirms_or_contradicts_it() {
+    let one_slot = records(
+        (0..8)
+            .map(|i| task(1, i, 0, i as u64 * 1_000, (i as u64 + 1) * 1_000))
+            .collect(),
+    );
+    let work = Work::of(&one_slot, &Layout::default(), at(0), at(8_000));
+    // Two executors, task i on executor i % 2, each task `ms` long.
+    let two = |tasks: u32, ms: u64| {
+        let jobs = records(
+            (0..tasks)
+                .map(|i| {
+                    let from = u64::from(i / 2) * ms;
+                    task(1, i, i % 2, from, from + ms)
+                })
+                .collect(),
+        );
+        let end = u64::from(tasks.div_ceil(2)) * ms;
+        Work::of(&jobs, &Layout::default(), at(0), at(end))
+    };
+    let advised = |advice: &[Advice]| {
+        advice
+            .iter()
+            .find(|a| a.setting == "executors" && a.value == "2")
+            .cloned()
+            .unwrap()
+    };
+
+    let mut advice = advise(&work, &["e0".into()], &mut []);
+    let next = check_next_run(&work, &mut advice, "b", &two(8, 1_100));
+    assert_eq!(next.shape, shape(2, 1));
+    assert_eq!((next.observed_ms, next.predicted_ms), (4_400, Some(4_000)));
+    assert!(!next.partitions_changed);
+    let checked = advised(&advice).next_run.unwrap();
+    assert_eq!((checked.job_id.as_str(), checked.actual_ms), ("b", 4_400));
+    assert!((checked.error - 400.0 / 4_400.0).abs() < 1e-12);
+    assert!(!checked.contradicted);
+    // Advice on other shapes is not checked by this run.
+    let others = advice
+        .iter()
+        .filter(|a| a.value != "2" || a.setting != "executors");
+    assert!(others.clone().count() > 0);
+    assert!(others.into_iter().all(|a| a.next_run.is_none()));
+
+    let mut advice = advise(&work, &["e0".into()], &mut []);
+    check_next_run(&work, &mut advice, "c", &two(8, 1_750));
+    let checked = advised(&advice).next_run.unwrap();
+    assert_eq!(checked.actual_ms, 7_000);
+    assert!((checked.error - 3_000.0 / 7_000.0).abs() < 1e-12);
+    assert!(checked.contradicted);
+
+    let mut advice = advise(&work, &["e0".into()], &mut []);
+    let next = check_next_run(&work, &mut advice, "d", &two(4, 1_000));
+    assert!(next.partitions_changed);
+    assert_eq!(
+        (next.partitions, next.predicted_ms, next.error),
+        (4, None, None)
+    );
+    assert!(advice.iter().all(|a| a.next_run.is_none()));
+}
+
+/// A saving promised and not delivered is contradicted even within the
+/// error bound: a job of 1,000 ms replayed at 950 ms on two executors
+/// (a 5% saving), whose next run there took 1,000 ms (off by 5%).
+#[test]
+fn a_promised_saving_that_did_not_come_is_contradicted() {
+    // Stage 1: one 900 ms task and one 50 ms task on one slot; the job
+    // ran 1,000 ms (50 ms after its last task).
+    let jobs = records(vec![task(1, 0, 0, 0, 900), task(1, 1, 0, 900, 950)]);
+    let work = Work::of(&jobs, &Layout::default(), at(0), at(1_000));
+    let mut advice = advise(&work, &["e0".into()], &mut []);
+    let a = advice
+        .iter()
+        .find(|a| a.shape == Some(shape(2, 1)))
+        .expect("two executors advised")
+        .clone();
+    assert_eq!((a.predicted_ms, a.saving_ms), (Some(950), Some(50)));
+    let next = records(vec![task(1, 0, 0, 0, 900), task(1, 1, 1, 0, 50)]);
+    let next = Work::of(&next, &Layout::default(), at(0), at(1_000));
+    check_next_run(&work, &mut advice, "b", &next);
+    let checked = advice
+        .iter()
+        .find(|a| a.shape == Some(shape(2, 1)))
+        .unwrap()
+        .next_run
+        .clone()
+        .unwrap();
+    assert!((checked.error - 0.05).abs() < 1e-12, "{checked:?}");
+    assert!(checked.contradicted);
+}

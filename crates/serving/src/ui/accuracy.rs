@@ -9,7 +9,7 @@ use crate::ui::{Ui, api_error, error, html_response};
 use crate::whatif::{AccuracyParams, DEFAULT_PAIRS, MAX_PAIRS, accuracy_of};
 use axum::extract::State;
 use axum::response::Response;
-use bjh_analysis::accuracy::{Errors, UNRELIABLE_ERROR, UNRELIABLE_MIN_PAIRS};
+use bjh_analysis::accuracy::{Errors, Pair, UNRELIABLE_ERROR, UNRELIABLE_MIN_PAIRS};
 use bjh_analysis::whatif::Shape;
 use bjh_format::query_hash::parse_hash;
 use http::StatusCode;
@@ -50,6 +50,8 @@ pub async fn page(
             "Two runs of one recurring query, one after the other, are an experiment that already happened: "
             "the earlier run replayed on the later run's cluster shape is the prediction, the later run's time what happened. "
             "Pairs on the same shape give the run-to-run noise; \"naive\" predicts the earlier run's time again. "
+            "Pairs whose runs computed different partitions (datafusion.execution.target_partitions changed) ran different tasks, "
+            "which a replay cannot predict: they are graded apart, in neither the cross-shape figures nor the noise. "
             "The newest " (limit) " pairs"
             @if let Some(h) = only { " of query " code { (bjh_format::query_hash::hash_text(h)) } }
             " are graded. A query whose replays were off by a median of more than "
@@ -64,6 +66,9 @@ pub async fn page(
                 tbody {
                     (errors_row("across shapes", &graded.across_shapes))
                     (errors_row("same shape (the noise)", &graded.same_shape))
+                    @if graded.partitions_changed.pairs > 0 {
+                        (errors_row("partitions changed (not predicted)", &graded.partitions_changed))
+                    }
                     @for (kind, e) in &graded.by_kind { (errors_row(&format!("what changed: {kind}"), e)) }
                 }
             } }
@@ -84,23 +89,7 @@ pub async fn page(
                     }
                 }
             } }
-            h2 { "Pairs, newest first" }
-            div.table-wrap { table id="accuracy-pairs" {
-                thead { tr { th { "Earlier run" } th { "Later run" } th { "Shapes" } th.num { "predicted" } th.num { "took" } th.num { "error" } th.num { "naive error" } } }
-                tbody {
-                    @for p in &graded.pairs {
-                        tr {
-                            td { a href=(job_href(&p.a)) { (p.a) } }
-                            td { a href={ (job_href(&p.b)) "?tab=whatif" } { (p.b) } }
-                            td { (shape(p.shape_a)) " → " (shape(p.shape_b)) }
-                            td.num { (duration(p.predicted_ms)) }
-                            td.num { (duration(p.actual_ms)) }
-                            td.num { (pct(p.error())) }
-                            td.num { (pct(p.naive_error())) }
-                        }
-                    }
-                }
-            } }
+            (pairs_table(&graded.pairs))
         }
         p.muted { "The same as JSON: " code { "/api/whatif/accuracy?limit=N&query_hash=H" } ". How the replay works: docs/diagnosis.md." }
     };
@@ -141,6 +130,36 @@ fn asked(
         },
     };
     Ok((limit, only))
+}
+
+/// The pairs, newest first, each run a link.
+fn pairs_table(pairs: &[Pair]) -> maud::Markup {
+    let pct = |e: f64| format!("{:.1}%", e * 100.0);
+    html! {
+        h2 { "Pairs, newest first" }
+        div.table-wrap { table id="accuracy-pairs" {
+            thead { tr { th { "Earlier run" } th { "Later run" } th { "Shapes" } th.num { "predicted" } th.num { "took" } th.num { "error" } th.num { "naive error" } } }
+            tbody {
+                @for p in pairs {
+                    tr {
+                        td { a href=(job_href(&p.a)) { (p.a) } }
+                        td { a href={ (job_href(&p.b)) "?tab=whatif" } { (p.b) } }
+                        td { (shape(p.shape_a)) " → " (shape(p.shape_b))
+                            @if p.partitions_changed() {
+                                " " span.warn.partitions title="the runs computed different partitions: different tasks, not what a replay predicts" {
+                                    (p.partitions_a) " → " (p.partitions_b) " partitions"
+                                }
+                            }
+                        }
+                        td.num { (duration(p.predicted_ms)) }
+                        td.num { (duration(p.actual_ms)) }
+                        td.num { (pct(p.error())) }
+                        td.num { (pct(p.naive_error())) }
+                    }
+                }
+            }
+        } }
+    }
 }
 
 /// "2×1": executors × slots.

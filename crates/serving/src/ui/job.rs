@@ -583,7 +583,8 @@ pub async fn diagnosis_tab(
     };
     let mut d: Diagnosis = diagnose(header, records, &operators, &Thresholds::default());
     let layout = crate::whatif::layout_of(&*ui.source, job_id).await;
-    crate::insight::add_advice(&mut d, header, records, &layout);
+    let next = crate::insight::next_run(&*ui.source, job_id).await;
+    crate::insight::add_advice(&mut d, header, records, &layout, next.as_ref());
     let base = job_href(job_id);
     html! {
         @if d.partial {
@@ -621,7 +622,7 @@ pub async fn diagnosis_tab(
         @if !d.advice.is_empty() {
             h3 { "Settings with a predicted effect" }
             div.table-wrap { table id="advice" {
-                thead { tr { th { "Set" } th { "to" } th.num { "predicted" } th.num { "saves" } th.num { "slot-seconds" } th { "how it was predicted" } } }
+                thead { tr { th { "Set" } th { "to" } th.num { "predicted" } th.num { "saves" } th.num { "slot-seconds" } th { "how it was predicted" } th { "the next run" } } }
                 tbody {
                     @for a in &d.advice {
                         tr {
@@ -630,10 +631,29 @@ pub async fn diagnosis_tab(
                             td.num { @match a.saving_ms { Some(ms) if ms >= 0 => (duration(ms as u64)), Some(ms) => { "−" (duration(ms.unsigned_abs())) }, None => "—" } }
                             td.num { @match a.slot_seconds { Some(s) => { (format!("{s:.1}")) " (now " (format!("{:.1}", a.current_slot_seconds)) ")" }, None => "—" } }
                             td.muted { (a.basis) }
+                            td { @match &a.next_run {
+                                Some(c) => {
+                                    @let verdict = if c.contradicted { "contradicted" } else { "confirmed" };
+                                    span class={ "checked " (verdict) } title={ "the query's next run ran on this shape: predicted " (format!("{:.0}%", c.error * 100.0)) " off" } { (verdict) }
+                                    ": " a href=(job_href(&c.job_id)) { "took " (duration(c.actual_ms)) } " (off by " (format!("{:.0}%", c.error * 100.0)) ")"
+                                },
+                                None => span.muted { "—" },
+                            } }
                         }
                     }
                 }
             } }
+        }
+        @if let Some(n) = &d.next_run {
+            p id="next-run" {
+                "The next run of this query, " a href=(job_href(&n.job_id)) { (n.job_id) } ", ran on "
+                (n.shape.executors) " executor" @if n.shape.executors != 1 { "s" } " of " (n.shape.slots) " slot" @if n.shape.slots != 1 { "s" }
+                " and took " (duration(n.observed_ms)) ". "
+                @match (n.predicted_ms, n.error) {
+                    (Some(p), Some(e)) => { "This job replayed on that shape predicted " (duration(p)) " (off by " (format!("{:.0}%", e * 100.0)) ")." },
+                    _ => { "It computed other partitions (" (n.partitions) " in its widest stage): other tasks, which no replay of this job's predicts." },
+                }
+            }
         }
         p.muted { "Thresholds and kinds: see docs/diagnosis.md. As JSON: " code { "/api/job/" (segment(job_id)) "/diagnosis" } }
     }
