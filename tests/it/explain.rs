@@ -23,12 +23,24 @@ pub(crate) fn write_straggler_log(dir: &Path, id: &str, slow_ms: u64) {
 /// `slow_ms`; the job starts 5 ms before the first task and ends with
 /// the last.
 pub(crate) fn write_run(dir: &Path, id: &str, plan: &str, lanes: usize, tasks: u32, slow_ms: u64) {
+    write_run_by(dir, id, (plan, None), lanes, tasks, slow_ms);
+}
+
+/// [`write_run`] of the query `plan` by the scheduler `scheduler`.
+pub(crate) fn write_run_by(
+    dir: &Path,
+    id: &str,
+    (plan, scheduler): (&str, Option<&str>),
+    lanes: usize,
+    tasks: u32,
+    slow_ms: u64,
+) {
     let base = 1_800_000_000_000u64;
     let mut text = line(
         "JobStart",
         json!({"job_id": id, "job_name": "planted", "queued_at": base - 10,
                "submitted_at": base - 5, "logical_plan": plan,
-               "physical_plan": "DataSourceExec"}),
+               "physical_plan": "DataSourceExec", "scheduler_id": scheduler}),
     );
     let mut ends = vec![base; lanes];
     for task in 0..tasks {
@@ -50,16 +62,28 @@ pub(crate) fn write_run(dir: &Path, id: &str, plan: &str, lanes: usize, tasks: u
         );
     }
     let end = ends.into_iter().max().unwrap();
-    text += &line(
+    let index = json!({"job_id": id, "job_name": "planted", "status": "Completed",
+                       "job_status": "Completed", "start_time": base - 5, "end_time": end,
+                       "num_stages": 1, "completed_stages": 1, "percent_complete": 100});
+    let job_end = line(
         "JobEnd",
         json!({"status": "Succeeded", "queued_at": base - 10, "started_at": base - 5,
-               "completed_at": end,
-               "index": {"job_id": id, "job_name": "planted", "status": "Completed",
-                         "job_status": "Completed", "start_time": base - 5, "end_time": end,
-                         "num_stages": 1, "completed_stages": 1, "percent_complete": 100},
+               "completed_at": end, "index": index,
                "job": {"job_id": id, "logical_plan": plan},
                "stages": {"stages": []}, "config": {}, "dot": "digraph G {}"}),
     );
+    let offset = text.len();
+    text += &job_end;
+    // A scheduler is named where our logs name it: the footer, which
+    // locates the `JobEnd` line.
+    if let Some(scheduler) = scheduler {
+        text += &line(
+            "Footer",
+            json!({"job_end_offset": offset, "job_end_len": job_end.trim_end().len(),
+                   "status": "Succeeded", "queued_at": base - 10, "index": index,
+                   "dropped_records": 0, "scheduler_id": scheduler}),
+        );
+    }
     std::fs::write(dir.join(format!("{id}.eventlog")), text).unwrap();
 }
 
@@ -747,4 +771,73 @@ async fn a_change_of_target_partitions_is_graded_apart_on_a_real_cluster() {
     let d = get_json(&sched.url(&format!("/api/job/{}/diagnosis", runs[0]))).await;
     assert_eq!(d["next_run"]["job_id"], runs[1].as_str(), "{d:#}");
     assert_eq!(d["next_run"]["partitions_changed"], false);
+}
+
+/// The Clusters view under attack: scheduler ids that are markup or
+/// quotes come back as text, the jobs naming none are one row, and a
+/// directory of more schedulers than an answer lists is cut at 1,000, the
+/// rest counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_clusters_view_escapes_hostile_ids_and_lists_at_most_a_thousand() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let hostile = ["<script>alert(1)</script>", "a\"b", "x&y"];
+    for (i, id) in hostile.iter().enumerate() {
+        write_run_by(dir, &format!("h{i}"), ("TableScan: t", Some(id)), 1, 2, 1);
+    }
+    write_run_by(dir, "none", ("TableScan: t", None), 1, 2, 1);
+    let mut server = Proc::history(dir, &[]);
+    server.wait_ready().await;
+    eventually("every log is indexed", || async {
+        job_ids(&server).await.len() == 4
+    })
+    .await;
+    let clusters = get_json(&server.url("/api/clusters?colour=red")).await;
+    let mut ids: Vec<Value> = clusters["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["scheduler_id"].clone())
+        .collect();
+    ids.sort_by_key(|v| v.to_string());
+    let mut want: Vec<Value> = hostile.iter().map(|h| json!(h)).collect();
+    want.push(Value::Null);
+    want.sort_by_key(|v| v.to_string());
+    assert_eq!(ids, want, "{clusters:#}");
+    let (status, _, page) = get(&server.url("/ui/clusters")).await;
+    assert_eq!(status, 200);
+    let page = String::from_utf8(page).unwrap();
+    assert!(!page.contains("<script>alert"), "{page}");
+    assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(page.contains("x&amp;y"));
+    server.terminate();
+
+    // 1,003 schedulers, one job each.
+    let many = tmp.path().join("many");
+    std::fs::create_dir(&many).unwrap();
+    for i in 0..1_003 {
+        let id = format!("s{i:04}");
+        write_run_by(
+            &many,
+            &format!("j{i:04}"),
+            ("TableScan: t", Some(&id)),
+            1,
+            1,
+            1,
+        );
+    }
+    let mut server = Proc::history(&many, &[]);
+    server.wait_ready().await;
+    eventually("every log is indexed", || async {
+        get_json(&server.url("/api/jobs?limit=2000"))
+            .await
+            .as_array()
+            .unwrap()
+            .len()
+            == 1_003
+    })
+    .await;
+    let clusters = get_json(&server.url("/api/clusters")).await;
+    assert_eq!(clusters["clusters"].as_array().unwrap().len(), 1_000);
+    assert_eq!(clusters["left_out"], 3);
 }

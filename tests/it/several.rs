@@ -100,6 +100,25 @@ pub async fn schedulers_are_told_apart(
         let n: usize = line.rsplit(' ').next().unwrap().parse().unwrap();
         assert_eq!(n, ran_by(i).len(), "{line}");
     }
+    // The Clusters view: each scheduler, its jobs.
+    for server in servers {
+        let clusters = get_json(&server.url("/api/clusters")).await;
+        for (i, id) in ids.iter().enumerate() {
+            let row = clusters["clusters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["scheduler_id"] == id.as_str())
+                .unwrap_or_else(|| panic!("{id} in {clusters:#}"));
+            assert_eq!(row["total_jobs"], ran_by(i).len(), "{row:#}");
+            assert!(row["last_seen"].as_u64() >= row["last_job_at"].as_u64());
+        }
+        let (_, _, page) = get(&server.url("/ui/clusters")).await;
+        let page = String::from_utf8(page).unwrap();
+        for id in ids {
+            assert!(page.contains(&format!("<code>{id}</code>")), "{page}");
+        }
+    }
     pages_tell_them_apart(server, ids, &ran_by(1)).await;
 }
 
@@ -151,4 +170,20 @@ async fn pages_tell_them_apart(server: &Proc, ids: &[String], second: &[String])
     named.sort();
     named.dedup();
     assert_eq!(named, both);
+    // The Clusters page: one row each, each linking to its jobs.
+    b.open(&server.url("/ui/clusters")).await;
+    let mut rows = b.texts("table#clusters td.name code").await;
+    rows.sort();
+    assert_eq!(rows, both);
+    let links: Value = b
+        .js("return [...document.querySelectorAll('table#clusters tbody tr')].map(r => r.querySelector('td.num a').getAttribute('href'))")
+        .await;
+    let mut links: Vec<String> = serde_json::from_value(links).unwrap();
+    links.sort();
+    let want: Vec<String> = both
+        .iter()
+        .map(|id| format!("/?scheduler_id={id}"))
+        .collect();
+    assert_eq!(links, want);
+    b.shot("clusters").await;
 }

@@ -259,6 +259,34 @@ async fn every_slot_second_the_cluster_had_is_accounted_for() {
     hist.wait_healthy().await;
     let end = stopped_to + 1_000;
     let whole = usage_of(&hist, t0 - 60_000, end).await;
+    // The Clusters view: this one scheduler, its three jobs, the one
+    // executor (2 slots) still up when it stopped, and its day's slot
+    // time, all of it within the range above.
+    let clusters = get_json(&hist.url("/api/clusters")).await;
+    let rows = clusters["clusters"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{clusters:#}");
+    let c = &rows[0];
+    let listed = get_json(&hist.url("/api/jobs")).await;
+    assert_eq!(c["scheduler_id"], listed[0]["scheduler_id"], "{c:#}");
+    assert_eq!(c["total_jobs"], 3);
+    assert_eq!(c["jobs"]["completed"], 3);
+    assert_eq!(c["recording"], false);
+    assert_eq!(
+        (c["executors"].as_u64(), c["slots"].as_u64()),
+        (Some(1), Some(2)),
+        "{c:#}"
+    );
+    assert_eq!(c["capacity_slot_ms"], whole["capacity_slot_ms"]);
+    assert_eq!(c["busy_slot_ms"], busy_want);
+    let last_seen = c["last_seen"].as_u64().unwrap();
+    assert!((up_at..=end).contains(&last_seen), "{c:#}: {up_at}..{end}");
+    let (_, _, page) = get(&hist.url("/ui/clusters")).await;
+    let page = String::from_utf8(page).unwrap();
+    let id = c["scheduler_id"].as_str().unwrap();
+    assert!(
+        page.contains(&format!("href=\"/?scheduler_id={id}\"")),
+        "{page}"
+    );
     // Capacity as the test saw it: 2 slots from registration (between t0
     // and `up_at`) until the stop, 3 slots from registration until the
     // kill, whose end is the executor's last call: within its poll

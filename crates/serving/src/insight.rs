@@ -45,6 +45,10 @@ pub(crate) fn routes(source: Source, store: Option<Arc<LogStore>>) -> Router {
             get(crate::whatif::get_accuracy).with_state((source, store.clone())),
         )
         .route("/api/queries", get(get_queries).with_state(store.clone()))
+        .route(
+            "/api/clusters",
+            get(crate::clusters::get_clusters).with_state(store.clone()),
+        )
         .route("/api/usage", get(crate::usage::get_usage).with_state(store))
 }
 

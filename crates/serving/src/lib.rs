@@ -29,6 +29,7 @@
 
 pub mod auth;
 pub mod clients;
+pub mod clusters;
 pub mod error;
 pub mod fuzzing;
 pub mod headers;

@@ -54,6 +54,7 @@ pub enum Mode {
         crate::insight::get_compare,
         crate::insight::get_queries,
         crate::usage::get_usage,
+        crate::clusters::get_clusters,
         crate::sql_route::run_sql,
         crate::router::metrics,
         get_spec,

@@ -31,6 +31,7 @@
 //! (the token guards both, see `auth`).
 
 pub(crate) mod accuracy;
+pub(crate) mod clusters;
 pub(crate) mod data;
 pub(crate) mod events;
 pub(crate) mod insight;
@@ -90,6 +91,7 @@ pub fn routes(ui: Ui) -> Router {
         .route("/ui/compare", get(insight::compare_page))
         .route("/ui/accuracy", get(accuracy::page))
         .route("/ui/usage", get(usage::page))
+        .route("/ui/clusters", get(clusters::page))
         .route("/ui/sql", get(sql::page))
         .route("/ui/sql.csv", get(sql::csv))
         .route("/ui/events", get(events::events))

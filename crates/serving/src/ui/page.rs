@@ -15,6 +15,7 @@ pub enum Nav {
     Queries,
     Accuracy,
     Usage,
+    Clusters,
     Sql,
     None,
 }
@@ -52,6 +53,7 @@ pub fn frame(ui: &Ui, title: &str, nav: Nav, refresh: bool, body: Markup) -> Mar
                         a href="/ui/queries" aria-current=[(nav == Nav::Queries).then_some("page")] { "Recurring queries" }
                         a href="/ui/accuracy" aria-current=[(nav == Nav::Accuracy).then_some("page")] { "What-if accuracy" }
                         a href="/ui/usage" aria-current=[(nav == Nav::Usage).then_some("page")] { "Usage" }
+                        a href="/ui/clusters" aria-current=[(nav == Nav::Clusters).then_some("page")] { "Clusters" }
                         @if ui.sql.is_some() {
                             a href="/ui/sql" aria-current=[(nav == Nav::Sql).then_some("page")] { "SQL" }
                         }
