@@ -99,13 +99,8 @@ async fn a_decision_support_workload_draws_every_stage_link_adaptive_planning_pr
         let (job_id, result) = run_job(sched, &cluster.ctx, &query(q)).await;
         println!("q{q}: job {job_id}");
         assert!(result.is_ok(), "q{q}: {result:?}");
-        completed_log(&cluster.logs, &job_id).await;
-        // The file is written before the store has taken it in.
+        indexed_log(sched, &cluster.logs, &job_id).await;
         let whatif_url = sched.url(&format!("/api/job/{job_id}/whatif?executors=1"));
-        eventually(&format!("{job_id}'s log in the store"), || async {
-            get(&whatif_url).await.0 == 200
-        })
-        .await;
         let answer = get_json(&sched.url(&format!("/api/job/{job_id}/stages"))).await;
         let stages = answer["stages"].as_array().unwrap().clone();
         let ids: BTreeSet<u32> = stages

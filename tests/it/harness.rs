@@ -462,6 +462,19 @@ pub async fn run_job(
     (new.remove(0), result)
 }
 
+/// Waits for `<job_id>.eventlog` in `dir` and for `proc`'s store to have
+/// taken it in (the file is written before the store indexes it: a route
+/// that reads the log answers only then), and returns its lines.
+pub async fn indexed_log(proc: &Proc, dir: &Path, job_id: &str) -> Vec<String> {
+    let lines = completed_log(dir, job_id).await;
+    let url = proc.url(&format!("/api/job/{job_id}/diagnosis"));
+    eventually(&format!("{job_id}'s log in the store"), || async {
+        get(&url).await.0 == 200
+    })
+    .await;
+    lines
+}
+
 /// Waits for `<job_id>.eventlog` in `dir` and returns its lines.
 pub async fn completed_log(dir: &Path, job_id: &str) -> Vec<String> {
     let path = dir.join(format!("{job_id}.eventlog"));

@@ -666,13 +666,7 @@ async fn the_whatif_tables_hold_each_querys_newest_run_and_its_graded_pairs_as_t
     ] {
         let (job_id, result) = run_job(sched, &cluster.ctx, q).await;
         assert!(result.is_ok(), "{q}: {result:?}");
-        completed_log(&cluster.logs, &job_id).await;
-        // The file is written before the store has taken it in.
-        let own = sched.url(&format!("/api/job/{job_id}/whatif"));
-        eventually(&format!("{job_id}'s log in the store"), || async {
-            get(&own).await.0 == 200
-        })
-        .await;
+        indexed_log(sched, &cluster.logs, &job_id).await;
         runs.push(job_id);
     }
     // The `jobs` table (the columnar history, another path): each run's
