@@ -98,52 +98,39 @@ pub async fn clusters_of(store: Arc<LogStore>) -> Result<Clusters, ApiError> {
         .map_err(|e| ApiError::Internal(format!("the clusters cannot be worked out: {e}")))
 }
 
-/// What each scheduler's cluster log shows.
-#[derive(Default)]
-struct Seen {
-    last: u64,
-    executors: usize,
-    slots: u64,
-    recording: bool,
+/// What a scheduler's cluster log shows: its last sight (epoch ms),
+/// whether that is now, and the executors up then with their slots.
+fn seen_in(intervals: &[SlotInterval], now: u64) -> (u64, bool, usize, u64) {
+    let last = intervals.iter().map(|i| i.to).max().unwrap_or(0).min(now);
+    let up: Vec<&SlotInterval> = intervals.iter().filter(|i| i.to >= last).collect();
+    let slots = up.iter().map(|i| u64::from(i.slots)).sum();
+    (last, last >= now, up.len(), slots)
 }
 
 fn clusters_now(store: &LogStore, now: u64) -> Clusters {
     let from = now.saturating_sub(USAGE_WINDOW_MS);
     let cluster = store.cluster(now);
-    // An executor of a scheduler still recording is up until now.
-    let mut seen: HashMap<&str, Seen> = HashMap::new();
-    for i in &cluster.intervals {
-        let s = seen.entry(i.scheduler_id.as_str()).or_default();
-        s.last = s.last.max(i.to);
-        if i.to >= now {
-            s.recording = true;
-            s.executors += 1;
-            s.slots += u64::from(i.slots);
-        }
-    }
-    let mut intervals_of: HashMap<&str, Vec<SlotInterval>> = HashMap::new();
-    for i in &cluster.intervals {
-        intervals_of
-            .entry(i.scheduler_id.as_str())
-            .or_default()
-            .push(i.clone());
-    }
-    // Where none is up now, those up at the last sight.
-    for (id, s) in seen.iter_mut().filter(|(_, s)| !s.recording) {
-        for i in intervals_of.get(id).into_iter().flatten() {
-            if i.to == s.last {
-                s.executors += 1;
-                s.slots += u64::from(i.slots);
-            }
-        }
-    }
-    let mut last_job: HashMap<Option<Arc<str>>, u64> = HashMap::new();
+    // The intervals come sorted by scheduler: one run of them each.
+    let logs: HashMap<&str, &[SlotInterval]> = cluster
+        .intervals
+        .chunk_by(|a, b| a.scheduler_id == b.scheduler_id)
+        .map(|run| (run[0].scheduler_id.as_str(), run))
+        .collect();
+    // Each scheduler's newest job, and the last day's jobs' slot time.
+    let (mut newest, mut newest_unnamed): (HashMap<String, u64>, u64) = (HashMap::new(), 0);
     store.with_completed(|jobs| {
         for j in jobs {
             let at = j.end_time().max(j.queued_time());
-            let key = j.scheduler_id().map(Arc::from);
-            let newest = last_job.entry(key).or_default();
-            *newest = (*newest).max(at);
+            let Some(id) = j.scheduler_id() else {
+                newest_unnamed = newest_unnamed.max(at);
+                continue;
+            };
+            match newest.get_mut(id) {
+                Some(t) => *t = (*t).max(at),
+                None => {
+                    newest.insert(id.to_string(), at);
+                }
+            }
         }
     });
     let mut recent: HashMap<String, Vec<UsageJob>> = HashMap::new();
@@ -158,45 +145,46 @@ fn clusters_now(store: &LogStore, now: u64) -> Clusters {
             });
         }
     }
-    let mut rows: Vec<ClusterRow> = Vec::new();
-    let mut ids: Vec<(Option<String>, [usize; 6])> = store
+    let mut counts: BTreeMap<Option<String>, [usize; 6]> = store
         .counts_by_scheduler()
         .into_iter()
         .map(|(id, c)| (id.map(|s| s.to_string()), c))
         .collect();
-    for id in seen.keys() {
-        if !ids.iter().any(|(i, _)| i.as_deref() == Some(*id)) {
-            ids.push((Some(id.to_string()), [0; 6]));
-        }
+    for id in logs.keys() {
+        counts.entry(Some(id.to_string())).or_default();
     }
-    for (id, counts) in ids {
-        let log = id.as_deref().and_then(|i| seen.get(i));
-        let last_job_at = last_job
-            .get(&id.as_deref().map(Arc::from))
-            .copied()
+    let mut rows: Vec<ClusterRow> = counts
+        .into_iter()
+        .map(|(id, counts)| {
+            let log = id.as_deref().and_then(|i| logs.get(i)).copied();
+            let (last, recording, executors, slots) = seen_in(log.unwrap_or(&[]), now);
+            let last_job_at = match &id {
+                Some(id) => newest.get(id).copied(),
+                None => Some(newest_unnamed),
+            }
             .filter(|t| *t > 0);
-        let usage = id.as_deref().map(|id| {
-            let intervals = intervals_of.get(id).map_or(&[][..], Vec::as_slice);
-            let jobs = recent.get(id).map_or(&[][..], Vec::as_slice);
-            usage(intervals, jobs, 0, (from, now), None)
-        });
-        rows.push(ClusterRow {
-            jobs: JobState::ALL
-                .iter()
-                .map(|(word, state)| (*word, counts[state.index()]))
-                .collect(),
-            total_jobs: counts.iter().sum(),
-            last_seen: last_job_at.max(log.map(|s| s.last.min(now))),
-            last_job_at,
-            recording: log.is_some_and(|s| s.recording),
-            executors: log.map_or(0, |s| s.executors),
-            slots: log.map_or(0, |s| s.slots),
-            capacity_slot_ms: usage.as_ref().map_or(0, |u| u.capacity_slot_ms),
-            busy_slot_ms: usage.as_ref().map_or(0, |u| u.busy_slot_ms),
-            utilisation: usage.and_then(|u| u.utilisation),
-            scheduler_id: id,
-        });
-    }
+            let usage = id.as_deref().map(|id| {
+                let jobs = recent.get(id).map_or(&[][..], Vec::as_slice);
+                usage(log.unwrap_or(&[]), jobs, 0, (from, now), None)
+            });
+            ClusterRow {
+                jobs: JobState::ALL
+                    .iter()
+                    .map(|(word, state)| (*word, counts[state.index()]))
+                    .collect(),
+                total_jobs: counts.iter().sum(),
+                last_seen: last_job_at.max(log.map(|_| last)),
+                last_job_at,
+                recording,
+                executors,
+                slots,
+                capacity_slot_ms: usage.as_ref().map_or(0, |u| u.capacity_slot_ms),
+                busy_slot_ms: usage.as_ref().map_or(0, |u| u.busy_slot_ms),
+                utilisation: usage.and_then(|u| u.utilisation),
+                scheduler_id: id,
+            }
+        })
+        .collect();
     // The most recently seen first, then by id.
     rows.sort_by(|a, b| (b.last_seen, &a.scheduler_id).cmp(&(a.last_seen, &b.scheduler_id)));
     let left_out = rows.len().saturating_sub(MAX_CLUSTERS);
