@@ -801,6 +801,21 @@ async fn the_clusters_view_escapes_hostile_ids_and_lists_at_most_a_thousand() {
     assert!(page.contains("x&amp;y"));
     server.terminate();
 
+    // An empty directory has no scheduler to show.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let mut server = Proc::history(&empty, &[]);
+    server.wait_ready().await;
+    let clusters = get_json(&server.url("/api/clusters")).await;
+    assert_eq!(clusters["clusters"], json!([]), "{clusters:#}");
+    let (_, _, page) = get(&server.url("/ui/clusters")).await;
+    assert!(
+        String::from_utf8(page)
+            .unwrap()
+            .contains("No scheduler has recorded here yet.")
+    );
+    server.terminate();
+
     // 1,003 schedulers, one job each.
     let many = tmp.path().join("many");
     std::fs::create_dir(&many).unwrap();

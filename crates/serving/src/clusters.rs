@@ -155,6 +155,9 @@ fn clusters_now(store: &LogStore, now: u64) -> Clusters {
     }
     let mut rows: Vec<ClusterRow> = counts
         .into_iter()
+        // The store counts the jobs naming no scheduler even when there
+        // are none: such a row says nothing.
+        .filter(|(id, counts)| counts.iter().sum::<usize>() > 0 || id.is_some())
         .map(|(id, counts)| {
             let log = id.as_deref().and_then(|i| logs.get(i)).copied();
             let (last, recording, executors, slots) = seen_in(log.unwrap_or(&[]), now);
