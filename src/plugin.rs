@@ -90,7 +90,10 @@ impl JobHistory {
     /// in `options`, else kept in the directory across restarts), and
     /// upstream's own event log is turned off (jobs are not recorded
     /// twice).
-    pub fn new(options: HistoryOptions, config: &mut SchedulerConfig) -> Result<Self, ServerError> {
+    pub fn new(
+        mut options: HistoryOptions,
+        config: &mut SchedulerConfig,
+    ) -> Result<Self, ServerError> {
         config.event_log_dir = None;
         let spool = match options.remote {
             Some(_) => Some(lock_spool(&options.event_log_dir).map_err(ServerError::Config)?),
@@ -99,6 +102,11 @@ impl JobHistory {
         let id = options.scheduler_id.as_deref();
         config.scheduler_id = bjh_recording::scheduler_id::resolve(id, &options.event_log_dir)
             .map_err(ServerError::Config)?;
+        if options.sql_cluster.is_none() {
+            // The cluster engine runs on this scheduler's own executors.
+            options.sql_cluster = Some(own_address(config));
+        }
+        options.check_sql_cluster()?;
         let recording = Recording::start(&options)?;
         Ok(Self {
             options,
@@ -471,3 +479,14 @@ impl Recording {
 
 /// The writer's handle and thread, kept to drain it on shutdown.
 type WriterParts = (writer::WriterHandle, std::thread::JoinHandle<()>);
+
+/// The scheduler's own gRPC address, as its SQL's cluster engine reaches
+/// it: its bind host (this machine when it binds every address) and port.
+fn own_address(config: &SchedulerConfig) -> String {
+    let host = match config.bind_host.as_str() {
+        "" | "0.0.0.0" | "::" | "[::]" => "127.0.0.1".to_string(),
+        h if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
+        h => h.to_string(),
+    };
+    format!("df://{host}:{}", config.bind_port)
+}

@@ -121,6 +121,12 @@ pub struct HistoryOptions {
     /// recorded as ended (its connections then have
     /// `http.drain_timeout`).
     pub jobs_end_timeout: Duration,
+    /// The scheduler `POST /api/sql`'s cluster engine submits jobs to
+    /// (`df://host:port`); `None` on a recording scheduler is the
+    /// scheduler itself, and on a history server no cluster.
+    pub sql_cluster: Option<String>,
+    /// The engine a query that names none runs on.
+    pub sql_engine: bjh_sql::Engine,
 }
 
 impl HistoryOptions {
@@ -158,6 +164,8 @@ impl HistoryOptions {
             scheduler_id: None,
             cors_allowed_origins: None,
             jobs_end_timeout: Duration::from_secs(10),
+            sql_cluster: None,
+            sql_engine: bjh_sql::Engine::Local,
         }
     }
 
@@ -183,14 +191,28 @@ impl HistoryOptions {
         let worker = self.sql_worker.clone().unwrap_or_else(|| {
             std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"))
         });
-        Arc::new(bjh_sql::SqlEngine::new(
+        let mut engine = bjh_sql::SqlEngine::new(
             Arc::new(bjh_serving::source::OthersOf::new(source)),
             store,
             self.columnar_dir(),
             self.sql,
             worker,
             fresh,
-        ))
+        );
+        // Checked when the server started (`check_sql_cluster`).
+        if let Err(e) = engine.with_cluster(self.sql_cluster.as_deref(), self.sql_engine) {
+            log::warn!("history: SQL on a cluster is off: {e}");
+        }
+        Arc::new(engine)
+    }
+
+    /// Whether the SQL engines' settings hold together: the cluster is
+    /// a scheduler's address, and the cluster engine as the default has
+    /// one.
+    pub(crate) fn check_sql_cluster(&self) -> Result<(), ServerError> {
+        bjh_sql::cluster::setting(self.sql_cluster.as_deref(), self.sql_engine)
+            .map(drop)
+            .map_err(|e| ServerError::Config(format!("--sql-cluster/--sql-engine: {e}")))
     }
 
     /// Defaults for logs under an object-store prefix, with `spool` as the
@@ -572,6 +594,7 @@ pub async fn run_history(
     options: HistoryOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    options.check_sql_cluster()?;
     let metrics = HistoryMetrics::global();
     if options.remote.is_some() {
         // The local directory holds the persistent index of the store.

@@ -154,6 +154,16 @@ struct Cli {
     /// answered 503 at once.
     #[arg(long, default_value_t = 8)]
     sql_queue: usize,
+    /// `POST /api/sql`: where a query that names no engine runs: `local`
+    /// (a worker process of this server's) or `cluster` (a Ballista job on
+    /// the executors of --sql-cluster, by default this scheduler's own).
+    #[arg(long, value_enum, default_value = "local")]
+    sql_engine: EngineArg,
+    /// `POST /api/sql`'s cluster engine: the scheduler (df://host:port)
+    /// its jobs are submitted to. Default: a recording scheduler submits
+    /// to itself; a --history-only server has no cluster unless named.
+    #[arg(long, value_parser = parse_cluster)]
+    sql_cluster: Option<String>,
     /// How long an HTTP/1 client may take to send a request header, from
     /// connecting or from its last answer (an idle keep-alive connection
     /// is closed then).
@@ -225,6 +235,14 @@ struct Cli {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum EngineArg {
+    /// A worker process of this server's.
+    Local,
+    /// A Ballista job on a cluster.
+    Cluster,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum CompressionArg {
     /// Plain JSON lines.
     None,
@@ -279,6 +297,8 @@ const NEED_EVENT_LOG_DIR: &[&str] = &[
     "sql_max_answer_bytes",
     "sql_workers",
     "sql_queue",
+    "sql_engine",
+    "sql_cluster",
     "http_header_timeout_seconds",
     "http_max_connections",
     "http_max_connections_per_client",
@@ -592,6 +612,11 @@ fn history_options(
         workers: cli.sql_workers.max(1),
         queue: cli.sql_queue,
     };
+    options.sql_engine = match cli.sql_engine {
+        EngineArg::Local => ballista_job_history::SqlEngineKind::Local,
+        EngineArg::Cluster => ballista_job_history::SqlEngineKind::Cluster,
+    };
+    options.sql_cluster = cli.sql_cluster.clone();
     let shutdown = Duration::from_secs(cli.shutdown_timeout_seconds.max(1));
     options.http = ballista_job_history::HttpLimits {
         header_timeout: Duration::from_secs(cli.http_header_timeout_seconds.max(1)),
@@ -693,6 +718,11 @@ async fn run(cli: Cli, matches: &ArgMatches) -> Result<(), Box<dyn std::error::E
         ));
     run_scheduler(listener, config, history, shutdown_signal()).await?;
     Ok(())
+}
+
+/// Parses a scheduler's address for the SQL cluster engine.
+fn parse_cluster(text: &str) -> Result<String, String> {
+    ballista_job_history::scheduler_address(text).map(|_| text.to_string())
 }
 
 /// Parses a price: a finite number, 0 or more.

@@ -57,6 +57,8 @@ fn flags_that_would_do_nothing_are_refused_with_the_fix() {
         ("--sql-max-answer-bytes", Some("1MiB")),
         ("--sql-workers", Some("4")),
         ("--sql-queue", Some("2")),
+        ("--sql-engine", Some("cluster")),
+        ("--sql-cluster", Some("df://127.0.0.1:50050")),
         ("--export-parquet", Some("/tmp/out")),
         ("--metrics-top-queries", Some("5")),
         ("--otlp-endpoint", Some("http://127.0.0.1:4317")),

@@ -18,6 +18,7 @@ mod events;
 mod explain;
 mod faults;
 mod flags;
+mod fleet_sql;
 mod graph;
 mod guards;
 mod harness;

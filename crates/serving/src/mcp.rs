@@ -122,7 +122,16 @@ pub struct Sql {
     /// whatif, whatif_pairs, stages, tasks and operators, e.g. `SELECT job_id, duration_ms FROM jobs ORDER BY
     /// duration_ms DESC LIMIT 10`.
     pub sql: String,
+    /// Where it runs: `local` (the server's own worker) or `cluster` (a
+    /// Ballista job on the cluster's executors, for questions over many
+    /// jobs' tasks); the server's default when absent.
+    #[serde(default)]
+    pub engine: Option<String>,
 }
+
+/// No arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct NoArgs {}
 
 #[tool_router]
 impl History {
@@ -193,9 +202,21 @@ impl History {
         description = "Run one read-only SQL query over the whole history (tables jobs, usage, whatif, whatif_pairs, stages, tasks and operators; whatif has each recurring query's newest run replayed on other cluster shapes, whatif_pairs those replays graded against the next run; e.g. jobs has job_id, job_name, status, start_time, end_time, duration_ms, query_hash, query_label, scheduler_id, busy_slot_ms) and get the rows as JSON. For questions the other tools do not answer: counts, top-N, trends over many jobs. Limits on time, memory and rows apply.",
         annotations(read_only_hint = true, open_world_hint = false)
     )]
-    async fn run_sql(&self, Parameters(Sql { sql }): Parameters<Sql>) -> Answer {
-        let body = serde_json::json!({ "sql": sql }).to_string();
-        self.call(Method::POST, "/api/sql", Some(body)).await
+    async fn run_sql(&self, Parameters(Sql { sql, engine }): Parameters<Sql>) -> Answer {
+        let mut body = serde_json::json!({ "sql": sql });
+        if let Some(engine) = engine {
+            body["engine"] = serde_json::Value::String(engine);
+        }
+        self.call(Method::POST, "/api/sql", Some(body.to_string()))
+            .await
+    }
+
+    #[tool(
+        description = "The schedulers (clusters) whose jobs this history holds: per scheduler its jobs by state, its last job and when it was last seen, whether it records now, its executors and task slots, and its last day's slot time and utilisation. Use it for 'which clusters are there?' and to find a scheduler_id to filter jobs by.",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn list_clusters(&self, Parameters(NoArgs {}): Parameters<NoArgs>) -> Answer {
+        self.call(Method::GET, "/api/clusters", None).await
     }
 }
 

@@ -56,10 +56,19 @@ pub fn routes(engine: Arc<SqlEngine>) -> Router {
 pub(crate) struct SqlRequest {
     /// The SQL text.
     sql: String,
+    /// Where it runs: `local` (a worker process of the server's) or
+    /// `cluster` (a Ballista job on the cluster's executors); the
+    /// server's default (`--sql-engine`) when absent.
+    #[serde(default)]
+    engine: Option<bjh_sql::Engine>,
 }
 
-/// The query a request carries, by its content type.
-fn query_of(headers: &HeaderMap, body: &[u8]) -> Result<String, ApiError> {
+/// The query a request carries, by its content type, and the engine it
+/// asks for.
+fn query_of(
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(String, Option<bjh_sql::Engine>), ApiError> {
     let media = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -70,16 +79,16 @@ fn query_of(headers: &HeaderMap, body: &[u8]) -> Result<String, ApiError> {
         String::from_utf8(b.to_vec())
             .map_err(|_| ApiError::BadRequest("the query is not UTF-8 text".into()))
     };
-    let sql = match media.as_str() {
-        "application/sql" => text(body)?,
+    let (sql, engine) = match media.as_str() {
+        "application/sql" => (text(body)?, None),
         "application/json" => {
-            serde_json::from_slice::<SqlRequest>(body)
-                .map_err(|e| {
-                    ApiError::BadRequest(format!(
-                        "the body must be {{\"sql\": \"...\"}} for application/json: {e}"
-                    ))
-                })?
-                .sql
+            let request = serde_json::from_slice::<SqlRequest>(body).map_err(|e| {
+                ApiError::BadRequest(format!(
+                    "the body must be {{\"sql\": \"...\"}} (and optionally \
+                     \"engine\": \"local\" or \"cluster\") for application/json: {e}"
+                ))
+            })?;
+            (request.sql, request.engine)
         }
         other => {
             return Err(ApiError::UnsupportedType(format!(
@@ -95,7 +104,7 @@ fn query_of(headers: &HeaderMap, body: &[u8]) -> Result<String, ApiError> {
             "the request body must be one SQL query, e.g. SELECT count(*) FROM jobs".into(),
         ));
     }
-    Ok(sql)
+    Ok((sql, engine))
 }
 
 /// `POST /api/sql`.
@@ -123,17 +132,19 @@ fn query_of(headers: &HeaderMap, body: &[u8]) -> Result<String, ApiError> {
     )
 )]
 pub(crate) async fn run_sql(
-    State(engine): State<Arc<SqlEngine>>,
+    State(sql_engine): State<Arc<SqlEngine>>,
     headers: HeaderMap,
     body: bytes::Bytes,
 ) -> Result<Response, ApiError> {
-    let sql = query_of(&headers, &body).inspect_err(|e| {
+    let (sql, engine) = query_of(&headers, &body).inspect_err(|e| {
         if matches!(e, ApiError::UnsupportedType(_)) {
-            engine.refused(bjh_sql::pool::Outcome::WrongType);
+            sql_engine.refused(bjh_sql::pool::Outcome::WrongType);
         }
     })?;
     let format = format_of(&headers);
-    let answer = engine.query(&sql, format, usize::MAX).await?;
+    let answer = sql_engine
+        .query_on(&sql, format, usize::MAX, engine)
+        .await?;
     let mut response = Response::new(Body::from_stream(answer.body));
     let h = response.headers_mut();
     h.insert(
@@ -144,7 +155,7 @@ pub(crate) async fn run_sql(
     if answer.truncated {
         h.insert(
             TRUNCATED_HEADER,
-            HeaderValue::from(engine.limits().max_rows),
+            HeaderValue::from(sql_engine.limits().max_rows),
         );
     }
     Ok(response)
@@ -182,7 +193,7 @@ mod tests {
         }
         assert_eq!(
             query_of(&with_type(Some("application/sql")), b"SELECT 1").unwrap(),
-            "SELECT 1"
+            ("SELECT 1".to_string(), None)
         );
         assert_eq!(
             query_of(
@@ -190,8 +201,22 @@ mod tests {
                 br#"{"sql": "SELECT 2"}"#
             )
             .unwrap(),
-            "SELECT 2"
+            ("SELECT 2".to_string(), None)
         );
+        assert_eq!(
+            query_of(
+                &with_type(Some("application/json")),
+                br#"{"sql": "SELECT 3", "engine": "cluster"}"#
+            )
+            .unwrap(),
+            ("SELECT 3".to_string(), Some(bjh_sql::Engine::Cluster))
+        );
+        let e = query_of(
+            &with_type(Some("application/json")),
+            br#"{"sql": "SELECT 3", "engine": "gpu"}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.status(), http::StatusCode::BAD_REQUEST);
         let e = query_of(&with_type(Some("application/json")), b"SELECT 1").unwrap_err();
         assert_eq!(e.status(), http::StatusCode::BAD_REQUEST);
     }

@@ -12,7 +12,9 @@
 //! A query runs in a worker process (`worker`, started and limited by
 //! `pool`), never in the server: whatever it does (an allocation that
 //! aborts, a function that never yields, an answer of a gigabyte), the
-//! server and a live scheduler beside it keep serving.
+//! server and a live scheduler beside it keep serving. On the cluster
+//! engine (`cluster`) the worker submits it as a Ballista job instead of
+//! executing it, the tables staged as Parquet the executors read.
 //!
 //! **Rule:** this crate imports `format`, `files`, `metrics`, `store` and
 //! `columnar`; it knows nothing of HTTP (its errors are its own,
@@ -28,6 +30,7 @@
 
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
+pub mod cluster;
 pub mod pool;
 pub mod whatif;
 pub mod worker;
@@ -56,6 +59,27 @@ pub enum SqlError {
     /// Something failed on our side; the message says what, without paths.
     #[error("{0}")]
     Internal(String),
+}
+
+/// Where a query runs.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// In a worker process of this server's (the default).
+    #[default]
+    Local,
+    /// As a Ballista job on a cluster's executors ([`cluster`]).
+    Cluster,
 }
 
 /// The jobs of the `jobs` table that are not the store's completed ones:
@@ -147,6 +171,10 @@ pub struct SqlEngine {
     used: std::sync::atomic::AtomicBool,
     /// The completed jobs' rows of the `jobs` table, kept between queries.
     kept_jobs: Arc<parking_lot::Mutex<Option<KeptJobs>>>,
+    /// The scheduler the cluster engine submits to (`http://host:port`).
+    cluster: Option<String>,
+    /// The engine a query that names none runs on.
+    default_engine: Engine,
 }
 
 /// The completed jobs' rows of the last `jobs` table asked for: used while
@@ -193,7 +221,28 @@ impl SqlEngine {
             workers: pool::Workers::new(worker, limits, bjh_metrics::HistoryMetrics::global()),
             used: std::sync::atomic::AtomicBool::new(false),
             kept_jobs: Arc::new(parking_lot::Mutex::new(None)),
+            cluster: None,
+            default_engine: Engine::Local,
         }
+    }
+
+    /// With a cluster for [`Engine::Cluster`]: `scheduler` as an operator
+    /// writes it (`df://host:port`), and the engine a query that names
+    /// none runs on. Refused when the address is not one, or when the
+    /// default is the cluster and there is none.
+    pub fn with_cluster(
+        &mut self,
+        scheduler: Option<&str>,
+        default_engine: Engine,
+    ) -> Result<(), String> {
+        self.cluster = cluster::setting(scheduler, default_engine)?;
+        self.default_engine = default_engine;
+        Ok(())
+    }
+
+    /// The scheduler the cluster engine submits to, and the default engine.
+    pub fn engines(&self) -> (Option<&str>, Engine) {
+        (self.cluster.as_deref(), self.default_engine)
     }
 
     /// The limits in force.
@@ -343,14 +392,36 @@ impl SqlEngine {
     }
 
     /// Runs `sql` (read-only) in a worker under the limits, answering at
-    /// most `max_rows` rows (and never more than the limit) in `format`.
+    /// most `max_rows` rows (and never more than the limit) in `format`,
+    /// on the default engine.
     pub async fn query(
         &self,
         sql: &str,
         format: Format,
         max_rows: usize,
     ) -> Result<Streaming, SqlError> {
+        self.query_on(sql, format, max_rows, None).await
+    }
+
+    /// [`SqlEngine::query`] on `engine` (`None`: the default).
+    pub async fn query_on(
+        &self,
+        sql: &str,
+        format: Format,
+        max_rows: usize,
+        engine: Option<Engine>,
+    ) -> Result<Streaming, SqlError> {
         let started = tokio::time::Instant::now();
+        let scheduler = match engine.unwrap_or(self.default_engine) {
+            Engine::Local => None,
+            Engine::Cluster => Some(self.cluster.clone().ok_or_else(|| {
+                SqlError::BadRequest(
+                    "this server has no cluster to run SQL on (--sql-cluster); \
+                     ask for the local engine"
+                        .into(),
+                )
+            })?),
+        };
         self.used.store(true, std::sync::atomic::Ordering::Relaxed);
         let generation = self.refresh(false).await?;
         let lower = sql.to_ascii_lowercase();
@@ -385,7 +456,7 @@ impl SqlEngine {
                 .map(|f| f.to_string_lossy().into_owned())
                 .collect()
         });
-        let request = Request {
+        let mut request = Request {
             sql: sql.to_string(),
             format,
             max_rows: max_rows.min(self.limits.max_rows),
@@ -397,20 +468,31 @@ impl SqlEngine {
             with_usage,
             with_whatif,
             with_pairs,
+            cluster: None,
         };
-        let rows = worker::Rows {
+        let mut rows = worker::Rows {
             jobs,
             usage,
             whatif,
             pairs,
         };
+        let mut staged = None;
+        if let Some(scheduler) = scheduler {
+            let (folder, on) = self.stage(&request, rows, scheduler, started).await?;
+            (request.with_jobs, request.with_usage) = (false, false);
+            (request.with_whatif, request.with_pairs) = (false, false);
+            request.cluster = Some(on);
+            rows = worker::Rows::default();
+            staged = Some(folder);
+        }
         let answer = self.workers.ask(request, rows, started).await?;
         // The generation is held until the worker has read its files: a
-        // refresh deletes replaced files only once no query holds them.
+        // refresh deletes replaced files only once no query holds them;
+        // the folder staged for a cluster goes once the answer has.
         let body = answer
             .body
             .map(move |chunk| {
-                let _held = &generation;
+                let _held = (&generation, &staged);
                 chunk
             })
             .boxed();
@@ -420,6 +502,39 @@ impl SqlEngine {
             bytes: answer.head.bytes,
             body,
         })
+    }
+
+    /// For the cluster engine: the tables the server holds in memory (and
+    /// an empty file for a table with none) written as Parquet into a
+    /// folder of this query's own under the columnar folder, readable by
+    /// executors as the segments are; the folder goes when the returned
+    /// guard does.
+    async fn stage(
+        &self,
+        request: &Request,
+        rows: worker::Rows,
+        scheduler: String,
+        started: tokio::time::Instant,
+    ) -> Result<(tempfile::TempDir, cluster::OnCluster), SqlError> {
+        let root = request.root.clone();
+        let files = request.files.clone();
+        let staged = tokio::task::spawn_blocking(move || cluster::stage(&root, &files, rows))
+            .await
+            .map_err(|e| SqlError::Internal(format!("the tables cannot be staged: {e}")))?
+            .map_err(|e| SqlError::Internal(format!("the tables cannot be staged: {e}")))?;
+        // The worker cancels the job a little before it would be killed.
+        let timeout = self.limits.timeout;
+        let margin = (timeout / 4).min(Duration::from_secs(2));
+        let budget = timeout
+            .saturating_sub(started.elapsed())
+            .saturating_sub(margin);
+        let on = cluster::OnCluster {
+            scheduler,
+            job_name: cluster::job_name(&request.sql),
+            budget_ms: u64::try_from(budget.as_millis()).unwrap_or(u64::MAX).max(1),
+            tables: staged.1,
+        };
+        Ok((staged.0, on))
     }
 
     /// The `whatif` and `whatif_pairs` tables, as asked: replays worked

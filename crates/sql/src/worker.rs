@@ -19,7 +19,9 @@
 //! **Invariants:** the worker holds no state of the server's and no lock;
 //! it reads only the files the request names, through an object store
 //! rooted at the columnar folder, so plans and messages name tables and
-//! segments (`tasks/seg-00000001.parquet`), never a server path. The
+//! segments (`tasks/seg-00000001.parquet`), never a server path (on the
+//! cluster engine, `cluster`, the files are named by absolute path, as
+//! executors must read them; messages still hide the folder). The
 //! server sets its address-space, CPU-time, file-size and core limits
 //! (`pool.rs`); it asks the kernel to kill it when the server dies.
 
@@ -115,6 +117,10 @@ pub(crate) struct Request {
     /// stream.
     #[serde(default)]
     pub(crate) with_pairs: bool,
+    /// Run as a Ballista job on a cluster (`cluster`), every table read
+    /// from Parquet, no rows following; `None` runs here.
+    #[serde(default)]
+    pub(crate) cluster: Option<crate::cluster::OnCluster>,
 }
 
 /// The rows of the tables the server sends (not read from Parquet).
@@ -286,7 +292,11 @@ async fn answer(request: &Request, rows: Rows) -> Result<(Head, Vec<u8>), Refusa
         message: hide_root(&e.to_string(), &root),
         too_large: false,
     };
-    let ctx = context(request, rows).map_err(|e| refuse(&e))?;
+    let ctx = match &request.cluster {
+        Some(on) => crate::cluster::context(&request.root, on, request.memory),
+        None => context(request, rows),
+    }
+    .map_err(|e| refuse(&e))?;
     let options = datafusion::execution::context::SQLOptions::new()
         .with_allow_ddl(false)
         .with_allow_dml(false)
@@ -296,8 +306,48 @@ async fn answer(request: &Request, rows: Rows) -> Result<(Head, Vec<u8>), Refusa
         .await
         .map_err(|e| refuse(&e))?;
     let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
-    let mut stream = frame.execute_stream().await.map_err(|e| refuse(&e))?;
-    let mut out = Encoder::new(request.format, &schema, request.max_answer_bytes);
+    let task = frame.task_ctx();
+    let plan = frame.create_physical_plan().await.map_err(|e| refuse(&e))?;
+    let stream = datafusion::physical_plan::execute_stream(plan.clone(), Arc::new(task))
+        .map_err(|e| refuse(&e))?;
+    let Some(on) = &request.cluster else {
+        return encode(request, &schema, stream, &root).await;
+    };
+    // On a cluster, the job is cancelled when the query's time runs out.
+    let budget = std::time::Duration::from_millis(on.budget_ms);
+    match tokio::time::timeout(budget, encode(request, &schema, stream, &root)).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            let cancelled = match crate::cluster::job_id(&plan) {
+                Some(id) if crate::cluster::cancel(&on.scheduler, &id).await => {
+                    format!("; its job {id} on the cluster was cancelled")
+                }
+                Some(id) => format!("; its job {id} on the cluster could not be cancelled"),
+                None => String::new(),
+            };
+            Err(Refusal {
+                message: format!(
+                    "the query was stopped at its time limit (--sql-timeout-seconds){cancelled}"
+                ),
+                too_large: false,
+            })
+        }
+    }
+}
+
+/// `stream` encoded in the request's format, under its row and byte
+/// limits.
+async fn encode(
+    request: &Request,
+    schema: &SchemaRef,
+    mut stream: datafusion::execution::SendableRecordBatchStream,
+    root: &str,
+) -> Result<(Head, Vec<u8>), Refusal> {
+    let refuse = |e: &dyn std::fmt::Display| Refusal {
+        message: hide_root(&e.to_string(), root),
+        too_large: false,
+    };
+    let mut out = Encoder::new(request.format, schema, request.max_answer_bytes);
     let mut head = Head {
         rows: 0,
         truncated: false,
@@ -310,12 +360,12 @@ async fn answer(request: &Request, rows: Rows) -> Result<(Head, Vec<u8>), Refusa
             head.truncated = true;
         }
         head.rows += batch.num_rows();
-        out.write(&batch).map_err(|e| out.refusal(e, &root))?;
+        out.write(&batch).map_err(|e| out.refusal(e, root))?;
         if head.truncated {
             break;
         }
     }
-    let bytes = out.finish(&schema).map_err(|e| out.refusal(e, &root))?;
+    let bytes = out.finish(schema).map_err(|e| out.refusal(e, root))?;
     head.bytes = bytes.len();
     Ok((head, bytes))
 }
@@ -557,6 +607,7 @@ pub async fn answer_in_process(
         with_usage: false,
         with_whatif: false,
         with_pairs: false,
+        cluster: None,
     };
     let rows = Rows {
         jobs: jobs.unwrap_or_default(),
