@@ -104,6 +104,28 @@ async fn the_cluster_engine_answers_as_the_local_one_and_its_jobs_are_recorded_a
     )
     .await;
     assert_eq!(marked[0]["n"], asked);
+
+    // The SQL page offers the choice, and runs on the cluster when asked.
+    let before = job_ids(sched).await.len();
+    let (code, _, page) =
+        get(&sched.url("/ui/sql?q=SELECT%20count(*)%20AS%20n%20FROM%20operators&engine=cluster"))
+            .await;
+    let page = String::from_utf8_lossy(&page);
+    assert_eq!(code, 200, "{page}");
+    assert!(
+        page.contains(r#"<option value="cluster" selected>"#),
+        "{page}"
+    );
+    assert!(
+        page.contains("engine=cluster"),
+        "the CSV link keeps the engine"
+    );
+    let listed = job_ids(sched).await.len();
+    assert_eq!(
+        listed,
+        before + 1,
+        "the page's query was a job of the cluster"
+    );
     cluster.sched.terminate();
 }
 

@@ -98,6 +98,32 @@ pub(crate) type Tables = Vec<(String, Vec<String>)>;
 /// queries on a cluster (one folder per query, removed after it).
 pub const STAGED_DIR: &str = "cluster-queries";
 
+/// How old a staged folder must be before a starting server removes it:
+/// one left by a server that died while its query ran (another server's
+/// query over the same folder is never this old).
+pub const STAGED_LEFTOVER: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Removes the staged folders under `root` older than `age` (leftovers
+/// of a server that died mid-query); says how many.
+pub fn sweep(root: &Path, age: std::time::Duration) -> usize {
+    let Ok(entries) = std::fs::read_dir(root.join(STAGED_DIR)) else {
+        return 0;
+    };
+    let now = std::time::SystemTime::now();
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| now.duration_since(t).unwrap_or_default() >= age);
+        // `remove_dir_all` removes a link itself, never what it names.
+        if old && std::fs::remove_dir_all(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// Writes `rows` (the tables the server holds in memory), and an empty
 /// file for each table with no files, as Parquet into a fresh folder
 /// under `root`; gives the folder (removed when dropped) and every
@@ -278,6 +304,54 @@ mod tests {
         ] {
             assert!(scheduler_address(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn staged_tables_are_written_for_executors_and_leftovers_swept() {
+        let root = tempfile::tempdir().unwrap();
+        let files: [Vec<String>; 3] = [vec![], vec!["tasks/seg-1.parquet".into()], vec![]];
+        let (folder, tables) = stage(root.path(), &files, crate::worker::Rows::default()).unwrap();
+        // Seven tables: four held in memory and two empty ones written,
+        // the one with segments named as it is.
+        let mut names: Vec<&str> = tables.iter().map(|(n, _)| n.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                "jobs",
+                "operators",
+                "stages",
+                "tasks",
+                "usage",
+                "whatif",
+                "whatif_pairs"
+            ]
+        );
+        for (name, files) in &tables {
+            let path = root.path().join(&files[0]);
+            if name == "tasks" {
+                assert_eq!(files, &["tasks/seg-1.parquet"]);
+            } else {
+                assert!(path.starts_with(folder.path()), "{name}: {path:?}");
+                assert!(path.is_file(), "{name}");
+            }
+        }
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::symlink_metadata(folder.path())
+                .unwrap()
+                .permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o755);
+        // A folder in use is young: kept. Any age: swept.
+        assert_eq!(sweep(root.path(), STAGED_LEFTOVER), 0);
+        assert!(folder.path().is_dir());
+        let kept = folder.keep();
+        assert_eq!(sweep(root.path(), std::time::Duration::ZERO), 1);
+        assert!(!kept.exists());
+        assert_eq!(
+            sweep(&root.path().join("none"), std::time::Duration::ZERO),
+            0
+        );
     }
 
     #[test]

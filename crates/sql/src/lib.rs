@@ -209,14 +209,13 @@ impl SqlEngine {
         fresh: Option<Arc<fresh::Fresh>>,
     ) -> Self {
         let fresh = fresh.unwrap_or_default();
+        let columnar =
+            Columnar::open_with(dir.into(), fresh, bjh_metrics::HistoryMetrics::global());
+        cluster::sweep(columnar.dir(), cluster::STAGED_LEFTOVER);
         Self {
             source,
             store,
-            columnar: Arc::new(Columnar::open_with(
-                dir.into(),
-                fresh,
-                bjh_metrics::HistoryMetrics::global(),
-            )),
+            columnar: Arc::new(columnar),
             limits,
             workers: pool::Workers::new(worker, limits, bjh_metrics::HistoryMetrics::global()),
             used: std::sync::atomic::AtomicBool::new(false),
@@ -581,7 +580,17 @@ impl SqlEngine {
 
     /// [`SqlEngine::query`] decoded, for a page: at most `max_rows` rows.
     pub async fn query_rows(&self, sql: &str, max_rows: usize) -> Result<RowsAnswer, SqlError> {
-        let mut answer = self.query(sql, Format::Arrow, max_rows).await?;
+        self.query_rows_on(sql, max_rows, None).await
+    }
+
+    /// [`SqlEngine::query_rows`] on `engine` (`None`: the default).
+    pub async fn query_rows_on(
+        &self,
+        sql: &str,
+        max_rows: usize,
+        engine: Option<Engine>,
+    ) -> Result<RowsAnswer, SqlError> {
+        let mut answer = self.query_on(sql, Format::Arrow, max_rows, engine).await?;
         let mut bytes = Vec::with_capacity(answer.bytes);
         while let Some(chunk) = answer.body.next().await {
             bytes.extend_from_slice(&chunk.map_err(|e| SqlError::Internal(e.to_string()))?);

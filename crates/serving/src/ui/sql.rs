@@ -18,8 +18,8 @@ use crate::ui::{Ui, api_error, error, html_response};
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::Response;
-use bjh_sql::SqlEngine;
 use bjh_sql::worker::Format;
+use bjh_sql::{Engine, SqlEngine};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use maud::{Markup, html};
@@ -67,15 +67,41 @@ pub struct SqlParams {
     /// The query.
     #[serde(default)]
     q: String,
+    /// Where it runs (`local` or `cluster`); the server's default when
+    /// absent.
+    #[serde(default)]
+    engine: Option<Engine>,
 }
 
-pub fn form(q: &str) -> Markup {
+/// The editor; with a cluster to run on, the choice of engine (`chosen`).
+pub fn form(q: &str, engine: &SqlEngine, chosen: Option<Engine>) -> Markup {
+    let (cluster, default) = engine.engines();
+    let chosen = chosen.unwrap_or(default);
     html! {
         form.sql method="get" action="/ui/sql" {
             label for="q" { "SQL over " code { "jobs" } ", " code { "stages" } ", " code { "tasks" } " and " code { "operators" } " (docs/sql.md)" }
             textarea id="q" name="q" rows="8" spellcheck="false" { (q) }
-            div { button type="submit" { "Run" } }
+            div {
+                button type="submit" { "Run" }
+                @if cluster.is_some() {
+                    " "
+                    label for="engine" { "on " }
+                    select id="engine" name="engine" {
+                        option value="local" selected[chosen == Engine::Local] { "this server" }
+                        option value="cluster" selected[chosen == Engine::Cluster] { "the cluster (a Ballista job)" }
+                    }
+                }
+            }
         }
+    }
+}
+
+/// The query string of a query on `engine` (left out when not chosen).
+fn with_engine(q: &str, engine: Option<Engine>) -> String {
+    match engine {
+        Some(Engine::Cluster) => query_string([("q", q), ("engine", "cluster")]),
+        Some(Engine::Local) => query_string([("q", q), ("engine", "local")]),
+        None => query_string([("q", q)]),
     }
 }
 
@@ -95,7 +121,7 @@ pub async fn page(
     let answer = if q.is_empty() || from_elsewhere {
         None
     } else {
-        Some(engine.query_rows(&q, limit).await)
+        Some(engine.query_rows_on(&q, limit, p.engine).await)
     };
     let status = match &answer {
         Some(Err(e)) => crate::error::sql_status(e),
@@ -103,7 +129,7 @@ pub async fn page(
     };
     let body = html! {
         h1 { "SQL" }
-        (form(&q))
+        (form(&q, engine, p.engine))
         @if from_elsewhere {
             p.notice role="status" { "This query came from a link on another site, so it was not run. Read it, then press Run to run it." }
         }
@@ -128,7 +154,7 @@ pub async fn page(
                     } @else {
                         (page::exact(rows)) " row" @if rows != 1 { "s" }
                     }
-                    " · " a href={ "/ui/sql.csv" (query_string([("q", q.as_str())])) } download { "Download CSV" }
+                    " · " a href={ "/ui/sql.csv" (with_engine(&q, p.engine)) } download { "Download CSV" }
                 }
                 (table(a))
             }
@@ -186,7 +212,7 @@ pub async fn csv(
         ));
     }
     let answer = engine
-        .query(&p.q, Format::Csv, usize::MAX)
+        .query_on(&p.q, Format::Csv, usize::MAX, p.engine)
         .await
         .map_err(|e| api_error(&ui, e.into()))?;
     let mut response = Response::new(Body::from_stream(answer.body));
