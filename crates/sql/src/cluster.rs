@@ -26,10 +26,7 @@ use ballista_core::extension::{SessionConfigExt, SessionStateExt};
 use ballista_core::serde::protobuf::CancelJobParams;
 use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::datasource::file_format::parquet::ParquetFormat;
-use datafusion::datasource::listing::{
-    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
-};
+use datafusion::datasource::listing::ListingTableUrl;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::session_state::SessionStateBuilder;
@@ -242,12 +239,7 @@ pub(crate) fn context(
             .iter()
             .map(|f| ListingTableUrl::parse(root.join(f).to_string_lossy()))
             .collect::<Result<Vec<_>, _>>()?;
-        let options =
-            ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
-        let config = ListingTableConfig::new_with_multi_paths(urls)
-            .with_listing_options(options)
-            .with_schema(schema);
-        ctx.register_table(name.as_str(), Arc::new(ListingTable::try_new(config)?))?;
+        ctx.register_table(name.as_str(), crate::worker::parquet_table(urls, schema)?)?;
     }
     Ok(ctx)
 }

@@ -572,16 +572,24 @@ fn context(request: &Request, rows: Rows) -> datafusion::error::Result<SessionCo
                 .iter()
                 .map(|f| ListingTableUrl::parse(format!("{ROOT_URL}{f}")))
                 .collect::<Result<Vec<_>, _>>()?;
-            let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
-                .with_file_extension(".parquet");
-            let config = ListingTableConfig::new_with_multi_paths(urls)
-                .with_listing_options(options)
-                .with_schema((**schema).clone());
-            Arc::new(ListingTable::try_new(config)?)
+            parquet_table(urls, (**schema).clone())?
         };
         ctx.register_table(*name, provider)?;
     }
     Ok(ctx)
+}
+
+/// A table over the Parquet files `urls`, of `schema`.
+pub(crate) fn parquet_table(
+    urls: Vec<ListingTableUrl>,
+    schema: SchemaRef,
+) -> datafusion::error::Result<Arc<dyn datafusion::catalog::TableProvider>> {
+    let options =
+        ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+    let config = ListingTableConfig::new_with_multi_paths(urls)
+        .with_listing_options(options)
+        .with_schema(schema);
+    Ok(Arc::new(ListingTable::try_new(config)?))
 }
 
 /// Runs `request` in this process, as a worker would, and decodes its
