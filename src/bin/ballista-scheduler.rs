@@ -403,6 +403,13 @@ fn refuse_idle_flags(cli: &Cli, matches: &ArgMatches, remote: bool) -> Result<()
                 .into(),
         );
     }
+    if cli.history_only && cli.sql_engine == EngineArg::Cluster && cli.sql_cluster.is_none() {
+        return Err(
+            "--sql-engine cluster on a --history-only server needs a cluster to run on: \
+             add --sql-cluster df://host:port, or drop --sql-engine"
+                .into(),
+        );
+    }
     if cli.export_otlp && cli.export_parquet.is_some() {
         return Err("--export-otlp and --export-parquet are two one-shots: run them apart".into());
     }

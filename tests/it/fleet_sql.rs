@@ -236,8 +236,11 @@ async fn a_history_server_runs_sql_on_the_cluster_it_is_pointed_at_and_none_with
     assert_eq!(status, 400, "{body}");
     alone.terminate();
     let dir = tmp.path().to_str().unwrap();
+    let port = free_port().to_string();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_ballista-scheduler"))
         .args([
+            "--bind-port",
+            &port,
             "--history-only",
             "--event-log-dir",
             dir,
@@ -251,6 +254,8 @@ async fn a_history_server_runs_sql_on_the_cluster_it_is_pointed_at_and_none_with
     assert!(said.contains("--sql-cluster"), "{said}");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_ballista-scheduler"))
         .args([
+            "--bind-port",
+            &port,
             "--history-only",
             "--event-log-dir",
             dir,

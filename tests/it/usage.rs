@@ -466,3 +466,32 @@ async fn the_usage_page_shows_who_used_the_cluster_in_a_browser() {
     let listed_ids = b.texts("table.jobs tbody td.id").await;
     assert_eq!(listed_ids, vec![ids[0].clone()]);
 }
+
+/// A recording scheduler that has no executor and has run no job yet is
+/// on the Clusters view from its cluster log's first mark: recording,
+/// with no executor, no slot and no job; its id is the one it records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_scheduler_with_no_executor_and_no_job_is_listed_as_recording() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut sched = Proc::scheduler(tmp.path(), &["--scheduler-id", "lonely-1"]);
+    sched.wait_healthy().await;
+    let row = wait_for("the scheduler is listed", || async {
+        let answer = get_json(&sched.url("/api/clusters")).await;
+        answer["clusters"].as_array().unwrap().first().cloned()
+    })
+    .await;
+    assert_eq!(row["scheduler_id"], "lonely-1", "{row}");
+    assert_eq!(row["recording"], true, "{row}");
+    assert_eq!(
+        (row["executors"].as_u64(), row["slots"].as_u64()),
+        (Some(0), Some(0)),
+        "{row}"
+    );
+    assert_eq!(row["total_jobs"], 0, "{row}");
+    assert!(row["last_seen"].as_u64().is_some_and(|t| t > 0), "{row}");
+    // The page says so too.
+    let (code, _, page) = get(&sched.url("/ui/clusters")).await;
+    assert_eq!(code, 200);
+    assert!(String::from_utf8_lossy(&page).contains("lonely-1"));
+    sched.terminate();
+}

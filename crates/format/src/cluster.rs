@@ -89,6 +89,9 @@ pub struct ExecutorDown {
     pub reason: String,
 }
 
+/// The `reason` of the `ExecutorDown`s a scheduler writes as it stops.
+pub const SCHEDULER_STOPPED: &str = "scheduler stopped";
+
 /// The file name of `scheduler_id`'s cluster log for the UTC day of `at`.
 pub fn file_name(scheduler_id: &str, at: u64) -> String {
     let day = day_text(at);

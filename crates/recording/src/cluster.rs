@@ -167,7 +167,7 @@ impl ClusterRecorder {
                 let down = ExecutorDown {
                     executor_id: id.clone(),
                     at: now,
-                    reason: "scheduler stopped".into(),
+                    reason: bjh_format::cluster::SCHEDULER_STOPPED.into(),
                 };
                 encode_line(kind::EXECUTOR_DOWN, &down).ok()
             })

@@ -98,10 +98,12 @@ pub async fn clusters_of(store: Arc<LogStore>) -> Result<Clusters, ApiError> {
         .map_err(|e| ApiError::Internal(format!("the clusters cannot be worked out: {e}")))
 }
 
-/// What a scheduler's cluster log shows: its last sight (epoch ms),
+/// What a scheduler's cluster log shows: its last sight (epoch ms; the
+/// later of its intervals' ends and `sight`, the log's last record),
 /// whether that is now, and the executors up then with their slots.
-fn seen_in(intervals: &[SlotInterval], now: u64) -> (u64, bool, usize, u64) {
-    let last = intervals.iter().map(|i| i.to).max().unwrap_or(0).min(now);
+fn seen_in(intervals: &[SlotInterval], sight: Option<u64>, now: u64) -> (u64, bool, usize, u64) {
+    let ends = intervals.iter().map(|i| i.to).max().unwrap_or(0);
+    let last = ends.max(sight.unwrap_or(0)).min(now);
     let up: Vec<&SlotInterval> = intervals.iter().filter(|i| i.to >= last).collect();
     let slots = up.iter().map(|i| u64::from(i.slots)).sum();
     (last, last >= now, up.len(), slots)
@@ -150,7 +152,13 @@ fn clusters_now(store: &LogStore, now: u64) -> Clusters {
         .into_iter()
         .map(|(id, c)| (id.map(|s| s.to_string()), c))
         .collect();
-    for id in logs.keys() {
+    // A scheduler its cluster log names is listed, executors or not.
+    let sighted: HashMap<&str, u64> = cluster
+        .sightings
+        .iter()
+        .map(|(id, at)| (id.as_str(), (*at).min(now)))
+        .collect();
+    for id in logs.keys().chain(sighted.keys()) {
         counts.entry(Some(id.to_string())).or_default();
     }
     let mut rows: Vec<ClusterRow> = counts
@@ -160,7 +168,8 @@ fn clusters_now(store: &LogStore, now: u64) -> Clusters {
         .filter(|(id, counts)| counts.iter().sum::<usize>() > 0 || id.is_some())
         .map(|(id, counts)| {
             let log = id.as_deref().and_then(|i| logs.get(i)).copied();
-            let (last, recording, executors, slots) = seen_in(log.unwrap_or(&[]), now);
+            let sight = id.as_deref().and_then(|i| sighted.get(i)).copied();
+            let (last, recording, executors, slots) = seen_in(log.unwrap_or(&[]), sight, now);
             let last_job_at = match &id {
                 Some(id) => newest.get(id).copied(),
                 None => Some(newest_unnamed),
@@ -176,7 +185,7 @@ fn clusters_now(store: &LogStore, now: u64) -> Clusters {
                     .map(|(word, state)| (*word, counts[state.index()]))
                     .collect(),
                 total_jobs: counts.iter().sum(),
-                last_seen: last_job_at.max(log.map(|_| last)),
+                last_seen: last_job_at.max((log.is_some() || sight.is_some()).then_some(last)),
                 last_job_at,
                 recording,
                 executors,

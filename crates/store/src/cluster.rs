@@ -59,6 +59,10 @@ pub struct ClusterHistory {
     pub bad_lines: u64,
     /// Files not read (too large, unreadable).
     pub bad_files: usize,
+    /// Each scheduler whose cluster log names it, and its last sight
+    /// (`now` while its log is still being written): a scheduler with
+    /// no executor yet has no interval, but it is seen.
+    pub sightings: Vec<(String, u64)>,
 }
 
 /// A stream whose last record is at most this old is of a scheduler still
@@ -194,6 +198,10 @@ impl ClusterCache {
             }
         }
         for (_, stream) in streams {
+            if !stream.scheduler_id.is_empty() {
+                out.sightings
+                    .push((stream.scheduler_id.clone(), stream.last_sight(now)));
+            }
             out.intervals.extend(stream.finish(now));
         }
         out.intervals = merged(out.intervals);
@@ -247,11 +255,15 @@ struct Stream {
     open: BTreeMap<String, (u32, u64)>,
     /// The latest time read.
     last: u64,
+    /// Its last records say the scheduler stopped.
+    stopped: bool,
     closed: Vec<SlotInterval>,
 }
 
 impl Stream {
     fn read(&mut self, event: &Event) {
+        self.stopped =
+            matches!(event, Event::Down(d) if d.reason == bjh_format::cluster::SCHEDULER_STOPPED);
         match event {
             Event::Up(up) => {
                 if self.open.contains_key(&up.executor_id) {
@@ -314,10 +326,16 @@ impl Stream {
         }
     }
 
+    /// The stream's last sight: `now` while it is still being written
+    /// (lately, and not ending with the scheduler's stop).
+    fn last_sight(&self, now: u64) -> u64 {
+        let alive = !self.stopped && now >= self.last && now - self.last <= ALIVE_WITHIN_MS;
+        if alive { now } else { self.last }
+    }
+
     fn finish(mut self, now: u64) -> Vec<SlotInterval> {
         let open: Vec<String> = self.open.keys().cloned().collect();
-        let alive = now >= self.last && now - self.last <= ALIVE_WITHIN_MS;
-        let last = if alive { now } else { self.last };
+        let last = self.last_sight(now);
         for id in open {
             self.close(&id, last, true);
         }
