@@ -237,35 +237,25 @@ async fn a_history_server_runs_sql_on_the_cluster_it_is_pointed_at_and_none_with
     alone.terminate();
     let dir = tmp.path().to_str().unwrap();
     let port = free_port().to_string();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ballista-scheduler"))
-        .args([
-            "--bind-port",
-            &port,
-            "--history-only",
-            "--event-log-dir",
-            dir,
-            "--sql-engine",
-            "cluster",
-        ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(said.contains("--sql-cluster"), "{said}");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ballista-scheduler"))
-        .args([
-            "--bind-port",
-            &port,
-            "--history-only",
-            "--event-log-dir",
-            dir,
-            "--sql-cluster",
-            "s3://x/y",
-        ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("df://host:port"));
+    for (flags, says) in [
+        (["--sql-engine", "cluster"], "--sql-cluster"),
+        (["--sql-cluster", "s3://x/y"], "df://host:port"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ballista-scheduler"))
+            .args([
+                "--bind-port",
+                &port,
+                "--history-only",
+                "--event-log-dir",
+                dir,
+            ])
+            .args(flags)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{flags:?}");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains(says), "{flags:?}: {said}");
+    }
 
     // Pointed at a plain scheduler with an executor: its default engine
     // the cluster, upstream's logs answered as the local engine answers.
