@@ -103,7 +103,13 @@ pub const STAGED_LEFTOVER: std::time::Duration = std::time::Duration::from_secs(
 /// Removes the staged folders under `root` older than `age` (leftovers
 /// of a server that died mid-query); says how many.
 pub fn sweep(root: &Path, age: std::time::Duration) -> usize {
-    let Ok(entries) = std::fs::read_dir(root.join(STAGED_DIR)) else {
+    let parent = root.join(STAGED_DIR);
+    // A link planted in its place is never followed: nothing it names is
+    // removed.
+    if !std::fs::symlink_metadata(&parent).is_ok_and(|m| m.is_dir()) {
+        return 0;
+    }
+    let Ok(entries) = std::fs::read_dir(&parent) else {
         return 0;
     };
     let now = std::time::SystemTime::now();
@@ -132,7 +138,11 @@ pub(crate) fn stage(
 ) -> Result<(tempfile::TempDir, Tables), String> {
     use datafusion::arrow::compute::concat_batches;
     let parent = root.join(STAGED_DIR);
-    std::fs::create_dir_all(&parent).map_err(|e| e.to_string())?;
+    match std::fs::symlink_metadata(&parent) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(format!("{STAGED_DIR} is not a folder (a link or a file)")),
+        Err(_) => std::fs::create_dir(&parent).map_err(|e| e.to_string())?,
+    }
     let folder = tempfile::Builder::new()
         .prefix("q")
         .tempdir_in(&parent)
@@ -344,6 +354,18 @@ mod tests {
             sweep(&root.path().join("none"), std::time::Duration::ZERO),
             0
         );
+
+        // A link planted in the folder's place: nothing it names is staged
+        // into or removed.
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::create_dir(elsewhere.path().join("precious")).unwrap();
+        let planted = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), planted.path().join(STAGED_DIR)).unwrap();
+        assert_eq!(sweep(planted.path(), std::time::Duration::ZERO), 0);
+        assert!(elsewhere.path().join("precious").is_dir());
+        let refused = stage(planted.path(), &files, crate::worker::Rows::default());
+        assert!(refused.is_err_and(|e| e.contains("not a folder")));
+        assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 1);
     }
 
     #[test]
