@@ -102,6 +102,8 @@ impl JobHistory {
         let id = options.scheduler_id.as_deref();
         config.scheduler_id = bjh_recording::scheduler_id::resolve(id, &options.event_log_dir)
             .map_err(ServerError::Config)?;
+        // The id the logs record is the one summaries are published under.
+        options.scheduler_id = Some(config.scheduler_id.clone());
         if options.sql_cluster.is_none() {
             // The cluster engine runs on this scheduler's own executors.
             options.sql_cluster = Some(own_address(config));
@@ -439,9 +441,18 @@ impl Recording {
         }
         let contacts = cluster.contacts();
         background.push(tokio::spawn(cluster.run(stop.stopped())));
-        let store = Arc::new(options.store(metrics.clone()));
+        let mut store = options.store(metrics.clone());
+        if let Some(id) = &options.scheduler_id {
+            store = store.with_publishing(id);
+        }
+        let store = Arc::new(store);
         match &options.remote {
             Some(remote) => {
+                // The summaries of the jobs it uploads, so readers need
+                // not list their logs (`bjh_store::published`).
+                background.push(tokio::spawn(
+                    store.clone().publish_every(PUBLISH_EVERY, stop.stopped()),
+                ));
                 let (client, prefix) = remote.client();
                 let bucket = Bucket::new(client, prefix, remote.url());
                 let uploaded = store.clone();
@@ -476,6 +487,10 @@ impl Recording {
         (source, store, tap, (writer, thread))
     }
 }
+
+/// How often a recording scheduler over an object store publishes the
+/// summaries of the jobs it uploaded (one segment at most per period).
+const PUBLISH_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The writer's handle and thread, kept to drain it on shutdown.
 type WriterParts = (writer::WriterHandle, std::thread::JoinHandle<()>);

@@ -62,6 +62,9 @@ pub struct HistoryOptions {
     pub event_log_dir: PathBuf,
     /// How often the directory is rescanned; zero pins the list to startup.
     pub update_interval: Duration,
+    /// Listing pages of 1,000 names a rescan of an object-store prefix
+    /// reads (`bjh_store::published`); 0: the whole prefix.
+    pub listing_pages: usize,
     /// Writer queue capacity (progress messages).
     pub queue_capacity: usize,
     /// Files the writer keeps open at once.
@@ -145,6 +148,7 @@ impl HistoryOptions {
             index_file: Some(dir.join(bjh_store::snapshot::DEFAULT_FILE_NAME)),
             event_log_dir: dir,
             update_interval: Duration::from_secs(10),
+            listing_pages: bjh_store::published::DEFAULT_LISTING_PAGES,
             queue_capacity: defaults.queue_capacity,
             max_open_files: defaults.max_open_files,
             redactor: Redactor::default(),
@@ -242,6 +246,7 @@ impl HistoryOptions {
                 .with_abandoned_after(self.abandoned_after),
         }
         .with_index_file(self.index_file.clone())
+        .with_listing_pages(self.listing_pages)
     }
 }
 

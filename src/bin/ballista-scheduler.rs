@@ -130,6 +130,12 @@ struct Cli {
     /// fails and is retried later.
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
     object_store_timeout: Duration,
+    /// Listing pages of 1,000 names a rescan of an object-store prefix
+    /// reads, going on from where the last one stopped; jobs whose
+    /// scheduler published their summaries are known without listing
+    /// (docs/operations.md). 0 lists the whole prefix every rescan.
+    #[arg(long, default_value_t = 10)]
+    listing_pages_per_rescan: usize,
 
     /// `POST /api/sql`: stop a query after this many seconds.
     #[arg(long, default_value_t = 30)]
@@ -291,6 +297,7 @@ const NEED_EVENT_LOG_DIR: &[&str] = &[
     "object_store_region",
     "object_store_allow_http",
     "object_store_timeout",
+    "listing_pages_per_rescan",
     "sql_timeout_seconds",
     "sql_memory_limit",
     "sql_max_rows",
@@ -331,6 +338,7 @@ const OBJECT_STORE_ONLY: &[&str] = &[
     "object_store_region",
     "object_store_allow_http",
     "object_store_timeout",
+    "listing_pages_per_rescan",
 ];
 
 /// Whether the user gave a flag, rather than its default applying.
@@ -601,6 +609,7 @@ fn history_options(
         }
     };
     options.update_interval = Duration::from_secs(cli.update_interval_seconds);
+    options.listing_pages = cli.listing_pages_per_rescan;
     options.queue_capacity = cli.event_log_queue_capacity;
     options.max_open_files = cli.event_log_max_open_files;
     options.redactor = redactor;

@@ -15,14 +15,14 @@ const SECRET: &str = "MOTO-SECRET-5e1d77";
 const BUCKET: &str = "history";
 
 /// The credentials the processes get from their environment, as in a pod.
-const ENV: &[(&str, &str)] = &[
+pub(crate) const ENV: &[(&str, &str)] = &[
     ("AWS_ACCESS_KEY_ID", "AKIAMOTOKEY"),
     ("AWS_SECRET_ACCESS_KEY", SECRET),
     ("AWS_REGION", "us-east-1"),
 ];
 
 /// An S3-compatible server (`moto`) with one bucket; killed on drop.
-struct Moto {
+pub(crate) struct Moto {
     server: MotoServer,
 }
 
@@ -30,7 +30,7 @@ impl Moto {
     /// Starts it with one bucket, or `None` when moto is not installed and
     /// `BALLISTA_JOB_HISTORY_REQUIRE_S3` is unset (CI sets it and installs
     /// moto).
-    async fn start() -> Option<Moto> {
+    pub(crate) async fn start() -> Option<Moto> {
         if !MotoServer::installed() {
             assert!(
                 std::env::var_os("BALLISTA_JOB_HISTORY_REQUIRE_S3").is_none(),
@@ -57,12 +57,16 @@ impl Moto {
         Some(moto)
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         self.server.url(path)
     }
 
+    pub(crate) fn port(&self) -> u16 {
+        self.server.port
+    }
+
     /// A client of the bucket, straight to the server.
-    fn bucket(&self) -> object_store::aws::AmazonS3 {
+    pub(crate) fn bucket(&self) -> object_store::aws::AmazonS3 {
         object_store::aws::AmazonS3Builder::new()
             .with_bucket_name(BUCKET)
             .with_endpoint(self.url(""))
@@ -74,16 +78,17 @@ impl Moto {
             .unwrap()
     }
 
-    /// Object names under `prefix/`, but for the cluster logs (see
+    /// Object names under `prefix/`, but for those in its dot-folders
+    /// (the cluster logs, the published summaries; see
     /// [`Moto::all_keys`]).
-    async fn keys(&self, prefix: &str) -> Vec<String> {
+    pub(crate) async fn keys(&self, prefix: &str) -> Vec<String> {
         let mut keys = self.all_keys(prefix).await;
-        keys.retain(|k| !k.contains("/.cluster/"));
+        keys.retain(|k| !k[prefix.len()..].contains("/."));
         keys
     }
 
     /// Every object name under `prefix/`.
-    async fn all_keys(&self, prefix: &str) -> Vec<String> {
+    pub(crate) async fn all_keys(&self, prefix: &str) -> Vec<String> {
         use futures::TryStreamExt;
         use object_store::ObjectStore;
         let prefix = object_store::path::Path::from(prefix);
@@ -99,7 +104,7 @@ impl Moto {
     }
 
     /// An object's bytes.
-    async fn bytes(&self, key: &str) -> Vec<u8> {
+    pub(crate) async fn bytes(&self, key: &str) -> Vec<u8> {
         use object_store::ObjectStoreExt;
         let got = self
             .bucket()
@@ -222,7 +227,7 @@ async fn connection(
 
 /// Our binary on the bucket `prefix`, through `endpoint`, with `spool`,
 /// rescanning every second, with `mode` flags first; its log goes to `log`.
-fn on_bucket(
+pub(crate) fn on_bucket(
     port: u16,
     mode: &[&str],
     prefix: &str,
@@ -255,7 +260,7 @@ fn scheduler(port: u16, prefix: &str, endpoint: &str, spool: &Path, log: &Path) 
 }
 
 /// [`scheduler`] with more flags.
-fn scheduler_with(
+pub(crate) fn scheduler_with(
     port: u16,
     extra: &[&str],
     prefix: &str,
@@ -297,7 +302,7 @@ fn spooled(spool: &Path) -> Vec<String> {
 
 /// Runs `sql` as a job named `name` (unique in the test) and returns its
 /// id: found by name, as the list also holds other clusters' jobs.
-async fn run_named(sched: &Proc, data: &Path, name: &str, sql: &str) -> String {
+pub(crate) async fn run_named(sched: &Proc, data: &Path, name: &str, sql: &str) -> String {
     let ctx = client_with(sched.port, data, &[("ballista.job.name", name)]).await;
     ctx.sql(sql).await.unwrap().collect().await.unwrap();
     wait_for("the job is listed", || async {
@@ -313,7 +318,7 @@ async fn run_named(sched: &Proc, data: &Path, name: &str, sql: &str) -> String {
 
 /// Waits until `server` lists exactly `ids` (in any order), and returns the
 /// list as it came (so a duplicate would show).
-async fn wait_listed(server: &Proc, ids: &[&String]) -> Vec<String> {
+pub(crate) async fn wait_listed(server: &Proc, ids: &[&String]) -> Vec<String> {
     let mut want: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
     want.sort();
     wait_for("the server lists exactly the recorded jobs", || {

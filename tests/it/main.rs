@@ -33,6 +33,7 @@ mod moto;
 mod neighbours;
 mod openapi;
 mod planted;
+mod published;
 mod races;
 mod record;
 mod routes;

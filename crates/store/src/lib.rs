@@ -1,7 +1,8 @@
 //! The store: a log directory or object-store prefix, indexed. It owns the
 //! in-memory catalog of completed jobs and its rescans, one job's reads,
 //! unfinished jobs, the persistent snapshot of the catalog, object-store
-//! reading, retention, and the job list's query.
+//! reading, the summaries published beside a prefix's logs, retention,
+//! and the job list's query.
 //!
 //! **Rule:** this crate imports only `format`, `files` and `metrics`. It never
 //! imports `recording` (the writer is another process's business as far as
@@ -30,6 +31,7 @@
 
 pub mod cluster;
 pub mod labels;
+pub mod published;
 pub mod query;
 pub mod records;
 pub mod remote;
@@ -142,6 +144,15 @@ pub struct LogStore {
     twins_warned: parking_lot::Mutex<std::collections::HashSet<String>>,
     /// The cluster logs read so far.
     cluster: parking_lot::Mutex<cluster::ClusterCache>,
+    /// What rescans of a prefix took from its published summaries, and
+    /// where its listing pass goes on (`published`).
+    reading: parking_lot::Mutex<published::Reading>,
+    /// Listing pages a rescan of a prefix reads (`0`: all), of this many
+    /// names each.
+    listing_pages: usize,
+    page_keys: usize,
+    /// The summaries this process publishes, when it records.
+    publishing: Option<parking_lot::Mutex<published::Publishing>>,
 }
 
 /// The least time between two saves of the persistent index (a save of a
@@ -181,6 +192,10 @@ impl LogStore {
             save_error: parking_lot::Mutex::new(None),
             twins_warned: parking_lot::Mutex::new(std::collections::HashSet::new()),
             cluster: parking_lot::Mutex::new(cluster::ClusterCache::default()),
+            reading: parking_lot::Mutex::new(published::Reading::default()),
+            listing_pages: published::DEFAULT_LISTING_PAGES,
+            page_keys: published::PAGE_KEYS,
+            publishing: None,
         }
     }
 

@@ -25,6 +25,21 @@ impl Stamp {
             modified: meta.modified().ok(),
         }
     }
+
+    /// Whether `other` stamps the same file or object. An object store's
+    /// listing states times to the millisecond and its `HEAD` (the
+    /// uploader's word, a published summary) to the second, so objects
+    /// (`whole_seconds`) compare by whole seconds.
+    pub(crate) fn same(self, other: Stamp, whole_seconds: bool) -> bool {
+        if !whole_seconds {
+            return self == other;
+        }
+        let secs = |m: Option<SystemTime>| {
+            m.and_then(|m| m.duration_since(SystemTime::UNIX_EPOCH).ok())
+                .map(|d| d.as_secs())
+        };
+        self.len == other.len && secs(self.modified) == secs(other.modified)
+    }
 }
 
 /// Where one log's bytes are: a local file, or an object in a store.

@@ -9,8 +9,9 @@
 
 use crate::location::Stamp;
 use bjh_format::LogName;
+use object_store::list::{PaginatedListOptions, PaginatedListStore};
 use object_store::path::Path as ObjPath;
-use object_store::{ObjectStore, ObjectStoreExt};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -105,6 +106,11 @@ pub struct RemoteDir {
 
 struct Inner {
     store: Arc<dyn ObjectStore>,
+    /// The same store's paginated listing (S3, GCS, Azure), which can
+    /// start after a key and stop after a page: the bounded listing pass.
+    /// `None` (an embedder's store, tests' in-memory one): each pass
+    /// lists the whole prefix.
+    paged: Option<Arc<dyn PaginatedListStore>>,
     prefix: ObjPath,
     url: String,
     runtime: tokio::runtime::Handle,
@@ -156,7 +162,13 @@ impl RemoteDir {
             ..RetryConfig::default()
         };
         let fail = |e: object_store::Error| format!("{shown}: {e}");
-        let store: Arc<dyn ObjectStore> = match url.scheme() {
+        fn both<S: ObjectStore + PaginatedListStore>(
+            s: S,
+        ) -> (Arc<dyn ObjectStore>, Arc<dyn PaginatedListStore>) {
+            let s = Arc::new(s);
+            (s.clone(), s)
+        }
+        let (store, paged) = match url.scheme() {
             "s3" | "s3a" => {
                 let mut b = AmazonS3Builder::from_env()
                     .with_url(url.as_str())
@@ -168,7 +180,7 @@ impl RemoteDir {
                 if let Some(region) = &options.region {
                     b = b.with_region(region);
                 }
-                Arc::new(b.build().map_err(fail)?)
+                both(b.build().map_err(fail)?)
             }
             "gs" => {
                 let mut b = GoogleCloudStorageBuilder::from_env()
@@ -178,7 +190,7 @@ impl RemoteDir {
                 if let Some(endpoint) = &options.endpoint {
                     b = b.with_config(GoogleConfigKey::BaseUrl, endpoint);
                 }
-                Arc::new(b.build().map_err(fail)?)
+                both(b.build().map_err(fail)?)
             }
             "az" | "azure" | "abfs" | "abfss" => {
                 let mut b = MicrosoftAzureBuilder::from_env()
@@ -189,12 +201,14 @@ impl RemoteDir {
                 if let Some(endpoint) = &options.endpoint {
                     b = b.with_endpoint(endpoint.clone());
                 }
-                Arc::new(b.build().map_err(fail)?)
+                both(b.build().map_err(fail)?)
             }
             other => unreachable!("checked above: {other}"),
         };
         let prefix = ObjPath::from_url_path(url.path()).map_err(|e| format!("{shown}: {e}"))?;
-        Ok(Self::new(store, prefix, shown, runtime))
+        let mut dir = Self::new(store, prefix, shown, runtime);
+        Arc::get_mut(&mut dir.inner).expect("not shared yet").paged = Some(paged);
+        Ok(dir)
     }
 
     /// A prefix of an already built store (for embedders and tests).
@@ -207,6 +221,7 @@ impl RemoteDir {
         Self {
             inner: Arc::new(Inner {
                 store,
+                paged: None,
                 prefix,
                 url: url.into(),
                 runtime,
@@ -235,6 +250,15 @@ impl RemoteDir {
 
     fn location(&self, name: &str) -> ObjPath {
         self.inner.prefix.clone().join(name)
+    }
+
+    /// The object `name` in `folder` (`a/b`, or empty) under the prefix.
+    fn in_folder(&self, folder: &str, name: &str) -> ObjPath {
+        folder
+            .split('/')
+            .filter(|part| !part.is_empty())
+            .fold(self.inner.prefix.clone(), |p, part| p.join(part))
+            .join(name)
     }
 
     /// Runs a request to completion. Called from blocking threads only.
@@ -266,31 +290,101 @@ impl RemoteDir {
             .collect())
     }
 
-    /// The cluster logs under `<prefix>/.cluster/` (`format::cluster`),
-    /// with their sizes and modification times.
-    pub(crate) fn cluster_objects(&self) -> Result<Vec<(String, Stamp)>, object_store::Error> {
-        use bjh_format::cluster::{CLUSTER_DIR, CLUSTER_SUFFIX};
-        let folder = self.location(CLUSTER_DIR);
+    /// At most `max_keys` entries directly under the prefix after the
+    /// name `after` (from the first when `None`), in name order: the logs
+    /// among them, and the last name the page reached, `None` when it
+    /// reached the end. One `LIST` request. A store without a paginated
+    /// listing (an embedder's, the tests' in-memory one) is listed whole
+    /// and the page cut from it, with the same answer.
+    pub(crate) fn list_page(
+        &self,
+        after: Option<&str>,
+        max_keys: usize,
+    ) -> Result<(Vec<Listed>, Option<String>), object_store::Error> {
+        let Some(paged) = self.inner.paged.clone() else {
+            let mut all = self.list()?;
+            all.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+            all.retain(|l| after.is_none_or(|a| l.name.as_str() > a));
+            let more = all.len() > max_keys;
+            all.truncate(max_keys);
+            let next = more.then(|| all.last().map(|l| l.name.clone())).flatten();
+            return Ok((all, next));
+        };
+        let prefix = self.inner.prefix.as_ref();
+        let folder = if prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{prefix}/")
+        };
+        let options = PaginatedListOptions {
+            offset: after.map(|name| format!("{folder}{name}")),
+            delimiter: Some("/".into()),
+            max_keys: Some(max_keys),
+            ..PaginatedListOptions::default()
+        };
+        let asked = (!folder.is_empty()).then_some(folder.clone());
+        let page =
+            self.block(async move { paged.list_paginated(asked.as_deref(), options).await })?;
+        // The page's last key, object or folder: where the next one starts.
+        let last = page
+            .result
+            .objects
+            .iter()
+            .map(|m| m.location.as_ref())
+            .chain(page.result.common_prefixes.iter().map(|p| p.as_ref()))
+            .filter_map(|key| key.strip_prefix(folder.as_str()))
+            .max()
+            .map(str::to_string);
+        let listed = page
+            .result
+            .objects
+            .into_iter()
+            .filter_map(|meta| {
+                let name = meta.location.as_ref().strip_prefix(folder.as_str())?;
+                LogName::parse(name)?;
+                Some(Listed {
+                    name: name.to_string(),
+                    stamp: Stamp {
+                        len: meta.size,
+                        modified: Some(SystemTime::from(meta.last_modified)),
+                    },
+                })
+            })
+            .collect();
+        Ok((listed, page.page_token.and(last)))
+    }
+
+    /// The objects in the folder `folder` under the prefix, by name, with
+    /// their stamps (one `LIST` per 1,000).
+    pub(crate) fn folder_objects(
+        &self,
+        folder: &str,
+    ) -> Result<Vec<(String, Stamp)>, object_store::Error> {
+        let folder = self.location(folder);
         let listed = self.block(self.inner.store.list_with_delimiter(Some(&folder)))?;
         Ok(listed
             .objects
             .into_iter()
             .filter_map(|meta| {
-                let name = meta.location.filename()?;
-                name.ends_with(CLUSTER_SUFFIX).then(|| {
-                    let stamp = Stamp {
-                        len: meta.size,
-                        modified: Some(SystemTime::from(meta.last_modified)),
-                    };
-                    (name.to_string(), stamp)
-                })
+                let name = meta.location.filename()?.to_string();
+                let stamp = Stamp {
+                    len: meta.size,
+                    modified: Some(SystemTime::from(meta.last_modified)),
+                };
+                Some((name, stamp))
             })
             .collect())
     }
 
-    /// The whole cluster log `name` (one `GET`), refused past `cap` bytes.
-    pub(crate) fn read_cluster_object(&self, name: &str, cap: u64) -> std::io::Result<Vec<u8>> {
-        let location = self.location(bjh_format::cluster::CLUSTER_DIR).join(name);
+    /// The whole object `folder/name` under the prefix (one `GET`),
+    /// refused past `cap` bytes.
+    pub(crate) fn read_object(
+        &self,
+        folder: &str,
+        name: &str,
+        cap: u64,
+    ) -> std::io::Result<Vec<u8>> {
+        let location = self.in_folder(folder, name);
         let store = self.inner.store.clone();
         let bytes = self.block(async move {
             let got = store.get(&location).await?;
@@ -303,9 +397,44 @@ impl RemoteDir {
             Some(b) => Ok(b.to_vec()),
             None => Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                format!("larger than the {cap} bytes a cluster log may have"),
+                format!("larger than the {cap} bytes it may have"),
             )),
         }
+    }
+
+    /// Puts `bytes` as the object `folder/name` under the prefix, whole
+    /// (one `PUT`), replacing what was there.
+    pub(crate) fn put_object(
+        &self,
+        folder: &str,
+        name: &str,
+        bytes: Vec<u8>,
+    ) -> std::io::Result<()> {
+        let location = self.in_folder(folder, name);
+        self.block(self.inner.store.put(&location, PutPayload::from(bytes)))
+            .map(|_| ())
+            .map_err(io_error)
+    }
+
+    /// The cluster logs under `<prefix>/.cluster/` (`format::cluster`),
+    /// with their sizes and modification times.
+    pub(crate) fn cluster_objects(&self) -> Result<Vec<(String, Stamp)>, object_store::Error> {
+        use bjh_format::cluster::{CLUSTER_DIR, CLUSTER_SUFFIX};
+        let mut listed = self.folder_objects(CLUSTER_DIR)?;
+        listed.retain(|(name, _)| name.ends_with(CLUSTER_SUFFIX));
+        Ok(listed)
+    }
+
+    /// The whole cluster log `name` (one `GET`), refused past `cap` bytes.
+    pub(crate) fn read_cluster_object(&self, name: &str, cap: u64) -> std::io::Result<Vec<u8>> {
+        self.read_object(bjh_format::cluster::CLUSTER_DIR, name, cap)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::InvalidData => std::io::Error::new(
+                    e.kind(),
+                    format!("larger than the {cap} bytes a cluster log may have"),
+                ),
+                _ => e,
+            })
     }
 
     /// The object `name`'s stamp (one `HEAD`). Called from blocking
@@ -333,14 +462,18 @@ impl RemoteDir {
 
     /// Deletes the cluster log `name`; one already gone is `NotFound`.
     pub(crate) fn delete_cluster_object(&self, name: &str) -> std::io::Result<()> {
-        let location = self.location(bjh_format::cluster::CLUSTER_DIR).join(name);
-        self.block(self.inner.store.delete(&location))
-            .map_err(io_error)
+        self.delete_object(bjh_format::cluster::CLUSTER_DIR, name)
     }
 
     /// Deletes the object `name`; one already gone is `NotFound`.
     pub fn delete(&self, name: &str) -> std::io::Result<()> {
-        let location = self.location(name);
+        self.delete_object("", name)
+    }
+
+    /// Deletes the object `folder/name` under the prefix (`folder` empty:
+    /// directly under it); one already gone is `NotFound`.
+    pub(crate) fn delete_object(&self, folder: &str, name: &str) -> std::io::Result<()> {
+        let location = self.in_folder(folder, name);
         self.block(self.inner.store.delete(&location))
             .map_err(io_error)
     }

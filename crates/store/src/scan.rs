@@ -6,6 +6,7 @@
 //! from where the last pass stopped, complete lines only.
 
 use super::*;
+use crate::published::Covered;
 
 /// The log-named entries of a directory or a store prefix, with stamps.
 pub(super) enum Entries {
@@ -73,6 +74,11 @@ pub(super) struct Pass {
     seen_bad: HashSet<String>,
     /// New or changed logs, to read.
     to_read: Vec<(String, Stamp)>,
+    /// The names the listing covered: a job not listed is gone only if
+    /// its name is among them.
+    covered: Covered,
+    /// New logs listed as a published summary describes them.
+    from_segments: Vec<JobSummary>,
 }
 
 pub(super) enum Found {
@@ -156,17 +162,17 @@ pub(super) fn parallel_map<T: Sync, R: Send>(
 }
 
 impl LogStore {
-    pub(super) fn entries(&self) -> std::io::Result<Entries> {
+    /// The listing of a pass: the log-named entries, the names it
+    /// covered, and the summaries of newly published segments.
+    pub(super) fn entries(&self) -> std::io::Result<(Entries, Covered, Vec<JobSummary>)> {
         match &self.remote {
-            Some(dir) => dir
-                .list()
-                .map(|mut listed| {
-                    let out = twins_left_out(listed.iter().map(|l| l.name.as_str()));
-                    self.warn_twins(&out);
-                    listed.retain(|l| !out.contains(&l.name));
-                    Entries::Remote(listed.into_iter())
-                })
-                .map_err(crate::remote::io_error),
+            Some(dir) => self.remote_listing(dir).map(|mut listing| {
+                let out = twins_left_out(listing.listed.iter().map(|l| l.name.as_str()));
+                self.warn_twins(&out);
+                listing.listed.retain(|l| !out.contains(&l.name));
+                let entries = Entries::Remote(listing.listed.into_iter());
+                (entries, listing.covered, listing.published)
+            }),
             None => {
                 let mut names: Vec<String> = std::fs::read_dir(&self.dir)?
                     .filter_map(|e| e.ok()?.file_name().into_string().ok())
@@ -188,7 +194,11 @@ impl LogStore {
                     names.iter().map(stamp).collect()
                 };
                 let stamped: Vec<(String, Stamp)> = stamped.into_iter().flatten().collect();
-                Ok(Entries::Local(stamped.into_iter()))
+                Ok((
+                    Entries::Local(stamped.into_iter()),
+                    Covered::All,
+                    Vec::new(),
+                ))
             }
         }
     }
@@ -306,8 +316,8 @@ impl LogStore {
     /// does not exist is an empty one.
     pub fn rescan(&self) -> ScanReport {
         self.metrics.rescans.inc();
-        let entries = match self.entries() {
-            Ok(entries) => entries,
+        let (entries, covered, published) = match self.entries() {
+            Ok(listing) => listing,
             Err(e) => return self.listing_failed(e),
         };
         if self.list_error.lock().take().is_some()
@@ -315,10 +325,15 @@ impl LogStore {
         {
             log::info!("history: {} answers again", remote.url());
         }
-        let mut pass = self.sort_out(entries);
+        let mut published: HashMap<String, JobSummary> = published
+            .into_iter()
+            .map(|job| (job.file_name().into_owned(), job))
+            .collect();
+        let mut pass = self.sort_out(entries, &mut published);
+        pass.covered = covered;
         let results = self.read_new(&pass);
         let read = pass.to_read.len();
-        let report = self.take_in(&mut pass, results);
+        let report = self.take_in(&mut pass, results, published);
         drop(pass);
         if read >= crate::heap::SLACK_AFTER_LOGS {
             crate::heap::release_slack();
@@ -390,7 +405,7 @@ impl LogStore {
     /// Sorts a listing into logs already known unchanged (kept), known bad
     /// and unchanged (skipped), and new or changed (to read). Only stamps
     /// are compared: nothing is opened.
-    fn sort_out(&self, entries: Entries) -> Pass {
+    fn sort_out(&self, entries: Entries, published: &mut HashMap<String, JobSummary>) -> Pass {
         // Snapshot the unfinished jobs; compare outside the lock.
         let known_unfinished: HashMap<Arc<str>, Unfinished> = self
             .catalog
@@ -403,13 +418,14 @@ impl LogStore {
             known_unfinished,
             ..Pass::default()
         };
+        let objects = self.remote.is_some();
         for (name, stamp) in entries {
             let Some(LogName { stem, running, .. }) = LogName::parse(&name) else {
                 continue;
             };
             if running {
                 if let Some(known) = pass.known_unfinished.get(name.as_str())
-                    && known.stamp == stamp
+                    && known.stamp.same(stamp, objects)
                 {
                     pass.seen_unfinished.insert(known.job_id.clone());
                     continue;
@@ -418,13 +434,24 @@ impl LogStore {
                 .catalog
                 .read()
                 .by_file(&name, stem)
-                .filter(|s| s.stamp() == stamp)
+                .filter(|s| s.stamp().same(stamp, objects))
             {
                 pass.seen.insert(ById(known.clone()));
                 continue;
             }
-            if self.catalog.read().bad.get(&name) == Some(&stamp) {
+            if let Some(bad) = self.catalog.read().bad.get(&name)
+                && bad.same(stamp, objects)
+            {
                 pass.seen_bad.insert(name);
+                continue;
+            }
+            // A new log a published summary describes as it is listed:
+            // taken from the summary, not read.
+            if !running
+                && let Some(summary) = published.remove(&name)
+                && summary.stamp().same(stamp, objects)
+            {
+                pass.from_segments.push(summary);
                 continue;
             }
             pass.to_read.push((name, stamp));
@@ -520,7 +547,10 @@ impl LogStore {
             return;
         }
         match remote.stamp(name) {
-            Ok(stamp) => self.take_in_found(name, stamp),
+            Ok(stamp) => {
+                self.take_in_found(name, stamp);
+                self.to_publish(name);
+            }
             Err(e) => log::warn!("history: cannot index the uploaded log {name:?}: {e}"),
         }
     }
@@ -591,12 +621,19 @@ impl LogStore {
 
     /// Brings the catalog in line with a pass: what was read goes in, what
     /// was not listed goes out, unreadable logs are remembered by stamp.
-    fn take_in(&self, pass: &mut Pass, results: Vec<Result<Found, StoreError>>) -> ScanReport {
+    fn take_in(
+        &self,
+        pass: &mut Pass,
+        results: Vec<Result<Found, StoreError>>,
+        published: HashMap<String, JobSummary>,
+    ) -> ScanReport {
         let mut report = ScanReport {
             read: pass.to_read.len(),
             ..ScanReport::default()
         };
-        let (fresh, newly_bad) = self.read_or_bad(pass, results, &mut report);
+        let (mut fresh, newly_bad) = self.read_or_bad(pass, results, &mut report);
+        fresh.extend(pass.from_segments.drain(..).map(Found::Completed));
+        fresh.extend(self.new_from_segments(pass, published));
         let mut index = self.catalog.write();
         report.removed = self.remove_gone(&mut index, pass, &fresh);
         let fresh = self.fill_at_once(&mut index, fresh);
@@ -619,8 +656,14 @@ impl LogStore {
         let Catalog {
             jobs, unfinished, ..
         } = &mut *index;
-        unfinished.retain(|id, _| pass.seen_unfinished.contains(id) && !jobs.contains(&**id));
-        index.bad.retain(|name, _| pass.seen_bad.contains(name));
+        let covered = &pass.covered;
+        unfinished.retain(|id, u| {
+            (pass.seen_unfinished.contains(id) || !covered.covers(&u.file_name))
+                && !jobs.contains(&**id)
+        });
+        index
+            .bad
+            .retain(|name, _| pass.seen_bad.contains(name) || !covered.covers(name));
         index.bad.extend(newly_bad);
         report
     }
@@ -654,6 +697,23 @@ impl LogStore {
         (fresh, newly_bad)
     }
 
+    /// The published summaries a pass takes besides those of the logs it
+    /// listed (`Pass::from_segments`): those of logs the catalog does not
+    /// hold and the listing did not cover. A covered log not listed is
+    /// gone (or the segment lies); one listed otherwise than the summary
+    /// says was read from itself.
+    fn new_from_segments(&self, pass: &Pass, published: HashMap<String, JobSummary>) -> Vec<Found> {
+        let catalog = self.catalog.read();
+        published
+            .into_iter()
+            .filter(|(file, _)| {
+                let stem = LogName::parse(file).map_or("", |n| n.stem);
+                catalog.by_file(file, stem).is_none() && !pass.covered.covers(file)
+            })
+            .map(|(_, job)| Found::Completed(job))
+            .collect()
+    }
+
     /// Removes the completed jobs the pass did not list (a job whose log
     /// changed is replaced, not gone); how many.
     fn remove_gone(&self, index: &mut Catalog, pass: &Pass, fresh: &[Found]) -> usize {
@@ -671,6 +731,7 @@ impl LogStore {
             .jobs
             .iter()
             .filter(|j| !pass.seen.contains(*j) && !reread.contains(j.0.job_id()))
+            .filter(|j| pass.covered.covers(&j.0.file_name()))
             .map(|j| j.0.clone())
             .filter(|j| !self.still_there(j))
             .collect();

@@ -1,0 +1,831 @@
+//! Published summaries: how a history server over an object-store prefix
+//! learns of a fleet's jobs without listing every log.
+//!
+//! Each recording scheduler over a prefix publishes, beside its logs, the
+//! list summaries of the jobs it uploaded, in segments, and a manifest of
+//! its segments:
+//!
+//! ```text
+//! <prefix>/.ballista-job-history.summaries/<key>.manifest.json
+//! <prefix>/.ballista-job-history.summaries/<key>/<blake3 of the bytes>.seg
+//! ```
+//!
+//! `<key>` is the BLAKE3 hash of the scheduler id (any id makes a safe
+//! name); the manifest names the id. A segment is the persistent index's
+//! format (`snapshot`: magic, records, count, checksum), so one encoder
+//! and one strict decoder serve both. A rescan then costs one `LIST` of
+//! the folder, one `GET` per manifest that changed and one per segment
+//! not read yet: its requests grow with new segments, not with logs.
+//!
+//! **Logs no segment names** (written by upstream's scheduler, by one
+//! that died before publishing, or before this version) are found by the
+//! listing pass, which is bounded and resumable: each rescan lists at
+//! most `--listing-pages-per-rescan` pages of 1,000 names, going on from
+//! where the last one stopped and starting over at the end. A job whose
+//! log is gone leaves the catalog when the pass next covers its name;
+//! with `0` pages, every rescan lists the whole prefix, as before.
+//!
+//! **Whole or nothing:** a segment is put (one `PUT`) before the manifest
+//! that names it, so a manifest names only whole segments; a segment's
+//! name is the hash of its bytes, so a segment whose bytes do not match
+//! is refused (a replaced or damaged one), as is one the decoder refuses
+//! (truncated, garbage). A manifest that cannot be read, a segment that
+//! is missing, damaged or refused, or an entry that lies (its file is not
+//! a completed log of the job it names) is said once and costs nothing
+//! but itself: the listing pass finds those logs. The logs stay the
+//! truth; deleting the folder loses nothing.
+//!
+//! **Bounded segments:** a publisher merges its last [`FANIN`] segments
+//! of one size class into one (size-tiered, as LSM trees do), so a
+//! manifest names at most `FANIN - 1` segments per class, a few dozen for
+//! millions of jobs; a merge leaves out jobs this process no longer
+//! holds (their logs removed by retention), and deletes the merged
+//! segments after the new manifest is up.
+
+use super::*;
+use crate::snapshot;
+use serde::{Deserialize, Serialize};
+
+/// The folder under the prefix.
+pub const FOLDER: &str = ".ballista-job-history.summaries";
+/// A manifest's name: the key, then this.
+pub const MANIFEST_SUFFIX: &str = ".manifest.json";
+/// A segment's name: the hash of its bytes, then this.
+pub const SEGMENT_SUFFIX: &str = ".seg";
+/// Names one listing page asks for.
+pub const PAGE_KEYS: usize = 1000;
+/// Listing pages a rescan reads by default (10,000 names): a prefix of
+/// fewer logs is listed whole every rescan, as without segments.
+pub const DEFAULT_LISTING_PAGES: usize = 10;
+/// Segments of one size class merged into one.
+pub const FANIN: usize = 8;
+/// The manifest's format version.
+pub const MANIFEST_VERSION: u32 = 1;
+const MAX_MANIFEST_BYTES: u64 = 16 << 20;
+const MAX_SEGMENT_BYTES: u64 = 512 << 20;
+
+/// A scheduler's list of its segments, oldest first.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Manifest {
+    /// The format version ([`MANIFEST_VERSION`]).
+    pub version: u32,
+    /// The scheduler whose jobs these are.
+    pub scheduler_id: String,
+    /// Its segments, oldest first.
+    pub segments: Vec<SegmentRef>,
+}
+
+/// One segment a manifest names.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SegmentRef {
+    /// The object's name in the scheduler's folder.
+    pub name: String,
+    /// The jobs it holds.
+    pub jobs: u64,
+}
+
+/// The key (manifest name and folder) of `scheduler_id`.
+pub fn key_of(scheduler_id: &str) -> String {
+    blake3::hash(scheduler_id.as_bytes()).to_hex()[..32].to_string()
+}
+
+/// A segment's name: the hash of `bytes`.
+fn segment_name(bytes: &[u8]) -> String {
+    format!("{}{SEGMENT_SUFFIX}", &blake3::hash(bytes).to_hex()[..32])
+}
+
+/// The segment of `jobs`: its name and bytes.
+pub fn segment<'a>(jobs: impl Iterator<Item = &'a JobSummary>) -> (String, Vec<u8>) {
+    let bytes = snapshot::encode(jobs);
+    (segment_name(&bytes), bytes)
+}
+
+/// Which names a listing pass covered: a job whose log is not listed is
+/// gone only if the pass covered its name.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum Covered {
+    /// The whole prefix (or a local directory).
+    #[default]
+    All,
+    /// Names after `after` (from the first: `None`), up to and with
+    /// `upto` (to the end: `None`).
+    Range {
+        after: Option<String>,
+        upto: Option<String>,
+    },
+}
+
+impl Covered {
+    pub(crate) fn covers(&self, name: &str) -> bool {
+        match self {
+            Self::All => true,
+            Self::Range { after, upto } => {
+                after.as_deref().is_none_or(|a| name > a)
+                    && upto.as_deref().is_none_or(|u| name <= u)
+            }
+        }
+    }
+}
+
+/// What a reader has taken from the published folder.
+#[derive(Debug, Default)]
+pub(crate) struct Reading {
+    /// Each manifest's stamp when it was read whole.
+    manifests: HashMap<String, Stamp>,
+    /// Segments read, as `<key>/<name>`.
+    segments: HashSet<String>,
+    /// Where the listing pass goes on (`None`: from the first name).
+    marker: Option<String>,
+    /// What was said about, so each is said once.
+    said: HashSet<String>,
+}
+
+/// What a publisher has yet to publish, and its manifest as published.
+#[derive(Debug)]
+pub(crate) struct Publishing {
+    scheduler_id: String,
+    key: String,
+    pending: Vec<Arc<JobSummary>>,
+    /// As last read or put; `None` until read.
+    manifest: Option<Manifest>,
+}
+
+impl Publishing {
+    pub(crate) fn new(scheduler_id: &str) -> Self {
+        Self {
+            scheduler_id: scheduler_id.to_string(),
+            key: key_of(scheduler_id),
+            pending: Vec::new(),
+            manifest: None,
+        }
+    }
+}
+
+/// A rescan's listing of a prefix: the logs, what it covered, and the
+/// summaries new segments hold.
+pub(crate) struct Listing {
+    pub(crate) listed: Vec<crate::remote::Listed>,
+    pub(crate) covered: Covered,
+    pub(crate) published: Vec<JobSummary>,
+}
+
+impl LogStore {
+    /// Reads only the manifests that changed and the segments not read
+    /// yet, then up to the configured number of listing pages.
+    pub(crate) fn remote_listing(&self, dir: &RemoteDir) -> std::io::Result<Listing> {
+        if self.listing_pages == 0 {
+            let listed = dir.list().map_err(crate::remote::io_error)?;
+            return Ok(Listing {
+                listed,
+                covered: Covered::All,
+                published: Vec::new(),
+            });
+        }
+        // A store that cannot list the folder fails the whole pass, as a
+        // failed listing does: a page listed without the summaries would
+        // read logs they describe.
+        let published = self.read_published(dir)?;
+        let after = self.reading.lock().marker.clone();
+        let mut listed = Vec::new();
+        let mut at = after.clone();
+        for _ in 0..self.listing_pages {
+            let (page, next) = dir
+                .list_page(at.as_deref(), self.page_keys)
+                .map_err(crate::remote::io_error)?;
+            listed.extend(page);
+            at = next;
+            if at.is_none() {
+                break;
+            }
+        }
+        self.reading.lock().marker = at.clone();
+        Ok(Listing {
+            listed,
+            covered: Covered::Range { after, upto: at },
+            published,
+        })
+    }
+
+    /// The summaries of the segments not read yet, from the manifests
+    /// that changed since the last pass.
+    fn read_published(&self, dir: &RemoteDir) -> std::io::Result<Vec<JobSummary>> {
+        let manifests = dir
+            .folder_objects(FOLDER)
+            .map_err(crate::remote::io_error)?;
+        let mut out = Vec::new();
+        for (name, stamp) in manifests {
+            let Some(key) = name.strip_suffix(MANIFEST_SUFFIX) else {
+                continue;
+            };
+            if self.reading.lock().manifests.get(&name) == Some(&stamp) {
+                continue;
+            }
+            if self.read_manifest(dir, key, &mut out) {
+                self.reading.lock().manifests.insert(name, stamp);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads one manifest's unread segments into `out`; whether it is done
+    /// with (read, or refused for good), rather than to try again.
+    fn read_manifest(&self, dir: &RemoteDir, key: &str, out: &mut Vec<JobSummary>) -> bool {
+        let name = format!("{key}{MANIFEST_SUFFIX}");
+        let manifest = match dir.read_object(FOLDER, &name, MAX_MANIFEST_BYTES) {
+            Ok(bytes) => match serde_json::from_slice::<Manifest>(&bytes) {
+                Ok(m) if m.version <= MANIFEST_VERSION => m,
+                Ok(m) => {
+                    self.say_once(&name, format!("{name}: version {} is newer", m.version));
+                    return true;
+                }
+                Err(e) => {
+                    self.say_once(&name, format!("{name} is not a manifest: {e}"));
+                    return true;
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                self.say_once(&name, format!("{name}: {e}"));
+                return true;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return true,
+            Err(e) => {
+                self.say_once(&name, format!("cannot read {name}: {e}"));
+                return false;
+            }
+        };
+        let folder = format!("{FOLDER}/{key}");
+        let mut done = true;
+        let mut current = HashSet::new();
+        for seg in &manifest.segments {
+            let path = format!("{key}/{}", seg.name);
+            current.insert(path.clone());
+            if self.reading.lock().segments.contains(&path) {
+                continue;
+            }
+            match self.read_segment(dir, &folder, &seg.name) {
+                Ok(jobs) => out.extend(jobs),
+                Err(SegmentError::Again(e)) => {
+                    self.say_once(&path, format!("cannot read {path}: {e}"));
+                    done = false;
+                    continue;
+                }
+                Err(SegmentError::Gone) => {
+                    // Merged away since the manifest was read: the next
+                    // manifest names the merged segment.
+                    log::debug!("history: {path} is gone");
+                }
+                Err(SegmentError::Refused(why)) => {
+                    self.metrics.unreadable_logs.inc();
+                    self.say_once(&path, format!("{path} is not used: {why}"));
+                }
+            }
+            self.reading.lock().segments.insert(path);
+        }
+        let prefix = format!("{key}/");
+        self.reading
+            .lock()
+            .segments
+            .retain(|p| !p.starts_with(&prefix) || current.contains(p));
+        done
+    }
+
+    /// One segment's summaries, checked: its bytes match its name, the
+    /// decoder takes them, and each entry names a completed log of its job.
+    fn read_segment(
+        &self,
+        dir: &RemoteDir,
+        folder: &str,
+        name: &str,
+    ) -> Result<Vec<JobSummary>, SegmentError> {
+        if name.contains(['/', '\\']) || !name.ends_with(SEGMENT_SUFFIX) {
+            return Err(SegmentError::Refused("not a segment's name".into()));
+        }
+        let bytes = match dir.read_object(folder, name, MAX_SEGMENT_BYTES) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(SegmentError::Gone),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                return Err(SegmentError::Refused(e.to_string()));
+            }
+            Err(e) => return Err(SegmentError::Again(e.to_string())),
+        };
+        if segment_name(&bytes) != name {
+            return Err(SegmentError::Refused(
+                "its bytes do not match its name (replaced or damaged)".into(),
+            ));
+        }
+        let jobs = snapshot::decode(&bytes).map_err(|e| SegmentError::Refused(e.to_string()))?;
+        let (honest, lying): (Vec<JobSummary>, Vec<JobSummary>) =
+            jobs.into_iter().partition(|job| {
+                let file = job.file_name();
+                LogName::parse(&file).is_some_and(|n| !n.running && n.names(job.job_id()))
+            });
+        if let Some(job) = lying.first() {
+            self.say_once(
+                &format!("{folder}/{name}/lying"),
+                format!(
+                    "{folder}/{name}: {} entries name a file that is not a completed log of \
+                     their job (the first: {:?} for job {:?}); left out",
+                    lying.len(),
+                    job.file_name(),
+                    job.job_id()
+                ),
+            );
+        }
+        Ok(honest)
+    }
+
+    fn say_once(&self, what: &str, message: String) {
+        let mut reading = self.reading.lock();
+        if reading.said.len() < 10_000 && reading.said.insert(what.to_string()) {
+            log::warn!("history: published summaries: {message}");
+        }
+    }
+
+    /// Publishes this process's summaries under `scheduler_id`: each log
+    /// it uploads joins the next segment ([`LogStore::publish`]).
+    pub fn with_publishing(mut self, scheduler_id: &str) -> Self {
+        if self.remote.is_some() {
+            self.publishing = Some(parking_lot::Mutex::new(Publishing::new(scheduler_id)));
+        }
+        self
+    }
+
+    /// How many listing pages each rescan of a prefix reads (`0`: the
+    /// whole prefix, every rescan).
+    pub fn with_listing_pages(mut self, pages: usize) -> Self {
+        self.listing_pages = pages;
+        self
+    }
+
+    /// Queues the job whose log this process just uploaded as `name`.
+    pub(crate) fn to_publish(&self, name: &str) {
+        let (Some(publishing), Some(parsed)) = (&self.publishing, LogName::parse(name)) else {
+            return;
+        };
+        let job = self.catalog.read().by_file(name, parsed.stem).cloned();
+        if let Some(job) = job {
+            publishing.lock().pending.push(job);
+        }
+    }
+
+    /// Puts the jobs uploaded since the last call as one segment, then the
+    /// manifest naming it, merging segments as [`FANIN`] says: how many
+    /// jobs were published. A failure keeps them for the next call.
+    /// Blocks on the store: call from a blocking thread.
+    pub fn publish(&self) -> std::io::Result<usize> {
+        let (Some(publishing), Some(dir)) = (&self.publishing, &self.remote) else {
+            return Ok(0);
+        };
+        let mut p = publishing.lock();
+        if p.pending.is_empty() {
+            return Ok(0);
+        }
+        let folder = format!("{FOLDER}/{}", p.key);
+        let manifest_name = format!("{}{MANIFEST_SUFFIX}", p.key);
+        if p.manifest.is_none() {
+            p.manifest = Some(self.own_manifest(dir, &manifest_name, &p.scheduler_id)?);
+        }
+        let (name, bytes) = segment(p.pending.iter().map(|j| &**j));
+        dir.put_object(&folder, &name, bytes)?;
+        let mut manifest = p.manifest.clone().unwrap_or_default();
+        let jobs = p.pending.len();
+        manifest.segments.push(SegmentRef {
+            name,
+            jobs: jobs as u64,
+        });
+        let merged = self.merge_tail(dir, &folder, &mut manifest)?;
+        dir.put_object(FOLDER, &manifest_name, serde_json::to_vec(&manifest)?)?;
+        p.manifest = Some(manifest);
+        p.pending.clear();
+        drop(p);
+        for old in merged {
+            if let Err(e) = dir.delete_object(&folder, &old) {
+                log::debug!("history: cannot delete the merged segment {old}: {e}");
+            }
+        }
+        Ok(jobs)
+    }
+
+    /// This publisher's manifest as published: an empty one when there is
+    /// none, or when it cannot be read as one (its segments' jobs are then
+    /// found by the listing pass).
+    fn own_manifest(&self, dir: &RemoteDir, name: &str, id: &str) -> std::io::Result<Manifest> {
+        let fresh = Manifest {
+            version: MANIFEST_VERSION,
+            scheduler_id: id.to_string(),
+            segments: Vec::new(),
+        };
+        match dir.read_object(FOLDER, name, MAX_MANIFEST_BYTES) {
+            Ok(bytes) => match serde_json::from_slice::<Manifest>(&bytes) {
+                Ok(m) if m.version == MANIFEST_VERSION && m.scheduler_id == id => Ok(m),
+                _ => {
+                    log::warn!(
+                        "history: the published manifest {name} is not one this scheduler \
+                         can append to; starting a new one"
+                    );
+                    Ok(fresh)
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(fresh),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Ok(fresh),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Merges the manifest's last [`FANIN`] segments while they are of one
+    /// size class: the names merged away (to delete once the manifest is
+    /// put).
+    fn merge_tail(
+        &self,
+        dir: &RemoteDir,
+        folder: &str,
+        manifest: &mut Manifest,
+    ) -> std::io::Result<Vec<String>> {
+        let class = |jobs: u64| jobs.max(1).ilog(FANIN as u64);
+        let mut merged = Vec::new();
+        loop {
+            let n = manifest.segments.len();
+            if n < FANIN {
+                return Ok(merged);
+            }
+            let tail = &manifest.segments[n - FANIN..];
+            let c = class(tail[0].jobs);
+            if tail.iter().any(|s| class(s.jobs) != c) {
+                return Ok(merged);
+            }
+            let mut jobs = Vec::new();
+            for seg in tail {
+                let bytes = dir.read_object(folder, &seg.name, MAX_SEGMENT_BYTES)?;
+                let decoded = snapshot::decode(&bytes)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+                // A job this process no longer holds had its log removed
+                // (once the first pass has filled the catalog).
+                let ready = self.is_ready();
+                let catalog = self.catalog.read();
+                jobs.extend(
+                    decoded
+                        .into_iter()
+                        .filter(|j| !ready || catalog.get(j.job_id()).is_some()),
+                );
+            }
+            let (name, bytes) = segment(jobs.iter());
+            dir.put_object(folder, &name, bytes)?;
+            let old: Vec<SegmentRef> = manifest.segments.drain(n - FANIN..).collect();
+            merged.extend(old.into_iter().map(|s| s.name).filter(|s| *s != name));
+            manifest.segments.push(SegmentRef {
+                name,
+                jobs: jobs.len() as u64,
+            });
+        }
+    }
+
+    /// Publishes every `interval` until `stop` resolves, then once more.
+    pub async fn publish_every(
+        self: Arc<Self>,
+        interval: Duration,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::pin!(stop);
+        let mut failing = false;
+        loop {
+            let stopping = tokio::select! {
+                () = tokio::time::sleep(interval) => false,
+                () = &mut stop => true,
+            };
+            let this = self.clone();
+            match tokio::task::spawn_blocking(move || this.publish()).await {
+                Ok(Ok(_)) if failing => {
+                    failing = false;
+                    log::info!("history: publishing summaries works again");
+                }
+                Ok(Err(e)) if !failing => {
+                    failing = true;
+                    log::warn!(
+                        "history: cannot publish the summaries of uploaded jobs: {e}; kept \
+                         for the next try (readers find their logs by listing meanwhile)"
+                    );
+                }
+                _ => {}
+            }
+            if stopping {
+                return;
+            }
+        }
+    }
+}
+
+enum SegmentError {
+    /// Not there (merged away since the manifest was read).
+    Gone,
+    /// Never to be used (its bytes, its name or its entries).
+    Refused(String),
+    /// Not read this time (the store failed).
+    Again(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::ListQuery;
+    use object_store::memory::InMemory;
+    use object_store::path::Path as ObjPath;
+    use object_store::{ObjectStore, ObjectStoreExt};
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    fn log_bytes(id: &str, start: u64) -> Vec<u8> {
+        format!(
+            r#"{{"ev":"JobEnd","version":1,"data":{{"status":"Succeeded","queued_at":1,"started_at":2,"completed_at":3,"index":{{"job_id":"{id}","job_name":"job {id}","status":"Completed","job_status":"Completed","start_time":{start},"end_time":{},"num_stages":2,"completed_stages":2,"percent_complete":100}},"job":{{}},"stages":{{}},"config":{{}},"dot":"","dropped_records":0,"scheduler_id":"s-{id}"}}}}"#,
+            start + 5
+        )
+        .into_bytes()
+    }
+
+    struct Bucket {
+        rt: tokio::runtime::Runtime,
+        memory: Arc<InMemory>,
+    }
+
+    impl Bucket {
+        fn new() -> Self {
+            Self {
+                rt: runtime(),
+                memory: Arc::new(InMemory::new()),
+            }
+        }
+
+        fn dir(&self) -> RemoteDir {
+            RemoteDir::new(
+                self.memory.clone(),
+                ObjPath::from("p"),
+                "memory://p",
+                self.rt.handle().clone(),
+            )
+        }
+
+        fn put(&self, key: &str, bytes: Vec<u8>) {
+            let location = ObjPath::from(format!("p/{key}"));
+            self.rt
+                .block_on(self.memory.put(&location, bytes.into()))
+                .unwrap();
+        }
+
+        fn delete(&self, key: &str) {
+            let location = ObjPath::from(format!("p/{key}"));
+            self.rt.block_on(self.memory.delete(&location)).unwrap();
+        }
+
+        fn keys(&self, under: &str) -> Vec<String> {
+            use futures::TryStreamExt;
+            let prefix = ObjPath::from(format!("p/{under}"));
+            let listed: Vec<_> = self
+                .rt
+                .block_on(self.memory.list(Some(&prefix)).try_collect())
+                .unwrap();
+            let mut keys: Vec<String> =
+                listed.into_iter().map(|m| m.location.to_string()).collect();
+            keys.sort();
+            keys
+        }
+
+        /// A store over the prefix: a reader listing `pages` pages of
+        /// `keys` names a rescan.
+        fn reader(&self, pages: usize, keys: usize) -> LogStore {
+            let mut store = LogStore::remote(
+                self.dir(),
+                Arc::new(bjh_metrics::HistoryMetrics::unregistered()),
+            )
+            .with_listing_pages(pages);
+            store.page_keys = keys;
+            store
+        }
+
+        /// A recording scheduler's store that uploaded `ids` (puts them,
+        /// takes each in as the uploader's word does) and publishes.
+        fn publish(&self, scheduler: &str, ids: &[String]) -> LogStore {
+            let store = self.reader(0, PAGE_KEYS).with_publishing(scheduler);
+            for (i, id) in ids.iter().enumerate() {
+                self.put(&format!("{id}.eventlog"), log_bytes(id, 1000 + i as u64));
+                store.take_in_object(&format!("{id}.eventlog"));
+            }
+            assert_eq!(store.publish().unwrap(), ids.len());
+            store
+        }
+    }
+
+    fn listed(store: &LogStore) -> Vec<(String, Vec<u8>)> {
+        let mut rows: Vec<(String, Vec<u8>)> = store
+            .page(
+                &ListQuery {
+                    limit: Some(100_000),
+                    ..ListQuery::default()
+                },
+                None,
+                &HashSet::new(),
+            )
+            .rows
+            .into_iter()
+            .map(|r| (r.facts.job_id().to_string(), r.entry.to_vec()))
+            .collect();
+        rows.sort();
+        rows
+    }
+
+    fn ids(prefix: &str, n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("{prefix}{i:04}")).collect()
+    }
+
+    /// A reader learns every published job from one segment while its
+    /// listing pass has covered five names; the entries are those the
+    /// publisher made from the logs themselves. A log no segment names
+    /// (upstream's) is found as the pass goes on, and a job whose log was
+    /// removed leaves once the pass covers its name again.
+    #[test]
+    fn a_reader_lists_published_jobs_before_its_listing_reaches_them() {
+        let bucket = Bucket::new();
+        let publisher = bucket.publish("sched-a", &ids("a", 30));
+        let published = bucket.keys(FOLDER);
+        assert_eq!(published.len(), 2, "{published:?}");
+        assert!(published[0].ends_with(MANIFEST_SUFFIX), "{published:?}");
+        assert!(published[1].ends_with(SEGMENT_SUFFIX), "{published:?}");
+
+        bucket.put("zz-upstream.eventlog", log_bytes("zz-upstream", 5));
+        let reader = bucket.reader(1, 5);
+        let first = reader.rescan();
+        assert_eq!(
+            first.read, 0,
+            "the page's five logs are as their summaries say: none read"
+        );
+        let want = listed(&publisher);
+        assert_eq!(want.len(), 30);
+        assert_eq!(
+            listed(&reader),
+            want,
+            "every published job, as its log says"
+        );
+
+        // A log changed since it was published is read from itself.
+        bucket.put("a0029.eventlog", log_bytes("a0029", 99_000));
+        let mut read = 0;
+        for _ in 0..7 {
+            read += reader.rescan().read;
+        }
+        assert_eq!(
+            read, 2,
+            "the upstream log and the changed one, nothing else"
+        );
+        assert_eq!(
+            listed(&reader).len(),
+            31,
+            "the upstream log is found by listing"
+        );
+        assert!(listed(&reader).iter().any(|(id, _)| id == "zz-upstream"));
+        let changed = listed(&reader).into_iter().find(|(id, _)| id == "a0029");
+        let changed = String::from_utf8(changed.unwrap().1).unwrap();
+        assert!(changed.contains("99000"), "{changed}");
+
+        bucket.delete("a0003.eventlog");
+        for _ in 0..8 {
+            reader.rescan();
+        }
+        let now: Vec<String> = listed(&reader).into_iter().map(|(id, _)| id).collect();
+        assert_eq!(now.len(), 30, "{now:?}");
+        assert!(
+            !now.contains(&"a0003".to_string()),
+            "a removed log's job leaves"
+        );
+    }
+
+    #[test]
+    fn objects_compare_by_whole_seconds_files_exactly() {
+        let at = |ms: u64| Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
+        let listed = Stamp {
+            len: 10,
+            modified: at(1_700_000_000_123),
+        };
+        let headed = Stamp {
+            len: 10,
+            modified: at(1_700_000_000_000),
+        };
+        assert!(listed.same(headed, true));
+        assert!(!listed.same(headed, false));
+        let later = Stamp {
+            len: 10,
+            modified: at(1_700_000_001_000),
+        };
+        assert!(!listed.same(later, true));
+        assert!(!listed.same(Stamp { len: 11, ..headed }, true));
+    }
+
+    /// A missing, damaged or lying segment costs its own entries only:
+    /// those jobs are found by the listing pass, the rest are taken.
+    #[test]
+    fn a_damaged_missing_or_lying_segment_is_refused_and_its_logs_are_listed() {
+        let bucket = Bucket::new();
+        bucket.publish("good", &ids("g", 10));
+        bucket.publish("damaged", &ids("d", 10));
+        bucket.publish("missing", &ids("m", 10));
+        // Damaged: same name, other bytes.
+        let damaged = bucket.keys(&format!("{FOLDER}/{}", key_of("damaged")));
+        let name = damaged[0].strip_prefix("p/").unwrap().to_string();
+        bucket.put(&name, b"BJHIDX08 not a segment".to_vec());
+        // Missing.
+        let missing = bucket.keys(&format!("{FOLDER}/{}", key_of("missing")));
+        bucket.delete(missing[0].strip_prefix("p/").unwrap());
+        // Lying: a whole segment whose entry names another job's log.
+        bucket.put("l0.eventlog", log_bytes("l0", 1));
+        let lie = JobSummary::restore(SummaryParts {
+            facts: FactsRef {
+                job_id: "g0001",
+                job_name: "a lie",
+                state: JobState::Failed,
+                queued_time: 1,
+                start_time: 1,
+                end_time: 2,
+                query_hash: 0,
+            },
+            job_status: "Failed",
+            status: "Failed",
+            stages: [1, 0],
+            percent_complete: 0,
+            dropped_records: 0,
+            file_name: "l0.eventlog",
+            len: 10,
+            modified: None,
+            ranges: None,
+            scheduler_id: None,
+            usage: None,
+            tags: None,
+        });
+        let (seg, bytes) = segment([&lie].into_iter());
+        let key = key_of("liar");
+        bucket.put(&format!("{FOLDER}/{key}/{seg}"), bytes);
+        let manifest = Manifest {
+            version: MANIFEST_VERSION,
+            scheduler_id: "liar".into(),
+            segments: vec![SegmentRef { name: seg, jobs: 1 }],
+        };
+        bucket.put(
+            &format!("{FOLDER}/{key}{MANIFEST_SUFFIX}"),
+            serde_json::to_vec(&manifest).unwrap(),
+        );
+        // A manifest that is not one.
+        bucket.put(&format!("{FOLDER}/junk{MANIFEST_SUFFIX}"), b"{".to_vec());
+
+        let reader = bucket.reader(1, 2);
+        reader.rescan();
+        let first: Vec<String> = listed(&reader).into_iter().map(|(id, _)| id).collect();
+        assert!(
+            first.iter().filter(|id| id.starts_with('g')).count() == 10,
+            "{first:?}"
+        );
+        assert!(
+            first.iter().filter(|id| id.starts_with(['d', 'm'])).count() <= 2,
+            "only what the first page listed: {first:?}"
+        );
+        let g1 = listed(&reader).into_iter().find(|(id, _)| id == "g0001");
+        assert!(
+            String::from_utf8(g1.unwrap().1)
+                .unwrap()
+                .contains("job g0001"),
+            "the lying entry did not replace g0001"
+        );
+        for _ in 0..20 {
+            reader.rescan();
+        }
+        assert_eq!(listed(&reader).len(), 31, "every log, by listing");
+    }
+
+    /// Eight small publishes merge into one segment; the merged-away
+    /// objects are deleted; a reader that read the old ones and one that
+    /// starts now list the same jobs, once each.
+    #[test]
+    fn segments_of_one_size_merge_and_readers_keep_every_job_once() {
+        let bucket = Bucket::new();
+        let store = bucket.reader(0, PAGE_KEYS).with_publishing("s");
+        let early = bucket.reader(1, 1);
+        let all = ids("j", FANIN * 3);
+        for (n, batch) in all.chunks(3).enumerate() {
+            for id in batch {
+                bucket.put(&format!("{id}.eventlog"), log_bytes(id, 7));
+                store.take_in_object(&format!("{id}.eventlog"));
+            }
+            assert_eq!(store.publish().unwrap(), 3);
+            early.rescan();
+            let segments = bucket.keys(&format!("{FOLDER}/{}", key_of("s"))).len();
+            assert_eq!(segments, (n + 1) / FANIN + (n + 1) % FANIN, "after {n}");
+        }
+        let late = bucket.reader(1, 1);
+        late.rescan();
+        let want = listed(&store);
+        assert_eq!(want.len(), all.len());
+        assert_eq!(listed(&early), want);
+        assert_eq!(listed(&late), want);
+    }
+}
