@@ -116,12 +116,17 @@ fn bucket(c: &mut Criterion) {
     let bytes = upload(&runtime, &s3, moto.server.port, &local);
     println!("corpus: {JOBS} logs, {:.1} MB", bytes as f64 / 1_000_000.0);
     let remote = RemoteDir::new(
-        s3,
+        s3.clone(),
         object_store::path::Path::from("logs"),
         format!("s3://{BUCKET}/logs"),
         runtime.handle().clone(),
-    );
-    let remote_store = || LogStore::remote(remote.clone(), metrics());
+    )
+    .with_paged_listing(s3);
+    // Today's design without summaries: the whole prefix listed each
+    // rescan (`--listing-pages-per-rescan 0`).
+    let remote_store = || LogStore::remote(remote.clone(), metrics()).with_listing_pages(0);
+    // With the summaries published: one page of 1,000 names a rescan.
+    let summarized_store = || LogStore::remote(remote.clone(), metrics()).with_listing_pages(1);
     let local_store = || LogStore::new(&local, metrics());
 
     // Request counts, once each.
@@ -140,6 +145,21 @@ fn bucket(c: &mut Criterion) {
         let store = remote_store().with_index_file(Some(index_file.clone()));
         assert_eq!(store.load_persisted(), JOBS);
         assert_eq!(store.rescan().read, 0);
+    });
+    publish(&runtime, &remote, &indexed);
+    count(
+        &moto,
+        "first index of 10,000 logs from their published summaries",
+        || {
+            let store = summarized_store();
+            assert_eq!(store.rescan().read, 0);
+            assert_eq!(store.len(), JOBS);
+        },
+    );
+    let summarized = summarized_store();
+    summarized.rescan();
+    count(&moto, "rescan with the summaries, nothing changed", || {
+        assert_eq!(summarized.rescan().read, 0)
     });
     let source = DiskSource::new(indexed.clone());
     let get = |payload: Resource| {
@@ -160,6 +180,13 @@ fn bucket(c: &mut Criterion) {
     group.bench_function("bucket", |b| {
         b.iter(|| assert_eq!(remote_store().rescan().read, JOBS))
     });
+    group.bench_function("bucket, from published summaries", |b| {
+        b.iter(|| {
+            let store = summarized_store();
+            assert_eq!(store.rescan().read, 0);
+            assert_eq!(store.len(), JOBS);
+        })
+    });
     group.bench_function("local directory", |b| {
         b.iter(|| assert_eq!(local_store().rescan().read, JOBS))
     });
@@ -171,6 +198,9 @@ fn bucket(c: &mut Criterion) {
     group.sample_size(10);
     group.bench_function("bucket", |b| {
         b.iter(|| assert_eq!(indexed.rescan().read, 0))
+    });
+    group.bench_function("bucket, with published summaries", |b| {
+        b.iter(|| assert_eq!(summarized.rescan().read, 0))
     });
     group.bench_function("local directory", |b| {
         b.iter(|| assert_eq!(local_indexed.rescan().read, 0))
@@ -215,6 +245,36 @@ fn bucket(c: &mut Criterion) {
         });
     }
     group.finish();
+}
+
+/// Publishes the summaries of `store`'s jobs under the prefix as one
+/// segment and its manifest, as a recording scheduler that uploaded them
+/// would have.
+fn publish(runtime: &tokio::runtime::Runtime, remote: &RemoteDir, store: &LogStore) {
+    use bjh_store::published::{
+        FOLDER, MANIFEST_SUFFIX, MANIFEST_VERSION, Manifest, SegmentRef, key_of, segment,
+    };
+    let jobs = store.ran_between(0, u64::MAX);
+    assert_eq!(jobs.len(), JOBS);
+    let (name, bytes) = segment(jobs.iter().map(|j| &**j));
+    let manifest = Manifest {
+        version: MANIFEST_VERSION,
+        scheduler_id: "bench".into(),
+        segments: vec![SegmentRef {
+            name: name.clone(),
+            jobs: JOBS as u64,
+        }],
+    };
+    let (client, prefix) = remote.client();
+    let key = key_of("bench");
+    let folder = prefix.clone().join(FOLDER);
+    runtime.block_on(async {
+        let segment_at = folder.clone().join(key.as_str()).join(name.as_str());
+        client.put(&segment_at, bytes.into()).await.unwrap();
+        let manifest_at = folder.join(format!("{key}{MANIFEST_SUFFIX}").as_str());
+        let manifest = serde_json::to_vec(&manifest).unwrap();
+        client.put(&manifest_at, manifest.into()).await.unwrap();
+    });
 }
 
 /// Creates the bucket and puts every log of `dir` under `logs/`, 32 at a

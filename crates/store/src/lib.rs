@@ -153,6 +153,9 @@ pub struct LogStore {
     page_keys: usize,
     /// The summaries this process publishes, when it records.
     publishing: Option<parking_lot::Mutex<published::Publishing>>,
+    /// Jobs taken in (`take_in_found`) while a rescan of a prefix runs:
+    /// its listing may predate their objects, and they are not gone.
+    taken_in: parking_lot::Mutex<Option<HashSet<Arc<str>>>>,
 }
 
 /// The least time between two saves of the persistent index (a save of a
@@ -196,6 +199,7 @@ impl LogStore {
             listing_pages: published::DEFAULT_LISTING_PAGES,
             page_keys: published::PAGE_KEYS,
             publishing: None,
+            taken_in: parking_lot::Mutex::new(None),
         }
     }
 

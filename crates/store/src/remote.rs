@@ -206,9 +206,7 @@ impl RemoteDir {
             other => unreachable!("checked above: {other}"),
         };
         let prefix = ObjPath::from_url_path(url.path()).map_err(|e| format!("{shown}: {e}"))?;
-        let mut dir = Self::new(store, prefix, shown, runtime);
-        Arc::get_mut(&mut dir.inner).expect("not shared yet").paged = Some(paged);
-        Ok(dir)
+        Ok(Self::new(store, prefix, shown, runtime).with_paged_listing(paged))
     }
 
     /// A prefix of an already built store (for embedders and tests).
@@ -225,6 +223,22 @@ impl RemoteDir {
                 prefix,
                 url: url.into(),
                 runtime,
+            }),
+        }
+    }
+
+    /// Lists through `paged` (the same store's paginated listing), so a
+    /// rescan's listing pass asks for one page at a time; without it,
+    /// each pass lists the whole prefix and cuts its pages from that.
+    pub fn with_paged_listing(self, paged: Arc<dyn PaginatedListStore>) -> Self {
+        let inner = &*self.inner;
+        Self {
+            inner: Arc::new(Inner {
+                store: inner.store.clone(),
+                paged: Some(paged),
+                prefix: inner.prefix.clone(),
+                url: inner.url.clone(),
+                runtime: inner.runtime.clone(),
             }),
         }
     }

@@ -316,6 +316,15 @@ impl LogStore {
     /// does not exist is an empty one.
     pub fn rescan(&self) -> ScanReport {
         self.metrics.rescans.inc();
+        if self.remote.is_some() {
+            *self.taken_in.lock() = Some(HashSet::new());
+        }
+        let report = self.rescan_now();
+        *self.taken_in.lock() = None;
+        report
+    }
+
+    fn rescan_now(&self) -> ScanReport {
         let (entries, covered, published) = match self.entries() {
             Ok(listing) => listing,
             Err(e) => return self.listing_failed(e),
@@ -561,6 +570,9 @@ impl LogStore {
         match self.read_log(name, stamp, None) {
             Ok(Found::Completed(summary)) => {
                 let finished = self.finished_facts(&summary);
+                if let Some(ids) = self.taken_in.lock().as_mut() {
+                    ids.insert(Arc::from(summary.job_id()));
+                }
                 let mut catalog = self.catalog.write();
                 catalog.unfinished.remove(summary.job_id());
                 let new = catalog.insert(summary);
@@ -614,9 +626,18 @@ impl LogStore {
     /// that listing missed it (a file of its name that changed since is
     /// another log).
     fn still_there(&self, job: &JobSummary) -> bool {
-        self.remote.is_none()
-            && std::fs::symlink_metadata(self.dir.join(&*job.file_name()))
-                .is_ok_and(|meta| meta.is_file() && Stamp::of(&meta) == job.stamp())
+        if self.remote.is_some() {
+            // An object taken in while this pass ran (the uploader's word)
+            // is newer than its listing. Asking the store of each missing
+            // job would cost a request each.
+            return self
+                .taken_in
+                .lock()
+                .as_ref()
+                .is_some_and(|ids| ids.contains(job.job_id()));
+        }
+        std::fs::symlink_metadata(self.dir.join(&*job.file_name()))
+            .is_ok_and(|meta| meta.is_file() && Stamp::of(&meta) == job.stamp())
     }
 
     /// Brings the catalog in line with a pass: what was read goes in, what
