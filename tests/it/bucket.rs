@@ -260,7 +260,7 @@ fn scheduler(port: u16, prefix: &str, endpoint: &str, spool: &Path, log: &Path) 
 }
 
 /// [`scheduler`] with more flags.
-pub(crate) fn scheduler_with(
+fn scheduler_with(
     port: u16,
     extra: &[&str],
     prefix: &str,
@@ -271,6 +271,24 @@ pub(crate) fn scheduler_with(
     let mut mode = vec!["--scheduler-policy", "pull-staged"];
     mode.extend_from_slice(extra);
     on_bucket(port, &mode, prefix, endpoint, spool, log)
+}
+
+/// A recording scheduler on the bucket `prefix` (with `extra` flags) and
+/// an executor of its own; its spool and log are `spool-<name>` and
+/// `scheduler-<name>.log` under `tmp`.
+pub(crate) async fn recording_cluster(
+    tmp: &Path,
+    name: &str,
+    extra: &[&str],
+    prefix: &str,
+    endpoint: &str,
+) -> Proc {
+    let spool = tmp.join(format!("spool-{name}"));
+    let log = tmp.join(format!("scheduler-{name}.log"));
+    let mut sched = scheduler_with(free_port(), extra, prefix, endpoint, &spool, &log);
+    sched.wait_healthy().await;
+    start_executor(sched.port).await;
+    sched
 }
 
 /// A history-only server.
@@ -352,11 +370,9 @@ async fn two_clusters_record_into_one_bucket_and_two_servers_serve_it() {
     let endpoint = moto.url("");
     let mut clusters = Vec::new();
     for (name, extra) in [("a", &["--scheduler-id", "cluster-a"][..]), ("b", &[])] {
+        let sched = recording_cluster(tmp.path(), name, extra, "logs", &endpoint).await;
         let spool = tmp.path().join(format!("spool-{name}"));
         let log = tmp.path().join(format!("scheduler-{name}.log"));
-        let mut sched = scheduler_with(free_port(), extra, "logs", &endpoint, &spool, &log);
-        sched.wait_healthy().await;
-        start_executor(sched.port).await;
         clusters.push((sched, spool, log));
     }
     let mut jobs = Vec::new();

@@ -5,7 +5,7 @@
 //! store counts every request it makes, before and after 10,000 more
 //! logs arrive in a segment.
 
-use crate::bucket::{Moto, on_bucket, run_named, scheduler_with, wait_listed};
+use crate::bucket::{Moto, on_bucket, recording_cluster, run_named, wait_listed};
 use crate::harness::*;
 use bjh_store::published::{FOLDER, MANIFEST_SUFFIX};
 use std::sync::{Arc, Mutex};
@@ -245,12 +245,8 @@ async fn a_fleet_in_one_bucket_is_served_without_listing_every_log() {
     let mut clusters = Vec::new();
     for i in 0..3 {
         let id = format!("fleet-{i}");
-        let spool = tmp.path().join(format!("spool-{i}"));
-        let log = tmp.path().join(format!("scheduler-{i}.log"));
         let extra = ["--scheduler-id", id.as_str()];
-        let mut sched = scheduler_with(free_port(), &extra, "fleet", &endpoint, &spool, &log);
-        sched.wait_healthy().await;
-        start_executor(sched.port).await;
+        let sched = recording_cluster(tmp.path(), &id, &extra, "fleet", &endpoint).await;
         clusters.push((sched, id));
     }
     let mut jobs = Vec::new();

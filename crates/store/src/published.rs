@@ -527,17 +527,10 @@ enum SegmentError {
 mod tests {
     use super::*;
     use crate::query::ListQuery;
+    use crate::remote::tests::runtime;
     use object_store::memory::InMemory;
     use object_store::path::Path as ObjPath;
     use object_store::{ObjectStore, ObjectStoreExt};
-
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap()
-    }
 
     fn log_bytes(id: &str, start: u64) -> Vec<u8> {
         format!(

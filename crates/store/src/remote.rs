@@ -581,7 +581,7 @@ impl Seek for RemoteFile {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use bjh_metrics::HistoryMetrics;
     use std::path::Path;
@@ -617,7 +617,8 @@ mod tests {
         assert_eq!(dir.location("j.eventlog").as_ref(), "a/b/j.eventlog");
     }
 
-    fn runtime() -> tokio::runtime::Runtime {
+    /// A runtime of one worker for a test's store client.
+    pub(crate) fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
