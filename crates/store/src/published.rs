@@ -62,6 +62,9 @@ pub const FANIN: usize = 8;
 /// The manifest's format version.
 pub const MANIFEST_VERSION: u32 = 1;
 const MAX_MANIFEST_BYTES: u64 = 16 << 20;
+/// Segments one manifest may name: a publisher's names a few dozen (it
+/// merges), so more is a manifest that would cost a request each.
+const MAX_SEGMENTS: usize = 4096;
 const MAX_SEGMENT_BYTES: u64 = 512 << 20;
 
 /// A scheduler's list of its segments, oldest first.
@@ -233,6 +236,14 @@ impl LogStore {
         let name = format!("{key}{MANIFEST_SUFFIX}");
         let manifest = match dir.read_object(FOLDER, &name, MAX_MANIFEST_BYTES) {
             Ok(bytes) => match serde_json::from_slice::<Manifest>(&bytes) {
+                Ok(m) if m.segments.len() > MAX_SEGMENTS => {
+                    let n = m.segments.len();
+                    self.say_once(
+                        &name,
+                        format!("{name} names {n} segments, over {MAX_SEGMENTS}"),
+                    );
+                    return true;
+                }
                 Ok(m) if m.version <= MANIFEST_VERSION => m,
                 Ok(m) => {
                     self.say_once(&name, format!("{name}: version {} is newer", m.version));
@@ -768,11 +779,41 @@ mod tests {
             &format!("{FOLDER}/{key}{MANIFEST_SUFFIX}"),
             serde_json::to_vec(&manifest).unwrap(),
         );
-        // A manifest that is not one.
+        // A manifest that is not one, and one naming more segments than
+        // any publisher's (each would cost a request).
         bucket.put(&format!("{FOLDER}/junk{MANIFEST_SUFFIX}"), b"{".to_vec());
+        let flood = Manifest {
+            version: MANIFEST_VERSION,
+            scheduler_id: "flood".into(),
+            segments: (0..=MAX_SEGMENTS)
+                .map(|i| SegmentRef {
+                    name: format!("{i:032x}{SEGMENT_SUFFIX}"),
+                    jobs: 1,
+                })
+                .collect(),
+        };
+        let flood_name = format!("{}{MANIFEST_SUFFIX}", key_of("flood"));
+        bucket.put(
+            &format!("{FOLDER}/{flood_name}"),
+            serde_json::to_vec(&flood).unwrap(),
+        );
 
         let reader = bucket.reader(1, 2);
         reader.rescan();
+        let said = reader.reading.lock().said.clone();
+        for what in [flood_name.as_str(), &format!("junk{MANIFEST_SUFFIX}")] {
+            assert!(said.contains(what), "{what} refused: {said:?}");
+        }
+        let flood_key = key_of("flood");
+        assert!(
+            !reader
+                .reading
+                .lock()
+                .segments
+                .iter()
+                .any(|p| p.starts_with(&flood_key)),
+            "no segment of the flood was asked for"
+        );
         let first: Vec<String> = listed(&reader).into_iter().map(|(id, _)| id).collect();
         assert!(
             first.iter().filter(|id| id.starts_with('g')).count() == 10,
