@@ -152,7 +152,7 @@ pub struct LogStore {
     listing_pages: usize,
     page_keys: usize,
     /// The summaries this process publishes, when it records.
-    publishing: Option<parking_lot::Mutex<published::Publishing>>,
+    publishing: Option<published::Publishing>,
     /// Jobs taken in (`take_in_found`) while a rescan of a prefix runs:
     /// its listing may predate their objects, and they are not gone.
     taken_in: parking_lot::Mutex<Option<HashSet<Arc<str>>>>,

@@ -143,14 +143,15 @@ pub(crate) struct Reading {
     said: HashSet<String>,
 }
 
-/// What a publisher has yet to publish, and its manifest as published.
+/// What a publisher has yet to publish, and its manifest as published:
+/// two locks, so queueing a job never waits on a publish's requests.
 #[derive(Debug)]
 pub(crate) struct Publishing {
     scheduler_id: String,
     key: String,
-    pending: Vec<Arc<JobSummary>>,
-    /// As last read or put; `None` until read.
-    manifest: Option<Manifest>,
+    pending: parking_lot::Mutex<Vec<Arc<JobSummary>>>,
+    /// As last read or put; `None` until read. Held through a publish.
+    manifest: parking_lot::Mutex<Option<Manifest>>,
 }
 
 impl Publishing {
@@ -158,8 +159,8 @@ impl Publishing {
         Self {
             scheduler_id: scheduler_id.to_string(),
             key: key_of(scheduler_id),
-            pending: Vec::new(),
-            manifest: None,
+            pending: parking_lot::Mutex::new(Vec::new()),
+            manifest: parking_lot::Mutex::new(None),
         }
     }
 }
@@ -356,7 +357,7 @@ impl LogStore {
     /// it uploads joins the next segment ([`LogStore::publish`]).
     pub fn with_publishing(mut self, scheduler_id: &str) -> Self {
         if self.remote.is_some() {
-            self.publishing = Some(parking_lot::Mutex::new(Publishing::new(scheduler_id)));
+            self.publishing = Some(Publishing::new(scheduler_id));
         }
         self
     }
@@ -375,7 +376,7 @@ impl LogStore {
         };
         let job = self.catalog.read().by_file(name, parsed.stem).cloned();
         if let Some(job) = job {
-            publishing.lock().pending.push(job);
+            publishing.pending.lock().push(job);
         }
     }
 
@@ -387,28 +388,41 @@ impl LogStore {
         let (Some(publishing), Some(dir)) = (&self.publishing, &self.remote) else {
             return Ok(0);
         };
-        let mut p = publishing.lock();
-        if p.pending.is_empty() {
+        let mut manifest_held = publishing.manifest.lock();
+        let pending = std::mem::take(&mut *publishing.pending.lock());
+        if pending.is_empty() {
             return Ok(0);
         }
-        let folder = format!("{FOLDER}/{}", p.key);
-        let manifest_name = format!("{}{MANIFEST_SUFFIX}", p.key);
-        if p.manifest.is_none() {
-            p.manifest = Some(self.own_manifest(dir, &manifest_name, &p.scheduler_id)?);
-        }
-        let (name, bytes) = segment(p.pending.iter().map(|j| &**j));
-        dir.put_object(&folder, &name, bytes)?;
-        let mut manifest = p.manifest.clone().unwrap_or_default();
-        let jobs = p.pending.len();
-        manifest.segments.push(SegmentRef {
-            name,
-            jobs: jobs as u64,
-        });
-        let merged = self.merge_tail(dir, &folder, &mut manifest)?;
-        dir.put_object(FOLDER, &manifest_name, serde_json::to_vec(&manifest)?)?;
-        p.manifest = Some(manifest);
-        p.pending.clear();
-        drop(p);
+        let folder = format!("{FOLDER}/{}", publishing.key);
+        let manifest_name = format!("{}{MANIFEST_SUFFIX}", publishing.key);
+        let put = (|| {
+            let mut manifest = match manifest_held.clone() {
+                Some(m) => m,
+                None => self.own_manifest(dir, &manifest_name, &publishing.scheduler_id)?,
+            };
+            let (name, bytes) = segment(pending.iter().map(|j| &**j));
+            dir.put_object(&folder, &name, bytes)?;
+            manifest.segments.push(SegmentRef {
+                name,
+                jobs: pending.len() as u64,
+            });
+            let merged = self.merge_tail(dir, &folder, &mut manifest)?;
+            dir.put_object(FOLDER, &manifest_name, serde_json::to_vec(&manifest)?)?;
+            Ok::<_, std::io::Error>((manifest, merged))
+        })();
+        let (manifest, merged) = match put {
+            Ok(done) => done,
+            Err(e) => {
+                // Kept, oldest first, for the next call.
+                let mut queued = publishing.pending.lock();
+                let newer = std::mem::replace(&mut *queued, pending);
+                queued.extend(newer);
+                return Err(e);
+            }
+        };
+        *manifest_held = Some(manifest);
+        drop(manifest_held);
+        let jobs = pending.len();
         for old in merged {
             if let Err(e) = dir.delete_object(&folder, &old) {
                 log::debug!("history: cannot delete the merged segment {old}: {e}");
