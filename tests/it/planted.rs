@@ -264,3 +264,38 @@ async fn names_and_claimed_ids_with_line_breaks_forge_no_line_of_the_servers_log
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_jobs_tables_file_swapped_or_its_folder_planted_loses_no_job() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixtures(tmp.path());
+    let mut server = Proc::history(tmp.path(), &[]);
+    server.wait_ready().await;
+    // The oracle: the logs' own lines, counted here.
+    let jobs = crate::sql::task_lines(tmp.path()).len() as i64;
+    let tasks = task_records(tmp.path());
+    let asked = "SELECT count(*) + 1000000 * coalesce(sum(tasks), 0) FROM jobs";
+    let whole = jobs + 1_000_000 * tasks;
+    assert_eq!(one_number(&server, asked).await, whole);
+    // The completed jobs' rows are a file the worker reads.
+    let folder = tmp.path().join(COLUMNAR).join("sql-jobs");
+    let files: Vec<_> = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    // Swapped for a FIFO no one writes to: no hang, no job lost.
+    swap(&files[0], fifo);
+    healthy_during(&server, 3, async {
+        assert_eq!(one_number(&server, asked).await, whole);
+    })
+    .await;
+    // The folder replaced by a link elsewhere: the rows go over the pipe;
+    // nothing is written through the link.
+    std::fs::remove_dir_all(&folder).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), &folder).unwrap();
+    assert_eq!(one_number(&server, asked).await, whole);
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
+    server.terminate();
+}

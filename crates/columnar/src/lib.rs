@@ -67,8 +67,8 @@ mod segment;
 pub mod shared;
 pub mod tables;
 
-pub use segment::write_file;
 use segment::{intact, merge_segments, readable, seg_path, write_manifest, write_segment};
+pub use segment::{write_file, write_parquet};
 
 /// Why the columnar history could not be brought up to date. Messages
 /// name tables and segments, never a path.

@@ -62,6 +62,21 @@ pub(super) fn props() -> WriterProperties {
     props.build()
 }
 
+/// Writes `batch` as Parquet to `out`, with the columnar files'
+/// properties, and nothing synced: for a file derived from what is kept
+/// elsewhere and built again whenever it is missing (the SQL `jobs`
+/// table's file).
+pub fn write_parquet(
+    out: impl std::io::Write + Send,
+    schema: &SchemaRef,
+    batch: &RecordBatch,
+) -> Result<(), ColumnarError> {
+    let mut writer = ArrowWriter::try_new(out, schema.clone(), Some(props()))?;
+    writer.write(batch)?;
+    writer.close()?;
+    Ok(())
+}
+
 /// Writes `batch` as the Parquet file `path` (aside, then renamed); gives
 /// the BLAKE3 hash of its bytes, in hex.
 pub fn write_file(

@@ -101,28 +101,41 @@ pub const STAGED_DIR: &str = "cluster-queries";
 pub const STAGED_LEFTOVER: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Removes the staged folders under `root` older than `age` (leftovers
-/// of a server that died mid-query); says how many.
+/// of a server that died mid-query), and the `jobs` files as old
+/// (`jobs_file`); says how many.
 pub fn sweep(root: &Path, age: std::time::Duration) -> usize {
-    let parent = root.join(STAGED_DIR);
+    [STAGED_DIR, crate::jobs_file::JOBS_DIR]
+        .iter()
+        .map(|dir| sweep_folder(&root.join(dir), age))
+        .sum()
+}
+
+fn sweep_folder(parent: &Path, age: std::time::Duration) -> usize {
     // A link planted in its place is never followed: nothing it names is
     // removed.
-    if !std::fs::symlink_metadata(&parent).is_ok_and(|m| m.is_dir()) {
+    if !std::fs::symlink_metadata(parent).is_ok_and(|m| m.is_dir()) {
         return 0;
     }
-    let Ok(entries) = std::fs::read_dir(&parent) else {
+    let Ok(entries) = std::fs::read_dir(parent) else {
         return 0;
     };
     let now = std::time::SystemTime::now();
     let mut removed = 0;
     for entry in entries.flatten() {
-        let old = entry
-            .metadata()
-            .and_then(|m| m.modified())
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+            continue;
+        };
+        let old = meta
+            .modified()
             .is_ok_and(|t| now.duration_since(t).unwrap_or_default() >= age);
-        // `remove_dir_all` removes a link itself, never what it names.
-        if old && std::fs::remove_dir_all(entry.path()).is_ok() {
-            removed += 1;
-        }
+        // `remove_dir_all` and `remove_file` remove a link itself, never
+        // what it names.
+        let gone = match old {
+            false => false,
+            true if meta.is_dir() => std::fs::remove_dir_all(entry.path()).is_ok(),
+            true => std::fs::remove_file(entry.path()).is_ok(),
+        };
+        removed += usize::from(gone);
     }
     removed
 }
@@ -130,10 +143,13 @@ pub fn sweep(root: &Path, age: std::time::Duration) -> usize {
 /// Writes `rows` (the tables the server holds in memory), and an empty
 /// file for each table with no files, as Parquet into a fresh folder
 /// under `root`; gives the folder (removed when dropped) and every
-/// table's files relative to `root`.
+/// table's files relative to `root`. `jobs_files` (the completed jobs'
+/// rows, already a file: `jobs_file`) are read beside the staged `jobs`
+/// rows.
 pub(crate) fn stage(
     root: &Path,
     files: &[Vec<String>; 3],
+    jobs_files: &[String],
     rows: crate::worker::Rows,
 ) -> Result<(tempfile::TempDir, Tables), String> {
     use datafusion::arrow::compute::concat_batches;
@@ -176,7 +192,11 @@ pub(crate) fn stage(
         let batch = concat_batches(&schema, &batches).map_err(|e| e.to_string())?;
         let (file, shown) = relative(name);
         bjh_columnar::write_file(&file, &schema, &batch).map_err(|e| e.to_string())?;
-        tables.push((name.to_string(), vec![shown]));
+        let mut named = vec![shown];
+        if name == "jobs" {
+            named.extend(jobs_files.iter().cloned());
+        }
+        tables.push((name.to_string(), named));
     }
     for (t, (name, _)) in bjh_columnar::TABLES.iter().enumerate() {
         if !files[t].is_empty() {
@@ -312,7 +332,9 @@ mod tests {
     fn staged_tables_are_written_for_executors_and_leftovers_swept() {
         let root = tempfile::tempdir().unwrap();
         let files: [Vec<String>; 3] = [vec![], vec!["tasks/seg-1.parquet".into()], vec![]];
-        let (folder, tables) = stage(root.path(), &files, crate::worker::Rows::default()).unwrap();
+        let kept = [format!("{}/jobs-kept.parquet", crate::jobs_file::JOBS_DIR)];
+        let (folder, tables) =
+            stage(root.path(), &files, &kept, crate::worker::Rows::default()).unwrap();
         // Seven tables: four held in memory and two empty ones written,
         // the one with segments named as it is.
         let mut names: Vec<&str> = tables.iter().map(|(n, _)| n.as_str()).collect();
@@ -334,6 +356,9 @@ mod tests {
             if name == "tasks" {
                 assert_eq!(files, &["tasks/seg-1.parquet"]);
             } else {
+                // The completed jobs' file is read beside the staged rows.
+                let beside: &[String] = if name == "jobs" { &kept } else { &[] };
+                assert_eq!(&files[1..], beside, "{name}");
                 assert!(path.starts_with(folder.path()), "{name}: {path:?}");
                 assert!(path.is_file(), "{name}");
             }
@@ -363,7 +388,7 @@ mod tests {
         std::os::unix::fs::symlink(elsewhere.path(), planted.path().join(STAGED_DIR)).unwrap();
         assert_eq!(sweep(planted.path(), std::time::Duration::ZERO), 0);
         assert!(elsewhere.path().join("precious").is_dir());
-        let refused = stage(planted.path(), &files, crate::worker::Rows::default());
+        let refused = stage(planted.path(), &files, &[], crate::worker::Rows::default());
         assert!(refused.is_err_and(|e| e.contains("not a folder")));
         assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 1);
     }

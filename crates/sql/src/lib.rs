@@ -31,6 +31,7 @@
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 pub mod cluster;
+pub mod jobs_file;
 pub mod pool;
 pub mod whatif;
 pub mod worker;
@@ -179,13 +180,21 @@ pub struct SqlEngine {
 
 /// The completed jobs' rows of the last `jobs` table asked for: used while
 /// the store's completed jobs and the columnar generation are those they
-/// were built from, and dropped after [`KEPT_JOBS_IDLE`] without a query
-/// (245 MB at a million jobs in the SQL bench).
+/// were built from, and dropped after [`KEPT_JOBS_IDLE`] without a query.
 struct KeptJobs {
     version: u64,
     generation: std::sync::Weak<Generation>,
-    batch: RecordBatch,
+    rows: Completed,
     used: std::time::Instant,
+}
+
+/// The completed jobs' rows: a file the worker reads (`jobs_file`), or,
+/// where none can be written, the rows themselves, sent over the pipe
+/// (245 MB at a million jobs in the SQL bench).
+#[derive(Debug, Clone)]
+enum Completed {
+    File(Arc<jobs_file::JobsFile>),
+    Rows(RecordBatch),
 }
 
 /// How long the `jobs` rows are kept without a query asking for them.
@@ -303,17 +312,44 @@ impl SqlEngine {
         }
     }
 
-    /// The `jobs` table now: the completed jobs straight from the store's
-    /// summaries (kept between queries while they do not change), then the
-    /// others the source lists (unfinished logs, and the live scheduler's
-    /// jobs not in the store yet).
+    /// The `jobs` table now, as rows: the completed jobs straight from the
+    /// store's summaries, then the others the source lists (unfinished
+    /// logs, and the live scheduler's jobs not in the store yet). Built
+    /// afresh (an export's); a query's are kept as a file (`jobs_file`).
     pub async fn jobs(&self, generation: &Arc<Generation>) -> Result<Vec<RecordBatch>, SqlError> {
-        let store = &self.store;
-        let (kept, in_place, held) = (self.kept_jobs.clone(), store.clone(), generation.clone());
-        let built = tokio::task::spawn_blocking(move || completed_jobs(&kept, &in_place, &held));
+        let (store, held) = (self.store.clone(), generation.clone());
+        let built = tokio::task::spawn_blocking(move || completed_rows(&store, &held));
         let completed = built
             .await
             .map_err(|e| SqlError::Internal(format!("the jobs table cannot be built: {e}")))?;
+        // Two batches, not one: joining them would copy every row.
+        Ok(vec![completed, self.other_jobs(generation).await?])
+    }
+
+    /// The `jobs` table for a query: the completed jobs' rows, kept
+    /// between queries while they do not change (as a file the worker
+    /// reads, where one can be written), and the others' rows.
+    async fn jobs_table(
+        &self,
+        generation: &Arc<Generation>,
+    ) -> Result<(Completed, RecordBatch), SqlError> {
+        let (kept, store, held) = (
+            self.kept_jobs.clone(),
+            self.store.clone(),
+            generation.clone(),
+        );
+        let root = self.columnar.dir().to_path_buf();
+        let built =
+            tokio::task::spawn_blocking(move || completed_jobs(&kept, &store, &held, &root));
+        let completed = built
+            .await
+            .map_err(|e| SqlError::Internal(format!("the jobs table cannot be built: {e}")))?;
+        Ok((completed, self.other_jobs(generation).await?))
+    }
+
+    /// The rows of the jobs the store has not completed.
+    async fn other_jobs(&self, generation: &Arc<Generation>) -> Result<RecordBatch, SqlError> {
+        let store = &self.store;
         // The completed jobs come from the store; the rest from the source.
         let query = ListQuery {
             include_unfinished: true,
@@ -353,9 +389,7 @@ impl SqlEngine {
                 totals: generation.totals.get(row.facts.job_id()),
             })
             .collect();
-        let others = jobs_batch(&lines);
-        // Two batches, not one: joining them would copy every row.
-        Ok(vec![completed, others])
+        Ok(jobs_batch(&lines))
     }
 
     /// Writes the four tables as Parquet under `out`: `jobs/part-00000.parquet`
@@ -425,23 +459,16 @@ impl SqlEngine {
         let generation = self.refresh(false).await?;
         let lower = sql.to_ascii_lowercase();
         let with_jobs = lower.contains("jobs");
-        let jobs = if with_jobs {
-            self.jobs(&generation).await?
-        } else {
-            Vec::new()
+        let (jobs_file, jobs) = match with_jobs {
+            false => (None, Vec::new()),
+            true => match self.jobs_table(&generation).await? {
+                (Completed::File(file), others) => (Some(file), vec![others]),
+                // Two batches, not one: joining them would copy every row.
+                (Completed::Rows(rows), others) => (None, vec![rows, others]),
+            },
         };
-        // The cluster logs, read (or found unchanged) off the runtime.
         let with_usage = lower.contains("usage");
-        let usage = if with_usage {
-            let store = self.store.clone();
-            let now = bjh_format::now_millis();
-            tokio::task::spawn_blocking(move || tables::usage_batch(&store.cluster(now).intervals))
-                .await
-                .map(|b| vec![b])
-                .map_err(|e| SqlError::Internal(format!("the usage table cannot be built: {e}")))?
-        } else {
-            Vec::new()
-        };
+        let usage = self.usage_rows(with_usage).await?;
         let with_pairs = lower.contains("whatif_pairs");
         let with_whatif = lower.replace("whatif_pairs", "").contains("whatif");
         let (whatif, pairs) = self
@@ -464,6 +491,7 @@ impl SqlEngine {
             root,
             files,
             with_jobs,
+            jobs_files: jobs_file.iter().map(|f| f.relative.clone()).collect(),
             with_usage,
             with_whatif,
             with_pairs,
@@ -479,6 +507,7 @@ impl SqlEngine {
         if let Some(scheduler) = scheduler {
             let (folder, on) = self.stage(&request, rows, scheduler, started).await?;
             (request.with_jobs, request.with_usage) = (false, false);
+            request.jobs_files.clear();
             (request.with_whatif, request.with_pairs) = (false, false);
             request.cluster = Some(on);
             rows = worker::Rows::default();
@@ -487,11 +516,12 @@ impl SqlEngine {
         let answer = self.workers.ask(request, rows, started).await?;
         // The generation is held until the worker has read its files: a
         // refresh deletes replaced files only once no query holds them;
-        // the folder staged for a cluster goes once the answer has.
+        // so is the completed jobs' file; the folder staged for a cluster
+        // goes once the answer has.
         let body = answer
             .body
             .map(move |chunk| {
-                let _held = (&generation, &staged);
+                let _held = (&generation, &jobs_file, &staged);
                 chunk
             })
             .boxed();
@@ -501,6 +531,20 @@ impl SqlEngine {
             bytes: answer.head.bytes,
             body,
         })
+    }
+
+    /// The `usage` rows when `wanted`: the cluster logs, read (or found
+    /// unchanged) off the runtime.
+    async fn usage_rows(&self, wanted: bool) -> Result<Vec<RecordBatch>, SqlError> {
+        if !wanted {
+            return Ok(Vec::new());
+        }
+        let store = self.store.clone();
+        let now = bjh_format::now_millis();
+        tokio::task::spawn_blocking(move || tables::usage_batch(&store.cluster(now).intervals))
+            .await
+            .map(|b| vec![b])
+            .map_err(|e| SqlError::Internal(format!("the usage table cannot be built: {e}")))
     }
 
     /// For the cluster engine: the tables the server holds in memory (and
@@ -517,10 +561,12 @@ impl SqlEngine {
     ) -> Result<(tempfile::TempDir, cluster::OnCluster), SqlError> {
         let root = request.root.clone();
         let files = request.files.clone();
-        let staged = tokio::task::spawn_blocking(move || cluster::stage(&root, &files, rows))
-            .await
-            .map_err(|e| SqlError::Internal(format!("the tables cannot be staged: {e}")))?
-            .map_err(|e| SqlError::Internal(format!("the tables cannot be staged: {e}")))?;
+        let jobs_files = request.jobs_files.clone();
+        let staged =
+            tokio::task::spawn_blocking(move || cluster::stage(&root, &files, &jobs_files, rows))
+                .await
+                .map_err(|e| SqlError::Internal(format!("the tables cannot be staged: {e}")))?
+                .map_err(|e| SqlError::Internal(format!("the tables cannot be staged: {e}")))?;
         // The worker cancels the job a little before it would be killed.
         let timeout = self.limits.timeout;
         let margin = (timeout / 4).min(Duration::from_secs(2));
@@ -612,14 +658,17 @@ impl SqlEngine {
 }
 
 /// The completed jobs' rows of the `jobs` table, from the store's
-/// summaries: the kept ones while nothing they were built from changed.
+/// summaries: the kept ones while nothing they were built from changed
+/// (and their file is there as written), else built again and written
+/// as a file under `root` (kept as rows where it cannot be written).
 /// Building them takes a fraction of a second at a million jobs: it runs
 /// on a blocking thread, never on the server's runtime.
 fn completed_jobs(
     kept_jobs: &parking_lot::Mutex<Option<KeptJobs>>,
     store: &bjh_store::LogStore,
     generation: &Arc<Generation>,
-) -> RecordBatch {
+    root: &std::path::Path,
+) -> Completed {
     // Read before building: a change while building makes the next
     // query build again, never keeps stale rows under a newer number.
     let version = store.version();
@@ -628,11 +677,36 @@ fn completed_jobs(
     if let Some(k) = kept.as_mut()
         && k.version == version
         && k.generation.ptr_eq(&weak)
+        && match &k.rows {
+            Completed::File(file) => file.is_there(),
+            Completed::Rows(_) => true,
+        }
     {
         k.used = std::time::Instant::now();
-        return k.batch.clone();
+        return k.rows.clone();
     }
-    let batch = store.with_completed(|jobs| {
+    // The replaced file goes once no query holds it.
+    *kept = None;
+    let batch = completed_rows(store, generation);
+    let rows = match jobs_file::JobsFile::write(root, &batch) {
+        Ok(file) => Completed::File(Arc::new(file)),
+        Err(e) => {
+            log::warn!("history: the SQL jobs table is sent to each query: no file of it: {e}");
+            Completed::Rows(batch)
+        }
+    };
+    *kept = Some(KeptJobs {
+        version,
+        generation: weak,
+        rows: rows.clone(),
+        used: std::time::Instant::now(),
+    });
+    rows
+}
+
+/// The completed jobs' rows, built from the store's summaries.
+fn completed_rows(store: &bjh_store::LogStore, generation: &Generation) -> RecordBatch {
+    store.with_completed(|jobs| {
         let lines: Vec<JobLine<'_>> = jobs
             .map(|s| JobLine {
                 facts: s as &dyn JobFacts,
@@ -644,14 +718,7 @@ fn completed_jobs(
             })
             .collect();
         jobs_batch(&lines)
-    });
-    *kept = Some(KeptJobs {
-        version,
-        generation: weak,
-        batch: batch.clone(),
-        used: std::time::Instant::now(),
-    });
-    batch
+    })
 }
 
 #[cfg(test)]
@@ -757,7 +824,10 @@ mod tests {
                         files: Default::default(),
                         totals: Default::default(),
                     });
-                    asking.jobs(&generation).await.map(|b| b.len())
+                    asking
+                        .jobs_table(&generation)
+                        .await
+                        .map(|(completed, _)| matches!(completed, Completed::File(_)))
                 });
                 // Runs once `building` has started and waits for the build.
                 tokio::task::yield_now().await;
@@ -771,7 +841,55 @@ mod tests {
             ran.is_ok(),
             "the runtime was held while the rows were built"
         );
-        // The completed jobs' rows (none), then the others'.
-        assert_eq!(thread.join().unwrap().unwrap(), 2);
+        // The completed jobs' rows (none), as a file.
+        assert!(thread.join().unwrap().unwrap());
+    }
+
+    #[test]
+    fn the_jobs_file_is_kept_while_nothing_changes_and_rows_are_sent_without_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = bjh_store::LogStore::new(
+            dir.path().join("logs"),
+            Arc::new(bjh_metrics::HistoryMetrics::unregistered()),
+        );
+        let root = dir.path().join("columnar");
+        std::fs::create_dir(&root).unwrap();
+        let kept = parking_lot::Mutex::new(None);
+        let generation = Arc::new(Generation {
+            files: Default::default(),
+            totals: Default::default(),
+        });
+        let file = |c: Completed| match c {
+            Completed::File(f) => f,
+            Completed::Rows(_) => panic!("rows, not a file"),
+        };
+        let first = file(completed_jobs(&kept, &store, &generation, &root));
+        let again = file(completed_jobs(&kept, &store, &generation, &root));
+        assert!(Arc::ptr_eq(&first, &again), "kept while nothing changed");
+        // Another generation: built again, the first file kept for the
+        // query that holds it, then gone.
+        let other = Arc::new(Generation {
+            files: Default::default(),
+            totals: Default::default(),
+        });
+        let second = file(completed_jobs(&kept, &store, &other, &root));
+        assert_ne!(first.relative, second.relative);
+        let first_path = root.join(&first.relative);
+        assert!(first_path.is_file());
+        drop((first, again));
+        assert!(!first_path.exists());
+        // Removed under us (another server's sweep): built again.
+        std::fs::remove_file(root.join(&second.relative)).unwrap();
+        let third = file(completed_jobs(&kept, &store, &other, &root));
+        assert!(third.is_there() && third.relative != second.relative);
+        drop((second, third));
+
+        // No file can be written there: the rows, to send.
+        let planted = dir.path().join("planted");
+        std::fs::create_dir(&planted).unwrap();
+        std::os::unix::fs::symlink(dir.path(), planted.join(jobs_file::JOBS_DIR)).unwrap();
+        let kept = parking_lot::Mutex::new(None);
+        let rows = completed_jobs(&kept, &store, &generation, &planted);
+        assert!(matches!(rows, Completed::Rows(b) if b.num_rows() == 0));
     }
 }

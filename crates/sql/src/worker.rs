@@ -105,6 +105,11 @@ pub(crate) struct Request {
     pub(crate) files: [Vec<String>; 3],
     /// Whether the `jobs` rows follow as an Arrow IPC stream.
     pub(crate) with_jobs: bool,
+    /// The completed jobs' rows of `jobs`, as files relative to `root`
+    /// (`jobs_file`), read beside the rows that follow; none: every row
+    /// follows.
+    #[serde(default)]
+    pub(crate) jobs_files: Vec<String>,
     /// Whether the `usage` rows follow (after the `jobs` rows, when those
     /// are sent) as an Arrow IPC stream.
     #[serde(default)]
@@ -551,12 +556,12 @@ fn context(request: &Request, rows: Rows) -> datafusion::error::Result<SessionCo
         .build();
     let ctx = SessionContext::new_with_state(state);
     let root = url::Url::parse(ROOT_URL).expect("a valid URL");
-    if request.files.iter().any(|f| !f.is_empty()) {
+    if request.files.iter().any(|f| !f.is_empty()) || !request.jobs_files.is_empty() {
         let store = object_store::local::LocalFileSystem::new_with_prefix(&request.root)?;
         ctx.register_object_store(&root, Arc::new(store));
     }
-    let table = MemTable::try_new(tables::JOBS.clone(), vec![rows.jobs])?;
-    ctx.register_table("jobs", Arc::new(table))?;
+    let sent = Arc::new(MemTable::try_new(tables::JOBS.clone(), vec![rows.jobs])?);
+    ctx.register_table("jobs", jobs_table(&request.jobs_files, sent)?)?;
     let table = MemTable::try_new(tables::USAGE.clone(), vec![rows.usage])?;
     ctx.register_table("usage", Arc::new(table))?;
     let table = MemTable::try_new(crate::whatif::WHATIF.clone(), vec![rows.whatif])?;
@@ -577,6 +582,31 @@ fn context(request: &Request, rows: Rows) -> datafusion::error::Result<SessionCo
         ctx.register_table(*name, provider)?;
     }
     Ok(ctx)
+}
+
+/// The `jobs` table: the rows `sent` over the pipe, and the completed
+/// jobs' `files` when there are any, as one table (a view of their union:
+/// DataFusion inlines it, so filters and projections reach both scans).
+fn jobs_table(
+    files: &[String],
+    sent: Arc<MemTable>,
+) -> datafusion::error::Result<Arc<dyn datafusion::catalog::TableProvider>> {
+    use datafusion::datasource::provider_as_source;
+    use datafusion::logical_expr::LogicalPlanBuilder;
+    if files.is_empty() {
+        return Ok(sent);
+    }
+    let urls = files
+        .iter()
+        .map(|f| ListingTableUrl::parse(format!("{ROOT_URL}{f}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let completed = parquet_table(urls, tables::JOBS.clone())?;
+    let plan = LogicalPlanBuilder::scan("jobs", provider_as_source(completed), None)?
+        .union(LogicalPlanBuilder::scan("jobs", provider_as_source(sent), None)?.build()?)?
+        .build()?;
+    Ok(Arc::new(datafusion::catalog::view::ViewTable::new(
+        plan, None,
+    )))
 }
 
 /// A table over the Parquet files `urls`, of `schema`.
@@ -612,6 +642,7 @@ pub async fn answer_in_process(
         root,
         files,
         with_jobs: jobs.is_some(),
+        jobs_files: Vec::new(),
         with_usage: false,
         with_whatif: false,
         with_pairs: false,
