@@ -264,6 +264,7 @@ fn publish(runtime: &tokio::runtime::Runtime, remote: &RemoteDir, store: &LogSto
             name: name.clone(),
             jobs: JOBS as u64,
         }],
+        removed: Vec::new(),
     };
     let (client, prefix) = remote.client();
     let key = key_of("bench");

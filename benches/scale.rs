@@ -236,7 +236,9 @@ fn lists_and_restarts() {
     // Restart: load the index, answer the first page.
     let mut restarts = Vec::new();
     let mut store = None;
+    let mut grown = None;
     for _ in 0..5 {
+        let before = rss_kib();
         let started = Instant::now();
         let s = LogStore::new(
             dir.path().join("empty"),
@@ -250,6 +252,7 @@ fn lists_and_restarts() {
         };
         assert_eq!(s.page(&q, None, &HashSet::new()).rows.len(), 100);
         restarts.push(started.elapsed());
+        grown.get_or_insert(rss_kib().saturating_sub(before));
         store = Some(s);
     }
     let (p50, p99, max) = corpus::percentiles(restarts);
@@ -258,6 +261,12 @@ fn lists_and_restarts() {
         corpus::ms(p50),
         corpus::ms(p99),
         corpus::ms(max)
+    );
+    let grown = grown.unwrap_or(0);
+    println!(
+        "| resident memory the first load added: {:.0} MiB, {} bytes a job | | | | 1 |",
+        grown as f64 / 1024.0,
+        grown * 1024 / n as u64
     );
     // Where a restart's time goes.
     let phases: [(&str, &dyn Fn()); 2] = [
@@ -293,34 +302,71 @@ fn lists_and_restarts() {
         params.unwrap().value.query(0).unwrap()
     };
     let deep = store.facts(&format!("0{:012X}", n / 2)).unwrap();
-    let cases: [(&str, &str, Option<&Facts>, usize); 4] = [
-        ("page of 100, newest first", "limit=100", None, 1000),
+    // An hour of the corpus's jobs (one every 500 ms) half-way down.
+    let middle = 1_700_000_000_000 + (n as u64 / 2) * 500;
+    let hour = ListQuery {
+        limit: Some(100),
+        started_after: Some(middle),
+        started_before: Some(middle + 3_600_000),
+        ..ListQuery::default()
+    };
+    let failed_in_a_day = ListQuery {
+        limit: Some(1),
+        started_after: Some(middle),
+        started_before: Some(middle + 86_400_000),
+        ..parse("status=failed")
+    };
+    let cases: [(&str, ListQuery, Option<&Facts>, usize, usize); 6] = [
+        (
+            "page of 100, newest first",
+            parse("limit=100"),
+            None,
+            1000,
+            100,
+        ),
         (
             "page of 100 after a cursor half-way down",
-            "limit=100",
+            parse("limit=100"),
             Some(&deep),
             1000,
+            100,
         ),
         (
             "page of 100, `status=failed` (one pass)",
-            "limit=100&status=failed",
+            parse("limit=100&status=failed"),
             None,
             20,
+            100,
         ),
         (
             "page of 100, `sort=duration` (one pass)",
-            "limit=100&sort=duration",
+            parse("limit=100&sort=duration"),
             None,
             20,
+            100,
+        ),
+        (
+            "page of 100, an hour's time range (one pass)",
+            hour,
+            None,
+            20,
+            100,
+        ),
+        (
+            "a filtered count: failed jobs in a day (one pass)",
+            failed_in_a_day,
+            None,
+            20,
+            1,
         ),
     ];
-    for (what, query, cursor, runs) in cases {
-        let q = parse(query);
+    for (what, q, cursor, runs, rows) in cases {
         let samples: Vec<Duration> = (0..runs)
             .map(|_| {
                 let started = Instant::now();
                 let page = store.page(&q, cursor, &HashSet::new());
-                assert_eq!(page.rows.len(), 100);
+                assert_eq!(page.rows.len(), rows.min(page.total), "{what}");
+                assert!(page.total >= rows, "{what}: {}", page.total);
                 started.elapsed()
             })
             .collect();

@@ -186,6 +186,7 @@ async fn publish_as_listed(moto: &Moto, prefix: &str, scheduler: &str, start: &s
             name,
             jobs: jobs.len() as u64,
         }],
+        removed: Vec::new(),
     };
     let manifest = serde_json::to_vec(&manifest).unwrap();
     put(moto, &format!("{folder}/{key}{MANIFEST_SUFFIX}"), manifest).await;

@@ -257,7 +257,13 @@ impl LogStore {
     /// Deletes the log named `file_name`; one already gone is `NotFound`.
     pub fn remove_log(&self, file_name: &str) -> std::io::Result<()> {
         match &self.remote {
-            Some(dir) => dir.delete(file_name),
+            Some(dir) => {
+                dir.delete(file_name)?;
+                // Readers of the published summaries learn it from the
+                // manifest, not only when their listing reaches the name.
+                self.removed_log(file_name);
+                Ok(())
+            }
             None => std::fs::remove_file(self.dir.join(file_name)),
         }
     }

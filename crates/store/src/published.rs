@@ -66,6 +66,13 @@ const MAX_MANIFEST_BYTES: u64 = 16 << 20;
 /// merges), so more is a manifest that would cost a request each.
 const MAX_SEGMENTS: usize = 4096;
 const MAX_SEGMENT_BYTES: u64 = 512 << 20;
+/// Removed logs one manifest names at most (the newest): a cleaner
+/// deleting a thousand logs an hour takes four days to fill it.
+pub const MAX_REMOVED: usize = 100_000;
+/// Removed logs a rescan asks the store about at most (a `HEAD` each).
+const CHECKS_PER_RESCAN: usize = PAGE_KEYS;
+/// Removed logs a reader remembers having seen at most.
+const MAX_TOMBSTONES: usize = 1_000_000;
 
 /// A scheduler's list of its segments, oldest first.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -76,6 +83,13 @@ pub struct Manifest {
     pub scheduler_id: String,
     /// Its segments, oldest first.
     pub segments: Vec<SegmentRef>,
+    /// Completed logs of the prefix this scheduler's cleaner deleted,
+    /// oldest first (the newest [`MAX_REMOVED`]). A reader holding a job
+    /// of one, or offered one by a segment, asks the store (`HEAD`) and
+    /// drops the job once the log is gone, without waiting for its
+    /// listing pass to reach the name; a log that is there stays.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<String>,
 }
 
 /// One segment a manifest names.
@@ -141,6 +155,12 @@ pub(crate) struct Reading {
     marker: Option<String>,
     /// What was said about, so each is said once.
     said: HashSet<String>,
+    /// Removed logs seen in manifests, as `<key>/<name>` (each manifest's
+    /// considered once).
+    tombstones: HashSet<String>,
+    /// Removed logs of jobs held, not asked about yet (over a pass's
+    /// budget, or the store failed).
+    unchecked: Vec<String>,
 }
 
 /// What a publisher has yet to publish, and its manifest as published:
@@ -150,6 +170,8 @@ pub(crate) struct Publishing {
     scheduler_id: String,
     key: String,
     pending: parking_lot::Mutex<Vec<Arc<JobSummary>>>,
+    /// Logs deleted through this store since the last publish.
+    removed: parking_lot::Mutex<Vec<String>>,
     /// As last read or put; `None` until read. Held through a publish.
     manifest: parking_lot::Mutex<Option<Manifest>>,
 }
@@ -160,6 +182,7 @@ impl Publishing {
             scheduler_id: scheduler_id.to_string(),
             key: key_of(scheduler_id),
             pending: parking_lot::Mutex::new(Vec::new()),
+            removed: parking_lot::Mutex::new(Vec::new()),
             manifest: parking_lot::Mutex::new(None),
         }
     }
@@ -171,6 +194,8 @@ pub(crate) struct Listing {
     pub(crate) listed: Vec<crate::remote::Listed>,
     pub(crate) covered: Covered,
     pub(crate) published: Vec<JobSummary>,
+    /// Logs a manifest says were removed and the store says are gone.
+    pub(crate) gone: HashSet<String>,
 }
 
 impl LogStore {
@@ -183,12 +208,13 @@ impl LogStore {
                 listed,
                 covered: Covered::All,
                 published: Vec::new(),
+                gone: HashSet::new(),
             });
         }
         // A store that cannot list the folder fails the whole pass, as a
         // failed listing does: a page listed without the summaries would
         // read logs they describe.
-        let published = self.read_published(dir)?;
+        let (published, gone) = self.read_published(dir)?;
         let after = self.reading.lock().marker.clone();
         let mut listed = Vec::new();
         let mut at = after.clone();
@@ -207,16 +233,21 @@ impl LogStore {
             listed,
             covered: Covered::Range { after, upto: at },
             published,
+            gone,
         })
     }
 
     /// The summaries of the segments not read yet, from the manifests
-    /// that changed since the last pass.
-    fn read_published(&self, dir: &RemoteDir) -> std::io::Result<Vec<JobSummary>> {
+    /// that changed since the last pass, and the removed logs found gone.
+    fn read_published(
+        &self,
+        dir: &RemoteDir,
+    ) -> std::io::Result<(Vec<JobSummary>, HashSet<String>)> {
         let manifests = dir
             .folder_objects(FOLDER)
             .map_err(crate::remote::io_error)?;
         let mut out = Vec::new();
+        let mut removed: Vec<(String, String)> = Vec::new();
         for (name, stamp) in manifests {
             let Some(key) = name.strip_suffix(MANIFEST_SUFFIX) else {
                 continue;
@@ -224,16 +255,84 @@ impl LogStore {
             if self.reading.lock().manifests.get(&name) == Some(&stamp) {
                 continue;
             }
-            if self.read_manifest(dir, key, &mut out) {
+            if self.read_manifest(dir, key, &mut out, &mut removed) {
                 self.reading.lock().manifests.insert(name, stamp);
             }
         }
-        Ok(out)
+        let gone = self.check_removed(dir, removed, &mut out);
+        Ok((out, gone))
+    }
+
+    /// Of the logs manifests say were removed (`removed`, new ones, each
+    /// with the manifest's key, and
+    /// those left unchecked by the last pass), those of a job this reader
+    /// holds or `out` offers are asked of the store, [`CHECKS_PER_RESCAN`]
+    /// at most: those gone leave `out` and are given back (their jobs
+    /// leave the catalog); a log that is there stays (the manifest lied,
+    /// or the log was written again); the rest wait for the next pass.
+    /// Others cost nothing.
+    fn check_removed(
+        &self,
+        dir: &RemoteDir,
+        removed: Vec<(String, String)>,
+        out: &mut Vec<JobSummary>,
+    ) -> HashSet<String> {
+        let mut todo = {
+            let mut reading = self.reading.lock();
+            let mut todo = std::mem::take(&mut reading.unchecked);
+            for (seen, name) in removed {
+                if reading.tombstones.len() < MAX_TOMBSTONES && reading.tombstones.insert(seen) {
+                    todo.push(name);
+                }
+            }
+            todo
+        };
+        if todo.is_empty() {
+            return HashSet::new();
+        }
+        let offered: HashSet<String> = out.iter().map(|j| j.file_name().into_owned()).collect();
+        {
+            let catalog = self.catalog.read();
+            todo.retain(|name| {
+                let log =
+                    LogName::parse(name).filter(|n| !n.running && !name.contains(['/', '\\']));
+                log.is_some_and(|n| {
+                    offered.contains(name) || catalog.by_file(name, n.stem).is_some()
+                })
+            });
+        }
+        let mut gone = HashSet::new();
+        let mut later = Vec::new();
+        for (i, name) in todo.into_iter().enumerate() {
+            if i >= CHECKS_PER_RESCAN {
+                later.push(name);
+                continue;
+            }
+            match dir.stamp(&name) {
+                Err(object_store::Error::NotFound { .. }) => {
+                    gone.insert(name);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    log::debug!("history: cannot ask whether {name} was removed: {e}");
+                    later.push(name);
+                }
+            }
+        }
+        self.reading.lock().unchecked = later;
+        out.retain(|j| !gone.contains(&*j.file_name()));
+        gone
     }
 
     /// Reads one manifest's unread segments into `out`; whether it is done
     /// with (read, or refused for good), rather than to try again.
-    fn read_manifest(&self, dir: &RemoteDir, key: &str, out: &mut Vec<JobSummary>) -> bool {
+    fn read_manifest(
+        &self,
+        dir: &RemoteDir,
+        key: &str,
+        out: &mut Vec<JobSummary>,
+        removed: &mut Vec<(String, String)>,
+    ) -> bool {
         let name = format!("{key}{MANIFEST_SUFFIX}");
         let manifest = match dir.read_object(FOLDER, &name, MAX_MANIFEST_BYTES) {
             Ok(bytes) => match serde_json::from_slice::<Manifest>(&bytes) {
@@ -265,6 +364,10 @@ impl LogStore {
                 return false;
             }
         };
+        removed.extend(
+            (manifest.removed.into_iter().rev().take(MAX_REMOVED))
+                .map(|name| (format!("{key}/{name}"), name)),
+        );
         let folder = format!("{FOLDER}/{key}");
         let mut done = true;
         let mut current = HashSet::new();
@@ -369,6 +472,16 @@ impl LogStore {
         self
     }
 
+    /// Queues `name`, a completed log this store just deleted, for the
+    /// manifest's list of removed logs.
+    pub(crate) fn removed_log(&self, name: &str) {
+        if let Some(publishing) = &self.publishing
+            && LogName::parse(name).is_some_and(|n| !n.running)
+        {
+            publishing.removed.lock().push(name.to_string());
+        }
+    }
+
     /// Queues the job whose log this process just uploaded as `name`.
     pub(crate) fn to_publish(&self, name: &str) {
         let (Some(publishing), Some(parsed)) = (&self.publishing, LogName::parse(name)) else {
@@ -390,7 +503,8 @@ impl LogStore {
         };
         let mut manifest_held = publishing.manifest.lock();
         let pending = std::mem::take(&mut *publishing.pending.lock());
-        if pending.is_empty() {
+        let removed = std::mem::take(&mut *publishing.removed.lock());
+        if pending.is_empty() && removed.is_empty() {
             return Ok(0);
         }
         let folder = format!("{FOLDER}/{}", publishing.key);
@@ -400,12 +514,17 @@ impl LogStore {
                 Some(m) => m,
                 None => self.own_manifest(dir, &manifest_name, &publishing.scheduler_id)?,
             };
-            let (name, bytes) = segment(pending.iter().map(|j| &**j));
-            dir.put_object(&folder, &name, bytes)?;
-            manifest.segments.push(SegmentRef {
-                name,
-                jobs: pending.len() as u64,
-            });
+            if !pending.is_empty() {
+                let (name, bytes) = segment(pending.iter().map(|j| &**j));
+                dir.put_object(&folder, &name, bytes)?;
+                manifest.segments.push(SegmentRef {
+                    name,
+                    jobs: pending.len() as u64,
+                });
+            }
+            manifest.removed.extend(removed.iter().cloned());
+            let over = manifest.removed.len().saturating_sub(MAX_REMOVED);
+            manifest.removed.drain(..over);
             let merged = self.merge_tail(dir, &folder, &mut manifest)?;
             dir.put_object(FOLDER, &manifest_name, serde_json::to_vec(&manifest)?)?;
             Ok::<_, std::io::Error>((manifest, merged))
@@ -416,6 +535,9 @@ impl LogStore {
                 // Kept, oldest first, for the next call.
                 let mut queued = publishing.pending.lock();
                 let newer = std::mem::replace(&mut *queued, pending);
+                queued.extend(newer);
+                let mut queued = publishing.removed.lock();
+                let newer = std::mem::replace(&mut *queued, removed);
                 queued.extend(newer);
                 return Err(e);
             }
@@ -439,6 +561,7 @@ impl LogStore {
             version: MANIFEST_VERSION,
             scheduler_id: id.to_string(),
             segments: Vec::new(),
+            removed: Vec::new(),
         };
         match dir.read_object(FOLDER, name, MAX_MANIFEST_BYTES) {
             Ok(bytes) => match serde_json::from_slice::<Manifest>(&bytes) {
@@ -720,6 +843,72 @@ mod tests {
         );
     }
 
+    /// A log a publishing scheduler's cleaner deletes leaves a reader at
+    /// its next rescan, though its listing pass is far from the name, and
+    /// a reader starting afresh never lists it. A manifest naming as
+    /// removed a log that is there (lying) removes nothing; a name that
+    /// is not a completed log's is not asked about.
+    #[test]
+    fn a_log_a_publisher_removed_leaves_readers_before_their_listing_reaches_it() {
+        let bucket = Bucket::new();
+        let publisher = bucket.publish("sched-a", &ids("a", 30));
+        let reader = bucket.reader(1, 5);
+        reader.rescan();
+        assert_eq!(listed(&reader).len(), 30);
+        let removed = ["a0017", "a0023", "a0029"];
+        for id in removed {
+            publisher.remove_log(&format!("{id}.eventlog")).unwrap();
+        }
+        assert_eq!(publisher.publish().unwrap(), 0, "no job, three removals");
+        let ids_of = |store: &LogStore| -> Vec<String> {
+            listed(store).into_iter().map(|(id, _)| id).collect()
+        };
+        reader.rescan();
+        let now = ids_of(&reader);
+        assert_eq!(now.len(), 27, "{now:?}");
+        assert!(removed.iter().all(|id| !now.contains(&id.to_string())));
+        let fresh = bucket.reader(1, 5);
+        fresh.rescan();
+        assert_eq!(ids_of(&fresh), now, "a fresh reader never lists them");
+
+        // Another manifest lies: a log that is there, and names that are
+        // no completed log's, as removed.
+        let liar = Manifest {
+            version: MANIFEST_VERSION,
+            scheduler_id: "liar".into(),
+            segments: Vec::new(),
+            removed: vec![
+                "a0005.eventlog".into(),
+                "a0006.eventlog.running".into(),
+                format!("{FOLDER}/x.eventlog"),
+            ],
+        };
+        let name = format!("{FOLDER}/{}{MANIFEST_SUFFIX}", key_of("liar"));
+        bucket.put(&name, serde_json::to_vec(&liar).unwrap());
+        reader.rescan();
+        fresh.rescan();
+        assert_eq!(ids_of(&reader), now, "nothing that is there is removed");
+        assert_eq!(ids_of(&fresh), now);
+        // Removed for real afterwards: the publisher's word is its own.
+        publisher.remove_log("a0005.eventlog").unwrap();
+        publisher.publish().unwrap();
+        reader.rescan();
+        assert!(!ids_of(&reader).contains(&"a0005".to_string()));
+        assert_eq!(ids_of(&reader).len(), 26);
+        // The manifest keeps the removals across publishes.
+        let bytes = publisher
+            .remote_dir()
+            .unwrap()
+            .read_object(
+                FOLDER,
+                &format!("{}{MANIFEST_SUFFIX}", key_of("sched-a")),
+                1 << 20,
+            )
+            .unwrap();
+        let manifest: Manifest = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(manifest.removed.len(), 4);
+    }
+
     #[test]
     fn objects_compare_by_whole_seconds_files_exactly() {
         let at = |ms: u64| Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
@@ -788,6 +977,7 @@ mod tests {
             version: MANIFEST_VERSION,
             scheduler_id: "liar".into(),
             segments: vec![SegmentRef { name: seg, jobs: 1 }],
+            removed: Vec::new(),
         };
         bucket.put(
             &format!("{FOLDER}/{key}{MANIFEST_SUFFIX}"),
@@ -805,6 +995,7 @@ mod tests {
                     jobs: 1,
                 })
                 .collect(),
+            removed: Vec::new(),
         };
         let flood_name = format!("{}{MANIFEST_SUFFIX}", key_of("flood"));
         bucket.put(

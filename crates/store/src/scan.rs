@@ -79,6 +79,8 @@ pub(super) struct Pass {
     covered: Covered,
     /// New logs listed as a published summary describes them.
     from_segments: Vec<JobSummary>,
+    /// Logs a manifest says were removed and the store says are gone.
+    gone: HashSet<String>,
 }
 
 pub(super) enum Found {
@@ -164,14 +166,17 @@ pub(super) fn parallel_map<T: Sync, R: Send>(
 impl LogStore {
     /// The listing of a pass: the log-named entries, the names it
     /// covered, and the summaries of newly published segments.
-    pub(super) fn entries(&self) -> std::io::Result<(Entries, Covered, Vec<JobSummary>)> {
+    #[allow(clippy::type_complexity)]
+    pub(super) fn entries(
+        &self,
+    ) -> std::io::Result<(Entries, Covered, Vec<JobSummary>, HashSet<String>)> {
         match &self.remote {
             Some(dir) => self.remote_listing(dir).map(|mut listing| {
                 let out = twins_left_out(listing.listed.iter().map(|l| l.name.as_str()));
                 self.warn_twins(&out);
                 listing.listed.retain(|l| !out.contains(&l.name));
                 let entries = Entries::Remote(listing.listed.into_iter());
-                (entries, listing.covered, listing.published)
+                (entries, listing.covered, listing.published, listing.gone)
             }),
             None => {
                 let mut names: Vec<String> = std::fs::read_dir(&self.dir)?
@@ -198,6 +203,7 @@ impl LogStore {
                     Entries::Local(stamped.into_iter()),
                     Covered::All,
                     Vec::new(),
+                    HashSet::new(),
                 ))
             }
         }
@@ -325,7 +331,7 @@ impl LogStore {
     }
 
     fn rescan_now(&self) -> ScanReport {
-        let (entries, covered, published) = match self.entries() {
+        let (entries, covered, published, gone) = match self.entries() {
             Ok(listing) => listing,
             Err(e) => return self.listing_failed(e),
         };
@@ -340,6 +346,7 @@ impl LogStore {
             .collect();
         let mut pass = self.sort_out(entries, &mut published);
         pass.covered = covered;
+        pass.gone = gone;
         let results = self.read_new(&pass);
         let read = pass.to_read.len();
         let report = self.take_in(&mut pass, results, published);
@@ -756,13 +763,23 @@ impl LogStore {
             .map(|j| j.0.clone())
             .filter(|j| !self.still_there(j))
             .collect();
-        if !gone.is_empty() {
+        // A log a manifest says was removed, and the store says is gone,
+        // wherever the listing stands.
+        let removed: Vec<Arc<JobSummary>> = pass
+            .gone
+            .iter()
+            .filter_map(|name| {
+                let stem = LogName::parse(name)?.stem;
+                index.by_file(name, stem).cloned()
+            })
+            .collect();
+        if !gone.is_empty() || !removed.is_empty() {
             self.dirty.store(true, Ordering::Release);
         }
-        for job in &gone {
-            index.remove(job.job_id());
-        }
-        gone.len()
+        gone.iter()
+            .chain(&removed)
+            .filter(|job| index.remove(job.job_id()).is_some())
+            .count()
     }
 
     /// A first pass over a large directory fills the empty catalog at once
