@@ -620,6 +620,81 @@ pub(super) struct Catalog {
     pub(super) by_scheduler: HashMap<Arc<str>, [usize; JobState::ALL.len()]>,
     /// Bumped at every change of the completed jobs.
     pub(super) version: u64,
+    /// How far the jobs' times lie from their positions, at most.
+    pub(super) spread: TimeSpread,
+}
+
+/// How far a job's position key (its queue time, else its start) lies
+/// from its start and end times, at most, over every job the catalog has
+/// held since it was filled (never narrowed when one leaves, so it only
+/// ever errs wide). A job starts after it is queued and ends after it
+/// starts, so a filter on those times bounds the positions a matching
+/// job can have ([`TimeSpread::bounds`]), and a pass walks that part of
+/// the default order only. A log whose times disagree (a start before
+/// its queue time, a lying log) widens the spread, never the answer.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct TimeSpread {
+    /// The key less the start, where the start is the earlier.
+    key_after_start: u64,
+    /// The key less the end, where the end is the earlier.
+    key_after_end: u64,
+    /// The start less the key: the longest wait in the queue.
+    start_after_key: u64,
+}
+
+impl TimeSpread {
+    /// Widened to hold `job`.
+    pub(super) fn widen(&mut self, job: &JobSummary) {
+        let key = job.position_key();
+        if job.start_time > 0 {
+            self.key_after_start = self.key_after_start.max(key.saturating_sub(job.start_time));
+            self.start_after_key = self.start_after_key.max(job.start_time.saturating_sub(key));
+        }
+        if job.end_time > 0 {
+            self.key_after_end = self.key_after_end.max(key.saturating_sub(job.end_time));
+        }
+    }
+
+    /// The part of the default order that holds every job `q`'s time
+    /// filters can match (all of it when it has none).
+    pub(super) fn bounds(&self, q: &ListQuery) -> (Bound<ByPosition>, Bound<ByPosition>) {
+        let at = |key: u64| {
+            ByPosition(Arc::new(JobSummary::probe(&Facts {
+                job_id: Arc::from(""),
+                job_name: Arc::from(""),
+                state: JobState::Completed,
+                queued_time: key,
+                start_time: key,
+                end_time: 0,
+                query_hash: 0,
+            })))
+        };
+        // Keys run from 1 (0 is "unknown", placed last as the largest).
+        let highest = [
+            q.started_before
+                .map(|b| b.saturating_add(self.key_after_start)),
+            q.ended_before.map(|b| b.saturating_add(self.key_after_end)),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|k| k.max(1));
+        let lowest = q
+            .started_after
+            .map(|a| a.saturating_sub(self.start_after_key))
+            .filter(|&k| k > 1);
+        let start = match highest {
+            Some(hi) if hi < u64::MAX => Bound::Included(at(hi)),
+            _ => Bound::Unbounded,
+        };
+        let end = match (lowest, highest) {
+            // Nothing can match: an empty part.
+            (Some(lo), Some(hi)) if lo > hi => Bound::Excluded(at(hi)),
+            (Some(lo), _) => Bound::Excluded(at(lo - 1)),
+            (None, _) => Bound::Unbounded,
+        };
+        (start, end)
+    }
 }
 
 /// The ordered set, the id set, the odd names and the counts of a catalog
@@ -632,11 +707,13 @@ pub(super) struct CatalogSets {
     pub(super) odd_names: HashMap<Box<str>, Box<str>>,
     pub(super) counts: [usize; JobState::ALL.len()],
     pub(super) by_scheduler: HashMap<Arc<str>, [usize; JobState::ALL.len()]>,
+    pub(super) spread: TimeSpread,
 }
 
 impl CatalogSets {
     /// Counts `job` (the sets are filled apart).
     pub(super) fn count(&mut self, job: &JobSummary) {
+        self.spread.widen(job);
         let state = job.state.index();
         self.counts[state] += 1;
         if let Some(id) = &job.scheduler {
@@ -658,6 +735,7 @@ impl Catalog {
                 .insert(summary.file_name().into(), summary.job_id().into());
         }
         self.order.insert(ByPosition(summary.clone()));
+        self.spread.widen(&summary);
         self.counts[summary.state.index()] += 1;
         if let Some(id) = &summary.scheduler {
             self.by_scheduler.entry(id.clone()).or_default()[summary.state.index()] += 1;
@@ -702,6 +780,7 @@ impl Catalog {
         self.odd_names.clear();
         self.counts = Default::default();
         self.by_scheduler.clear();
+        self.spread = TimeSpread::default();
         self.version += 1;
     }
 
@@ -713,5 +792,6 @@ impl Catalog {
         self.odd_names = sets.odd_names;
         self.counts = sets.counts;
         self.by_scheduler = sets.by_scheduler;
+        self.spread = sets.spread;
     }
 }
