@@ -346,14 +346,14 @@ fn lists_and_restarts() {
             100,
         ),
         (
-            "page of 100, an hour's time range (one pass)",
+            "page of 100, an hour's time range (the part of the order it bounds)",
             hour,
             None,
             20,
             100,
         ),
         (
-            "a filtered count: failed jobs in a day (one pass)",
+            "a filtered count: failed jobs in a day (the part of the order it bounds)",
             failed_in_a_day,
             None,
             20,
