@@ -153,22 +153,12 @@ pub(crate) fn stage(
     rows: crate::worker::Rows,
 ) -> Result<(tempfile::TempDir, Tables), String> {
     use datafusion::arrow::compute::concat_batches;
-    let parent = root.join(STAGED_DIR);
-    match std::fs::symlink_metadata(&parent) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => return Err(format!("{STAGED_DIR} is not a folder (a link or a file)")),
-        Err(_) => std::fs::create_dir(&parent).map_err(|e| e.to_string())?,
-    }
+    let parent = shared_folder(root, STAGED_DIR)?;
     let folder = tempfile::Builder::new()
         .prefix("q")
         .tempdir_in(&parent)
         .map_err(|e| e.to_string())?;
-    // Executors read it, as they read the segments (written 0644).
-    let mut perms = std::fs::symlink_metadata(folder.path())
-        .map_err(|e| e.to_string())?
-        .permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
-    std::fs::set_permissions(folder.path(), perms).map_err(|e| e.to_string())?;
+    readable_by_others(folder.path())?;
     let relative = |name: &str| {
         let file = folder.path().join(format!("{name}.parquet"));
         let shown = file.strip_prefix(root).unwrap_or(&file);
@@ -204,6 +194,30 @@ pub(crate) fn stage(
         }
     }
     Ok((folder, tables))
+}
+
+/// The folder `name` under `root`, for files executors read: made when
+/// missing; refused when a link or a file is in its place, so nothing is
+/// written through it.
+pub(crate) fn shared_folder(root: &Path, name: &str) -> Result<std::path::PathBuf, String> {
+    let folder = root.join(name);
+    match std::fs::symlink_metadata(&folder) {
+        Ok(m) if m.is_dir() => return Ok(folder),
+        Ok(_) => return Err(format!("{name} is not a folder (a link or a file)")),
+        Err(_) => std::fs::create_dir_all(&folder).map_err(|e| e.to_string())?,
+    }
+    readable_by_others(&folder)?;
+    Ok(folder)
+}
+
+/// Makes `folder` readable by others (0755): executors read what is in
+/// it, as they read the segments (written 0644).
+fn readable_by_others(folder: &Path) -> Result<(), String> {
+    let mut perms = std::fs::symlink_metadata(folder)
+        .map_err(|e| e.to_string())?
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(folder, perms).map_err(|e| e.to_string())
 }
 
 /// The scheduler's gRPC address from `scheduler` as an operator wrote it,

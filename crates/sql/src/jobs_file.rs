@@ -49,20 +49,8 @@ fn written(meta: &std::fs::Metadata) -> Written {
 impl JobsFile {
     /// Writes `batch` as a new file under `root`'s [`JOBS_DIR`].
     pub(crate) fn write(root: &Path, batch: &RecordBatch) -> Result<Self, String> {
-        let dir = root.join(JOBS_DIR);
-        match std::fs::symlink_metadata(&dir) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => return Err(format!("{JOBS_DIR} is not a folder (a link or a file)")),
-            Err(_) => {
-                std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-                // Executors of the cluster engine read the files too.
-                let mut perms = std::fs::symlink_metadata(&dir)
-                    .map_err(|e| e.to_string())?
-                    .permissions();
-                std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
-                std::fs::set_permissions(&dir, perms).map_err(|e| e.to_string())?;
-            }
-        }
+        // Executors of the cluster engine read the files too.
+        let dir = crate::cluster::shared_folder(root, JOBS_DIR)?;
         let mut file = tempfile::Builder::new()
             .prefix("jobs-")
             .suffix(".parquet")
