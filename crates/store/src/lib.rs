@@ -38,6 +38,7 @@ pub mod remote;
 pub mod retention;
 pub mod snapshot;
 
+mod durations;
 mod heap;
 mod locate;
 mod location;
@@ -69,6 +70,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
+use durations::ByDuration;
 pub(crate) use location::ReadSeek;
 pub use location::{LogRef, Stamp};
 pub use read::open_decoded;
@@ -126,7 +128,7 @@ pub struct LogStore {
     /// lately, by object name, so a request for a job already looked at
     /// costs one ranged read, not two.
     ranges: parking_lot::Mutex<HashMap<Arc<str>, Arc<Ranges>>>,
-    catalog: RwLock<Catalog>,
+    catalog: Arc<RwLock<Catalog>>,
     ready: AtomicBool,
     metrics: Arc<HistoryMetrics>,
     abandoned_after: Duration,
@@ -184,7 +186,7 @@ impl LogStore {
             dir: dir.into(),
             remote: None,
             ranges: parking_lot::Mutex::new(HashMap::new()),
-            catalog: RwLock::new(Catalog::default()),
+            catalog: Arc::new(RwLock::new(Catalog::default())),
             ready: AtomicBool::new(false),
             metrics,
             abandoned_after: DEFAULT_ABANDONED_AFTER,
@@ -521,17 +523,7 @@ impl LogStore {
         // and stop at the page's end; the total is the tallies'.
         if q.filters_states_only() && q.default_order() && !unfinished {
             let wanted_state = |s: JobState| q.states.as_ref().is_none_or(|w| w.contains(&s));
-            let skipped = skip
-                .iter()
-                .filter_map(|id| index.get(id.as_str()))
-                .filter(|s| wanted_state(s.state()))
-                .count();
-            let total = JobState::ALL
-                .iter()
-                .filter(|(_, s)| wanted_state(*s))
-                .map(|(_, s)| index.counts[s.index()])
-                .sum::<usize>()
-                - skipped;
+            let total = index.state_total(q, skip);
             let at = cursor.map(|c| ByPosition(Arc::new(JobSummary::probe(c))));
             let wanted = |s: &&ByPosition| {
                 wanted_state(s.0.state()) && (skip.is_empty() || !skip.contains(s.0.job_id()))
@@ -564,6 +556,14 @@ impl LogStore {
                 }
             };
             return Page { rows, total };
+        }
+        // Sorted by duration, filtered by state at most: walk that order.
+        if q.filters_states_only()
+            && q.sort == query::Sort::Duration
+            && !unfinished
+            && !index.durations_pending
+        {
+            return Self::duration_page(&index, q, cursor, skip);
         }
         let now = SystemTime::now();
         let states: Vec<Tagged> = if unfinished {
@@ -631,8 +631,37 @@ mod tests {
         )
     }
 
-    fn store(dir: &Path) -> LogStore {
+    pub(crate) fn store(dir: &Path) -> LogStore {
         LogStore::new(dir, Arc::new(HistoryMetrics::unregistered()))
+    }
+
+    /// A completed job's summary with these facts (`times`: queued,
+    /// started, ended), named `<id>.eventlog`.
+    pub(crate) fn summary_at(id: &str, state: JobState, times: [u64; 3]) -> JobSummary {
+        let [queued_time, start_time, end_time] = times;
+        JobSummary::restore(SummaryParts {
+            facts: FactsRef {
+                job_id: id,
+                job_name: "n",
+                state,
+                queued_time,
+                start_time,
+                end_time,
+                query_hash: 0,
+            },
+            job_status: "",
+            status: state.status_word(),
+            stages: [1, 1],
+            percent_complete: 100,
+            dropped_records: 0,
+            file_name: &format!("{id}.eventlog"),
+            len: 1,
+            modified: None,
+            ranges: None,
+            scheduler_id: None,
+            usage: None,
+            tags: None,
+        })
     }
 
     /// A time filter walks only the part of the default order its jobs
@@ -668,30 +697,9 @@ mod tests {
             let id = format!("j{i:05}");
             let state =
                 [JobState::Completed, JobState::Failed, JobState::Cancelled][next(3) as usize];
-            let summary = JobSummary::restore(SummaryParts {
-                facts: FactsRef {
-                    job_id: &id,
-                    job_name: "n",
-                    state,
-                    queued_time: queued,
-                    start_time: start,
-                    end_time: end,
-                    query_hash: 0,
-                },
-                job_status: "",
-                status: state.status_word(),
-                stages: [1, 1],
-                percent_complete: 100,
-                dropped_records: 0,
-                file_name: &format!("{id}.eventlog"),
-                len: 1,
-                modified: None,
-                ranges: None,
-                scheduler_id: None,
-                usage: None,
-                tags: None,
-            });
-            s.catalog.write().insert(summary);
+            s.catalog
+                .write()
+                .insert(summary_at(&id, state, [queued, start, end]));
             all.push(s.summary(&id).unwrap());
         }
         let rows: Vec<Row> = all

@@ -250,6 +250,7 @@ impl LogStore {
                 }
                 index.set_completed(sets);
                 drop((index, jobs));
+                self.build_durations_later();
                 crate::heap::release_slack();
                 self.ready.store(true, Ordering::Release);
                 log::info!(
@@ -808,6 +809,8 @@ impl LogStore {
             self.dirty.store(true, Ordering::Release);
         }
         index.set_completed(sets);
+        // Its thread waits for this pass's write lock to go.
+        self.build_durations_later();
         rest
     }
 

@@ -279,7 +279,7 @@ impl JobSummary {
                 state: JobState::Completed,
                 queued_time: facts.queued_time,
                 start_time: facts.start_time,
-                end_time: 0,
+                end_time: facts.end_time,
                 query_hash: 0,
             },
             job_status: "",
@@ -605,6 +605,18 @@ pub(super) struct Catalog {
     /// The same jobs in the default order (newest queued first, then id),
     /// so the default list pages in O(page).
     pub(super) order: BTreeSet<ByPosition>,
+    /// The same jobs by duration, so a list sorted by it pages in O(page)
+    /// (see [`crate::durations`]: after a fill in bulk, it is built on a
+    /// thread of its own, and the changes made meanwhile are replayed).
+    pub(super) by_duration: BTreeSet<ByDuration>,
+    /// Whether `by_duration` is being built (it is empty meanwhile).
+    pub(super) durations_pending: bool,
+    /// The changes of the completed jobs made while it is built: the job,
+    /// and whether it was added (or removed).
+    pub(super) durations_journal: Vec<(Arc<JobSummary>, bool)>,
+    /// Bumped at every fill in bulk, so a build of an earlier fill's
+    /// order is not installed.
+    pub(super) fills: u64,
     /// Completed logs not named `<id>.eventlog[.zst]`, by file name, so a
     /// rescan finds their jobs.
     pub(super) odd_names: HashMap<Box<str>, Box<str>>,
@@ -735,6 +747,7 @@ impl Catalog {
                 .insert(summary.file_name().into(), summary.job_id().into());
         }
         self.order.insert(ByPosition(summary.clone()));
+        self.duration_change(&summary, true);
         self.spread.widen(&summary);
         self.counts[summary.state.index()] += 1;
         if let Some(id) = &summary.scheduler {
@@ -748,6 +761,7 @@ impl Catalog {
     pub(super) fn remove(&mut self, id: &str) -> Option<Arc<JobSummary>> {
         let ById(old) = self.jobs.take(id)?;
         self.order.remove(&ByPosition(old.clone()));
+        self.duration_change(&old, false);
         self.counts[old.state.index()] -= 1;
         if let Some(id) = &old.scheduler
             && let Some(counts) = self.by_scheduler.get_mut(id)
@@ -764,6 +778,24 @@ impl Catalog {
         Some(old)
     }
 
+    /// How many completed jobs a query filtered by state at most
+    /// matches, leaving out the ids in `skip`: the tallies', less the
+    /// skipped jobs they count.
+    pub(super) fn state_total(&self, q: &ListQuery, skip: &HashSet<String>) -> usize {
+        let wanted = |s: JobState| q.states.as_ref().is_none_or(|w| w.contains(&s));
+        let skipped = skip
+            .iter()
+            .filter_map(|id| self.get(id.as_str()))
+            .filter(|s| wanted(s.state()))
+            .count();
+        JobState::ALL
+            .iter()
+            .filter(|(_, s)| wanted(*s))
+            .map(|(_, s)| self.counts[s.index()])
+            .sum::<usize>()
+            - skipped
+    }
+
     pub(super) fn get(&self, id: &str) -> Option<&Arc<JobSummary>> {
         self.jobs.get(id).map(|j| &j.0)
     }
@@ -777,6 +809,10 @@ impl Catalog {
     pub(super) fn clear_completed(&mut self) {
         self.jobs.clear();
         self.order.clear();
+        self.by_duration.clear();
+        self.durations_pending = false;
+        self.durations_journal = Vec::new();
+        self.fills += 1;
         self.odd_names.clear();
         self.counts = Default::default();
         self.by_scheduler.clear();
@@ -784,11 +820,16 @@ impl Catalog {
         self.version += 1;
     }
 
-    /// Replaces the completed jobs with sets built in bulk.
+    /// Replaces the completed jobs with sets built in bulk; their order
+    /// by duration is to be built ([`LogStore::build_durations_later`]).
     pub(super) fn set_completed(&mut self, sets: CatalogSets) {
         self.version += 1;
         self.jobs = sets.ids;
         self.order = sets.order;
+        self.by_duration = BTreeSet::new();
+        self.durations_pending = true;
+        self.durations_journal = Vec::new();
+        self.fills += 1;
         self.odd_names = sets.odd_names;
         self.counts = sets.counts;
         self.by_scheduler = sets.by_scheduler;
