@@ -252,10 +252,10 @@ fn lists_and_restarts() {
         };
         assert_eq!(s.page(&q, None, &HashSet::new()).rows.len(), 100);
         restarts.push(started.elapsed());
-        // The order by duration is built afterwards, on a thread of its
-        // own: waited for outside the restart's time, so that it does not
-        // share the cores with the next restart.
-        while !s.durations_ordered() {
+        // The orders by duration and by query are built afterwards, on a
+        // thread of their own: waited for outside the restart's time, so
+        // that they do not share the cores with the next restart.
+        while !s.second_orders_built() {
             std::thread::yield_now();
         }
         ordered.push(started.elapsed());
@@ -271,7 +271,7 @@ fn lists_and_restarts() {
     );
     let (p50, p99, max) = corpus::percentiles(ordered);
     println!(
-        "| the same restart until its order by duration is built (in the background) | {} | {} | {} | 5 |",
+        "| the same restart until its orders by duration and by query are built (in the background) | {} | {} | {} | 5 |",
         corpus::ms(p50),
         corpus::ms(p99),
         corpus::ms(max)
@@ -316,6 +316,10 @@ fn lists_and_restarts() {
         params.unwrap().value.query(0).unwrap()
     };
     let deep = store.facts(&format!("0{:012X}", n / 2)).unwrap();
+    // A run of the corpus's recurring query (every 977th job) half-way down.
+    let recurring = store
+        .facts(&format!("0{:012X}", n / 2 / 977 * 977))
+        .unwrap();
     // An hour of the corpus's jobs (one every 500 ms) half-way down.
     let middle = 1_700_000_000_000 + (n as u64 / 2) * 500;
     let hour = ListQuery {
@@ -330,7 +334,7 @@ fn lists_and_restarts() {
         started_before: Some(middle + 86_400_000),
         ..parse("status=failed")
     };
-    let cases: [(&str, ListQuery, Option<&Facts>, usize, usize); 8] = [
+    let cases: [(&str, ListQuery, Option<&Facts>, usize, usize); 11] = [
         (
             "page of 100, newest first",
             parse("limit=100"),
@@ -372,6 +376,27 @@ fn lists_and_restarts() {
             None,
             20,
             100,
+        ),
+        (
+            "page of 100, one query's runs (`query_hash`, one job in 977; its order, walked)",
+            parse("limit=100&query_hash=0000000000000002"),
+            None,
+            1000,
+            100,
+        ),
+        (
+            "the run of a job's query before it (`query_hash`, `limit=1` after the job: the job page's lookup)",
+            parse("limit=1&query_hash=0000000000000002"),
+            Some(&recurring),
+            1000,
+            1,
+        ),
+        (
+            "the same by one pass, as before its order (`min_duration_ms=0`)",
+            parse("limit=1&query_hash=0000000000000002&min_duration_ms=0"),
+            Some(&recurring),
+            20,
+            1,
         ),
         (
             "page of 100, an hour's time range (the part of the order it bounds)",

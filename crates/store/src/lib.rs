@@ -38,10 +38,10 @@ pub mod remote;
 pub mod retention;
 pub mod snapshot;
 
-mod durations;
 mod heap;
 mod locate;
 mod location;
+mod orders;
 mod read;
 mod scan;
 mod summary;
@@ -70,9 +70,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-use durations::ByDuration;
 pub(crate) use location::ReadSeek;
 pub use location::{LogRef, Stamp};
+use orders::SecondOrders;
 pub use read::open_decoded;
 pub use read::{
     Line, MAX_LINE, read_job_start, read_line, read_summary, read_summary_located, terminal_line,
@@ -557,13 +557,9 @@ impl LogStore {
             };
             return Page { rows, total };
         }
-        // Sorted by duration, filtered by state at most: walk that order.
-        if q.filters_states_only()
-            && q.sort == query::Sort::Duration
-            && !unfinished
-            && !index.durations_pending
-        {
-            return Self::duration_page(&index, q, cursor, skip);
+        // Sorted by duration, or one query's runs: walk a second order.
+        if !unfinished && let Some(page) = Self::second_page(&index, q, cursor, skip) {
+            return page;
         }
         let now = SystemTime::now();
         let states: Vec<Tagged> = if unfinished {
@@ -637,7 +633,12 @@ mod tests {
 
     /// A completed job's summary with these facts (`times`: queued,
     /// started, ended), named `<id>.eventlog`.
-    pub(crate) fn summary_at(id: &str, state: JobState, times: [u64; 3]) -> JobSummary {
+    pub(crate) fn summary_at(
+        id: &str,
+        state: JobState,
+        times: [u64; 3],
+        query_hash: u64,
+    ) -> JobSummary {
         let [queued_time, start_time, end_time] = times;
         JobSummary::restore(SummaryParts {
             facts: FactsRef {
@@ -647,7 +648,7 @@ mod tests {
                 queued_time,
                 start_time,
                 end_time,
-                query_hash: 0,
+                query_hash,
             },
             job_status: "",
             status: state.status_word(),
@@ -699,7 +700,7 @@ mod tests {
                 [JobState::Completed, JobState::Failed, JobState::Cancelled][next(3) as usize];
             s.catalog
                 .write()
-                .insert(summary_at(&id, state, [queued, start, end]));
+                .insert(summary_at(&id, state, [queued, start, end], 0));
             all.push(s.summary(&id).unwrap());
         }
         let rows: Vec<Row> = all

@@ -250,9 +250,10 @@ impl LogStore {
                 }
                 index.set_completed(sets);
                 drop((index, jobs));
-                self.build_durations_later();
                 crate::heap::release_slack();
                 self.ready.store(true, Ordering::Release);
+                // After the trim: the build's allocations would wait for it.
+                self.build_orders_later();
                 log::info!(
                     "history: listed {n} jobs from the persistent index {}; verifying the \
                      directory in the background",
@@ -810,7 +811,7 @@ impl LogStore {
         }
         index.set_completed(sets);
         // Its thread waits for this pass's write lock to go.
-        self.build_durations_later();
+        self.build_orders_later();
         rest
     }
 

@@ -280,7 +280,7 @@ impl JobSummary {
                 queued_time: facts.queued_time,
                 start_time: facts.start_time,
                 end_time: facts.end_time,
-                query_hash: 0,
+                query_hash: facts.query_hash,
             },
             job_status: "",
             status: "",
@@ -605,15 +605,16 @@ pub(super) struct Catalog {
     /// The same jobs in the default order (newest queued first, then id),
     /// so the default list pages in O(page).
     pub(super) order: BTreeSet<ByPosition>,
-    /// The same jobs by duration, so a list sorted by it pages in O(page)
-    /// (see [`crate::durations`]: after a fill in bulk, it is built on a
-    /// thread of its own, and the changes made meanwhile are replayed).
-    pub(super) by_duration: BTreeSet<ByDuration>,
-    /// Whether `by_duration` is being built (it is empty meanwhile).
-    pub(super) durations_pending: bool,
+    /// The same jobs by duration and by query, so a list sorted by
+    /// duration or filtered by query pages in O(page) (see
+    /// [`crate::orders`]: after a fill in bulk, they are built on a thread
+    /// of their own, and the changes made meanwhile are replayed).
+    pub(super) second: SecondOrders,
+    /// Whether `second` is being built (it is empty meanwhile).
+    pub(super) orders_pending: bool,
     /// The changes of the completed jobs made while it is built: the job,
     /// and whether it was added (or removed).
-    pub(super) durations_journal: Vec<(Arc<JobSummary>, bool)>,
+    pub(super) orders_journal: Vec<(Arc<JobSummary>, bool)>,
     /// Bumped at every fill in bulk, so a build of an earlier fill's
     /// order is not installed.
     pub(super) fills: u64,
@@ -747,7 +748,7 @@ impl Catalog {
                 .insert(summary.file_name().into(), summary.job_id().into());
         }
         self.order.insert(ByPosition(summary.clone()));
-        self.duration_change(&summary, true);
+        self.second_change(&summary, true);
         self.spread.widen(&summary);
         self.counts[summary.state.index()] += 1;
         if let Some(id) = &summary.scheduler {
@@ -761,7 +762,7 @@ impl Catalog {
     pub(super) fn remove(&mut self, id: &str) -> Option<Arc<JobSummary>> {
         let ById(old) = self.jobs.take(id)?;
         self.order.remove(&ByPosition(old.clone()));
-        self.duration_change(&old, false);
+        self.second_change(&old, false);
         self.counts[old.state.index()] -= 1;
         if let Some(id) = &old.scheduler
             && let Some(counts) = self.by_scheduler.get_mut(id)
@@ -809,9 +810,9 @@ impl Catalog {
     pub(super) fn clear_completed(&mut self) {
         self.jobs.clear();
         self.order.clear();
-        self.by_duration.clear();
-        self.durations_pending = false;
-        self.durations_journal = Vec::new();
+        self.second = SecondOrders::default();
+        self.orders_pending = false;
+        self.orders_journal = Vec::new();
         self.fills += 1;
         self.odd_names.clear();
         self.counts = Default::default();
@@ -821,14 +822,15 @@ impl Catalog {
     }
 
     /// Replaces the completed jobs with sets built in bulk; their order
-    /// by duration is to be built ([`LogStore::build_durations_later`]).
+    /// by duration and by query are to be built
+    /// ([`LogStore::build_orders_later`]).
     pub(super) fn set_completed(&mut self, sets: CatalogSets) {
         self.version += 1;
         self.jobs = sets.ids;
         self.order = sets.order;
-        self.by_duration = BTreeSet::new();
-        self.durations_pending = true;
-        self.durations_journal = Vec::new();
+        self.second = SecondOrders::default();
+        self.orders_pending = true;
+        self.orders_journal = Vec::new();
         self.fills += 1;
         self.odd_names = sets.odd_names;
         self.counts = sets.counts;
