@@ -47,10 +47,10 @@ fn stated_edges(dot: &str, plans: &[(u32, String)]) -> BTreeSet<(u32, u32)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[cfg_attr(no_tpchgen, ignore = "tpchgen-cli (PyPI) is not installed")]
+// One attribute for both tools: two `ignore`s on one test is an error.
 #[cfg_attr(
-    no_chromium,
-    ignore = "chromium and chromium-driver (Debian) are not installed"
+    any(no_tpchgen, no_chromium),
+    ignore = "tpchgen-cli (PyPI) or chromium and chromium-driver (Debian) are not installed"
 )]
 async fn the_22_tpch_queries_draw_whole_stage_graphs_with_no_edge_through_a_box() {
     let _heavy = HEAVY.write().await;

@@ -627,6 +627,35 @@ mod tests {
         )
     }
 
+    /// A seeded generator of numbers below its argument (a linear
+    /// congruential one: the tests' random queries are the same each run).
+    pub(crate) fn below(mut seed: u64) -> impl FnMut(u64) -> u64 {
+        move |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        }
+    }
+
+    /// The list rows of `jobs`, as a source holding them would give them.
+    pub(crate) fn rows_for(jobs: &[Arc<JobSummary>]) -> Vec<Row> {
+        jobs.iter()
+            .map(|j| Row {
+                facts: j.clone(),
+                entry: j.entry(),
+            })
+            .collect()
+    }
+
+    /// The ids of a page's rows, in order.
+    pub(crate) fn page_ids(p: &Page) -> Vec<String> {
+        p.rows
+            .iter()
+            .map(|r| r.facts.job_id().to_string())
+            .collect()
+    }
+
     pub(crate) fn store(dir: &Path) -> LogStore {
         LogStore::new(dir, Arc::new(HistoryMetrics::unregistered()))
     }
@@ -673,13 +702,7 @@ mod tests {
     #[test]
     fn a_time_filter_walks_part_of_the_order_and_answers_as_a_full_pass() {
         use crate::query::{Order, Sort};
-        let mut seed = 7u64;
-        let mut next = move |n: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) % n
-        };
+        let mut next = below(7);
         let dir = tempfile::tempdir().unwrap();
         let s = store(dir.path());
         let mut all = Vec::new();
@@ -703,13 +726,7 @@ mod tests {
                 .insert(summary_at(&id, state, [queued, start, end], 0));
             all.push(s.summary(&id).unwrap());
         }
-        let rows: Vec<Row> = all
-            .iter()
-            .map(|j| Row {
-                facts: j.clone(),
-                entry: j.entry(),
-            })
-            .collect();
+        let rows = rows_for(&all);
         let time = |next: &mut dyn FnMut(u64) -> u64| (next(2) == 0).then(|| 8_000 + next(36_000));
         let mut narrowed = 0;
         for round in 0..600 {
@@ -734,13 +751,7 @@ mod tests {
             let cursor = (next(4) == 0).then(|| Facts::of(&*all[next(3000) as usize]));
             let got = s.page(&q, cursor.as_ref(), &HashSet::new());
             let want = q.select(rows.clone(), cursor.as_ref());
-            let ids = |p: &Page| {
-                p.rows
-                    .iter()
-                    .map(|r| r.facts.job_id().to_string())
-                    .collect::<Vec<_>>()
-            };
-            assert_eq!(ids(&got), ids(&want), "round {round}: {q:?}");
+            assert_eq!(page_ids(&got), page_ids(&want), "round {round}: {q:?}");
             assert_eq!(got.total, want.total, "round {round}: {q:?}");
             let bounds = s.catalog.read().spread.bounds(&q);
             narrowed += usize::from(!matches!(bounds, (Bound::Unbounded, Bound::Unbounded)));

@@ -230,6 +230,14 @@ impl Ord for ByQuery {
     }
 }
 
+/// Changes journalled at most while the second orders are built (a
+/// build takes seconds at millions of jobs; this bound is reached only if
+/// it never ends).
+#[cfg(not(test))]
+const MAX_JOURNAL: usize = 1 << 20;
+#[cfg(test)]
+const MAX_JOURNAL: usize = 1_000;
+
 /// The catalog's second orders, each over every completed job.
 #[derive(Default)]
 pub(super) struct SecondOrders {
@@ -270,7 +278,21 @@ impl Catalog {
     /// journals it while they are being built).
     pub(super) fn second_change(&mut self, job: &Arc<JobSummary>, added: bool) {
         if self.orders_pending {
-            self.orders_journal.push((job.clone(), added));
+            // A build that never ends (its thread died) must not hold
+            // every change from then on: past the bound, no build is
+            // installed, and those pages take the pass until the next
+            // fill in bulk builds the orders again.
+            if let Some(journal) = &mut self.orders_journal {
+                if journal.len() < MAX_JOURNAL {
+                    journal.push((job.clone(), added));
+                } else {
+                    log::warn!(
+                        "history: {MAX_JOURNAL} changes while the jobs were ordered by \
+                         duration and query; the orders are left unbuilt"
+                    );
+                    self.orders_journal = None;
+                }
+            }
         } else {
             self.second.change(job, added);
         }
@@ -292,7 +314,10 @@ impl Catalog {
         if !self.orders_pending || self.fills != fill {
             return false;
         }
-        for (job, added) in std::mem::take(&mut self.orders_journal) {
+        let Some(journal) = self.orders_journal.take() else {
+            return false;
+        };
+        for (job, added) in journal {
             orders.change(&job, added);
         }
         self.second = orders;
@@ -469,13 +494,7 @@ mod tests {
     /// ids.
     #[test]
     fn second_orders_page_as_a_full_pass_through_changes_and_builds() {
-        let mut seed = 11u64;
-        let mut next = move |n: u64| {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) % n
-        };
+        let mut next = crate::tests::below(11);
         let dir = tempfile::tempdir().unwrap();
         let s = crate::tests::store(dir.path());
         let states = [JobState::Completed, JobState::Failed, JobState::Cancelled];
@@ -550,13 +569,7 @@ mod tests {
             }
             let all: Vec<Arc<JobSummary>> =
                 s.with_completed(|jobs| jobs.map(|j| Arc::new(j.clone())).collect());
-            let rows: Vec<Row> = all
-                .iter()
-                .map(|j| Row {
-                    facts: j.clone(),
-                    entry: j.entry(),
-                })
-                .collect();
+            let rows = crate::tests::rows_for(&all);
             let id = |i: u64| all[i as usize].job_id().to_string();
             let cursor_id = (next(3) > 0).then(|| id(next(all.len() as u64)));
             let back = next(3) == 0;
@@ -589,12 +602,7 @@ mod tests {
                 .cloned()
                 .collect();
             let want = q.select(others, cursor.as_ref());
-            let ids = |p: &Page| {
-                p.rows
-                    .iter()
-                    .map(|r| r.facts.job_id().to_string())
-                    .collect::<Vec<_>>()
-            };
+            let ids = crate::tests::page_ids;
             assert_eq!(ids(&got), ids(&want), "round {round}: {q:?}");
             assert_eq!(got.total, want.total, "round {round}: {q:?}");
             if !s.catalog.read().orders_pending {
@@ -615,5 +623,35 @@ mod tests {
         assert_eq!(second.by_query.len(), index.jobs.len());
         assert!(second.by_duration.iter().all(|d| held(&d.job)));
         assert!(second.by_query.iter().all(|d| held(&d.job)));
+    }
+
+    /// A build that never ends does not keep every change: past the
+    /// journal's bound the build in flight is refused, the orders stay
+    /// unbuilt, and pages sorted by duration still answer (by the pass).
+    #[test]
+    fn a_build_that_never_ends_keeps_a_bounded_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = crate::tests::store(dir.path());
+        s.catalog.write().set_completed(CatalogSets::default());
+        let (jobs, fill) = s.catalog.read().orders_to_build().unwrap();
+        for i in 0..=MAX_JOURNAL as u64 {
+            let times = [10 + i, 10 + i, 20 + 2 * i];
+            let job = crate::tests::summary_at(&format!("j{i:05}"), JobState::Completed, times, 1);
+            s.catalog.write().insert(job);
+        }
+        assert!(s.catalog.read().orders_journal.is_none());
+        let built = SecondOrders::of(&jobs);
+        assert!(!s.catalog.write().install_orders(built, fill));
+        assert!(!s.second_orders_built());
+        let q = ListQuery {
+            limit: Some(3),
+            sort: crate::query::Sort::Duration,
+            ..ListQuery::default()
+        };
+        let page = s.page(&q, None, &HashSet::new());
+        let longest = (MAX_JOURNAL - 2..=MAX_JOURNAL).rev();
+        let want: Vec<String> = longest.map(|i| format!("j{i:05}")).collect();
+        assert_eq!(crate::tests::page_ids(&page), want);
+        assert_eq!(page.total, MAX_JOURNAL + 1);
     }
 }

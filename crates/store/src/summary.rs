@@ -613,8 +613,9 @@ pub(super) struct Catalog {
     /// Whether `second` is being built (it is empty meanwhile).
     pub(super) orders_pending: bool,
     /// The changes of the completed jobs made while it is built: the job,
-    /// and whether it was added (or removed).
-    pub(super) orders_journal: Vec<(Arc<JobSummary>, bool)>,
+    /// and whether it was added (or removed); `None` when none are kept
+    /// (not being built, or too many changes to replay).
+    pub(super) orders_journal: Option<Vec<(Arc<JobSummary>, bool)>>,
     /// Bumped at every fill in bulk, so a build of an earlier fill's
     /// order is not installed.
     pub(super) fills: u64,
@@ -812,7 +813,7 @@ impl Catalog {
         self.order.clear();
         self.second = SecondOrders::default();
         self.orders_pending = false;
-        self.orders_journal = Vec::new();
+        self.orders_journal = None;
         self.fills += 1;
         self.odd_names.clear();
         self.counts = Default::default();
@@ -830,7 +831,7 @@ impl Catalog {
         self.order = sets.order;
         self.second = SecondOrders::default();
         self.orders_pending = true;
-        self.orders_journal = Vec::new();
+        self.orders_journal = Some(Vec::new());
         self.fills += 1;
         self.odd_names = sets.odd_names;
         self.counts = sets.counts;
