@@ -29,6 +29,32 @@
 
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
+/// Equality and order of a handle by its `key()` (the handles the
+/// catalog's ordered sets hold).
+macro_rules! ordered_by_key {
+    ($handle:ty) => {
+        impl PartialEq for $handle {
+            fn eq(&self, other: &Self) -> bool {
+                self.key() == other.key()
+            }
+        }
+
+        impl Eq for $handle {}
+
+        impl PartialOrd for $handle {
+            fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+
+        impl Ord for $handle {
+            fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+                self.key().cmp(&other.key())
+            }
+        }
+    };
+}
+
 pub mod cluster;
 pub mod labels;
 pub mod published;
@@ -662,11 +688,55 @@ mod tests {
 
     /// A completed job's summary with these facts (`times`: queued,
     /// started, ended), named `<id>.eventlog`.
+    /// A job's scheduler and tags are one shared pointer: jobs with the
+    /// same pair hold the same one, a job with neither holds none, and the
+    /// summary stays at the size that puts it in the allocator's 160-byte
+    /// class (two shared strings put it in the 192-byte one).
+    #[test]
+    fn a_scheduler_and_its_tags_are_held_once_for_all_their_jobs() {
+        let job = |id: &str, scheduler: Option<&str>, tags: Option<&str>| {
+            summary_of(id, JobState::Completed, [1, 2, 3], 0, [scheduler, tags])
+        };
+        let a = job("a", Some("s1"), Some(r#"{"team":"etl"}"#));
+        let b = job("b", Some("s1"), Some(r#"{"team":"etl"}"#));
+        let c = job("c", Some("s1"), None);
+        let d = job("d", None, Some(r#"{"team":"etl"}"#));
+        let e = job("e", Some(""), Some(""));
+        let ptr = |j: &JobSummary| j.shared.as_ref().map(Arc::as_ptr);
+        assert_eq!(ptr(&a), ptr(&b));
+        assert_ne!(ptr(&a), ptr(&c));
+        assert_ne!(ptr(&c), ptr(&d));
+        assert_eq!(ptr(&e), None);
+        assert_eq!((c.scheduler_id(), c.tags()), (Some("s1"), None));
+        assert_eq!(
+            (d.scheduler_id(), d.tags()),
+            (None, Some(r#"{"team":"etl"}"#))
+        );
+        assert_eq!((e.scheduler_id(), e.tags()), (None, None));
+        // The scheduler id itself is shared with every pair naming it (the
+        // per-scheduler counts key on it).
+        assert!(Arc::ptr_eq(a.scheduler().unwrap(), c.scheduler().unwrap()));
+        // An `Arc`'s counts (16 bytes) and the allocator's 8-byte header
+        // fit the summary in 160 bytes.
+        assert!(std::mem::size_of::<JobSummary>() + 16 + 8 <= 160);
+    }
+
     pub(crate) fn summary_at(
         id: &str,
         state: JobState,
         times: [u64; 3],
         query_hash: u64,
+    ) -> JobSummary {
+        summary_of(id, state, times, query_hash, [None, None])
+    }
+
+    /// [`summary_at`] with a scheduler id and usage tags.
+    fn summary_of(
+        id: &str,
+        state: JobState,
+        times: [u64; 3],
+        query_hash: u64,
+        [scheduler_id, tags]: [Option<&str>; 2],
     ) -> JobSummary {
         let [queued_time, start_time, end_time] = times;
         JobSummary::restore(SummaryParts {
@@ -688,9 +758,9 @@ mod tests {
             len: 1,
             modified: None,
             ranges: None,
-            scheduler_id: None,
+            scheduler_id,
             usage: None,
-            tags: None,
+            tags,
         })
     }
 

@@ -75,25 +75,7 @@ impl ByDuration {
     }
 }
 
-impl PartialEq for ByDuration {
-    fn eq(&self, other: &Self) -> bool {
-        self.key() == other.key()
-    }
-}
-
-impl Eq for ByDuration {}
-
-impl PartialOrd for ByDuration {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for ByDuration {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.key().cmp(&other.key())
-    }
-}
+ordered_by_key!(ByDuration);
 
 /// Where the jobs of `duration` end in the set: before the first job of
 /// the next duration (there is none after the unknown one).
@@ -210,25 +192,7 @@ impl ByQuery {
     }
 }
 
-impl PartialEq for ByQuery {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == std::cmp::Ordering::Equal
-    }
-}
-
-impl Eq for ByQuery {}
-
-impl PartialOrd for ByQuery {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for ByQuery {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.key().cmp(&other.key())
-    }
-}
+ordered_by_key!(ByQuery);
 
 /// Changes journalled at most while the second orders are built (a
 /// build takes seconds at millions of jobs; this bound is reached only if

@@ -39,15 +39,73 @@ pub struct JobSummary {
     /// Where each payload sits in a log without a footer, learnt when it
     /// was indexed (a log with a footer states them itself).
     pub(super) ranges: Option<Box<PayloadRanges>>,
-    /// The scheduler that ran the job, when its log says (shared by every
-    /// job of that scheduler: see [`intern`]).
-    pub(super) scheduler: Option<Arc<str>>,
+    /// The scheduler that ran the job and its usage tags, when its log
+    /// says: one pointer shared by every job with the same pair (see
+    /// [`Shared`]); `None` when the log states neither.
+    pub(super) shared: Option<Arc<Shared>>,
     /// Busy and failed slot-milliseconds (`format::usage`); [`UNKNOWN`]
     /// when the log does not state them.
     pub(super) slot_ms: [u64; 2],
-    /// The usage tags the footer states, as a JSON object's text, shared
-    /// by every job with the same tags (see [`intern`]); `None`: none.
-    pub(super) tags: Option<Arc<str>>,
+}
+
+/// What the jobs of one scheduler mostly have in common: its id and their
+/// usage tags (a JSON object's text). Held once for each distinct pair,
+/// behind one thin pointer a job: two shared strings a job cost 32 bytes
+/// of pointers, this 8, and the summary's allocation falls from 192 to
+/// 160 bytes.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub(super) struct Shared {
+    scheduler: Option<Arc<str>>,
+    tags: Option<Arc<str>>,
+}
+
+impl Shared {
+    /// The pair, shared with every other job that has it (`None` when
+    /// neither is known). Past [`MAX_SHARED_SCHEDULERS`] distinct pairs a
+    /// pair is a job's own.
+    fn of(scheduler: Option<&str>, tags: Option<&str>) -> Option<Arc<Self>> {
+        let scheduler = scheduler.filter(|s| !s.is_empty());
+        let tags = tags.filter(|t| !t.is_empty());
+        if scheduler.is_none() && tags.is_none() {
+            return None;
+        }
+        // Jobs come in runs of a few pairs (a directory, an index, a
+        // segment): the last pairs this thread made answer most calls
+        // without the lock or a copy of the strings.
+        thread_local! {
+            static RECENT: std::cell::RefCell<[Option<Arc<Shared>>; 4]> =
+                const { std::cell::RefCell::new([None, None, None, None]) };
+        }
+        let is =
+            |p: &&Arc<Shared>| p.scheduler.as_deref() == scheduler && p.tags.as_deref() == tags;
+        if let Some(hit) = RECENT.with_borrow(|recent| recent.iter().flatten().find(is).cloned()) {
+            return Some(hit);
+        }
+        static PAIRS: std::sync::LazyLock<
+            parking_lot::Mutex<std::collections::HashSet<Arc<Shared>>>,
+        > = std::sync::LazyLock::new(Default::default);
+        let pair = Self {
+            scheduler: scheduler.map(intern),
+            tags: tags.map(intern),
+        };
+        let mut pairs = PAIRS.lock();
+        let shared = match pairs.get(&pair) {
+            Some(known) => known.clone(),
+            None => {
+                let new = Arc::new(pair);
+                if pairs.len() < MAX_SHARED_SCHEDULERS {
+                    pairs.insert(new.clone());
+                }
+                new
+            }
+        };
+        drop(pairs);
+        RECENT.with_borrow_mut(|recent| {
+            recent.rotate_right(1);
+            recent[0] = Some(shared.clone());
+        });
+        Some(shared)
+    }
 }
 
 /// A slot time the log does not state.
@@ -262,11 +320,10 @@ impl JobSummary {
             percent_complete: p.percent_complete,
             file,
             ranges: p.ranges.map(Box::new),
-            scheduler: p.scheduler_id.filter(|s| !s.is_empty()).map(intern),
+            shared: Shared::of(p.scheduler_id, p.tags),
             slot_ms: p.usage.map_or([UNKNOWN; 2], |u| {
                 [u.busy_slot_ms.min(UNKNOWN - 1), u.failed_slot_ms]
             }),
-            tags: p.tags.filter(|t| !t.is_empty()).map(intern),
         }
     }
 
@@ -356,7 +413,12 @@ impl JobSummary {
 
     /// The usage tags its footer states, as a JSON object's text.
     pub fn tags(&self) -> Option<&str> {
-        self.tags.as_deref()
+        self.shared.as_ref()?.tags.as_deref()
+    }
+
+    /// The scheduler that ran the job, shared with its other jobs.
+    pub(super) fn scheduler(&self) -> Option<&Arc<str>> {
+        self.shared.as_ref()?.scheduler.as_ref()
     }
 
     /// Payload ranges learnt when a log without a footer was indexed.
@@ -413,7 +475,7 @@ impl JobSummary {
             percent_complete: self.percent_complete,
             start_time: self.start_time,
             end_time: self.end_time,
-            scheduler_id: self.scheduler.as_deref(),
+            scheduler_id: self.scheduler().map(|s| &**s),
             query_label: labels.get(self.query_hash),
             busy_slot_ms: usage.map(|u| u.busy_slot_ms),
             failed_slot_ms: usage.map(|u| u.failed_slot_ms),
@@ -463,7 +525,7 @@ impl JobFacts for JobSummary {
         self.dropped_records
     }
     fn scheduler_id(&self) -> Option<&str> {
-        self.scheduler.as_deref()
+        self.scheduler().map(|s| &**s)
     }
 }
 
@@ -576,25 +638,7 @@ impl ByPosition {
     }
 }
 
-impl PartialEq for ByPosition {
-    fn eq(&self, other: &Self) -> bool {
-        self.key() == other.key()
-    }
-}
-
-impl Eq for ByPosition {}
-
-impl PartialOrd for ByPosition {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for ByPosition {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.key().cmp(&other.key())
-    }
-}
+ordered_by_key!(ByPosition);
 
 /// The in-memory catalog of a log directory: completed jobs (by id and in
 /// the default order), unfinished jobs, and logs known to be unreadable.
@@ -730,7 +774,7 @@ impl CatalogSets {
         self.spread.widen(job);
         let state = job.state.index();
         self.counts[state] += 1;
-        if let Some(id) = &job.scheduler {
+        if let Some(id) = job.scheduler() {
             match self.by_scheduler.get_mut(id) {
                 Some(counts) => counts[state] += 1,
                 None => self.by_scheduler.entry(id.clone()).or_default()[state] += 1,
@@ -752,7 +796,7 @@ impl Catalog {
         self.second_change(&summary, true);
         self.spread.widen(&summary);
         self.counts[summary.state.index()] += 1;
-        if let Some(id) = &summary.scheduler {
+        if let Some(id) = summary.scheduler() {
             self.by_scheduler.entry(id.clone()).or_default()[summary.state.index()] += 1;
         }
         self.version += 1;
@@ -765,7 +809,7 @@ impl Catalog {
         self.order.remove(&ByPosition(old.clone()));
         self.second_change(&old, false);
         self.counts[old.state.index()] -= 1;
-        if let Some(id) = &old.scheduler
+        if let Some(id) = old.scheduler()
             && let Some(counts) = self.by_scheduler.get_mut(id)
         {
             counts[old.state.index()] -= 1;
