@@ -243,16 +243,17 @@ impl Catalog {
     pub(super) fn second_change(&mut self, job: &Arc<JobSummary>, added: bool) {
         if self.orders_pending {
             // A build that never ends (its thread died) must not hold
-            // every change from then on: past the bound, no build is
-            // installed, and those pages take the pass until the next
-            // fill in bulk builds the orders again.
+            // every change from then on: past the bound the build in
+            // flight is not installed; it starts again from the jobs as
+            // they are then (`restart_build`), and if it is not coming,
+            // those pages take the pass until the next fill in bulk.
             if let Some(journal) = &mut self.orders_journal {
                 if journal.len() < MAX_JOURNAL {
                     journal.push((job.clone(), added));
                 } else {
                     log::warn!(
                         "history: {MAX_JOURNAL} changes while the jobs were ordered by \
-                         duration and query; the orders are left unbuilt"
+                         duration and query; ordering them again"
                     );
                     self.orders_journal = None;
                 }
@@ -269,6 +270,17 @@ impl Catalog {
             let jobs = self.order.iter().map(|p| p.0.clone()).collect();
             (jobs, self.fills)
         })
+    }
+
+    /// The completed jobs to build the second orders from again, when the
+    /// build of fill `fill` was outrun (its journal overflowed) and no
+    /// other fill has come since; the journal starts anew with them.
+    fn restart_build(&mut self, fill: u64) -> Option<Vec<Arc<JobSummary>>> {
+        if !self.orders_pending || self.fills != fill || self.orders_journal.is_some() {
+            return None;
+        }
+        self.orders_journal = Some(Vec::new());
+        self.orders_to_build().map(|(jobs, _)| jobs)
     }
 
     /// Installs the second orders built from the jobs of fill `fill`,
@@ -296,11 +308,32 @@ fn build_orders(catalog: &RwLock<Catalog>) {
     let Some((jobs, fill)) = catalog.read().orders_to_build() else {
         return;
     };
-    let orders = SecondOrders::of(&jobs);
-    drop(jobs);
-    if catalog.write().install_orders(orders, fill) {
-        // The snapshot and the sort's buffers were freed among the sets.
-        crate::heap::release_slack();
+    let mut jobs = Some(jobs);
+    // A build the changes outran starts again from the jobs as they are
+    // then, twice at most (each restart copies the handles under the
+    // write lock: a rare event, not a loop of them).
+    for attempt in 1..=3 {
+        let orders = SecondOrders::of(&jobs.take().expect("jobs to order"));
+        let mut index = catalog.write();
+        if index.install_orders(orders, fill) {
+            drop(index);
+            // The snapshot and the sort's buffers were freed among the sets.
+            crate::heap::release_slack();
+            return;
+        }
+        if attempt < 3 {
+            jobs = index.restart_build(fill);
+        }
+        if jobs.is_none() {
+            if index.fills == fill && index.orders_pending {
+                log::warn!(
+                    "history: the jobs changed faster than they could be ordered by duration \
+                     and query; pages sorted by duration or filtered by query pass over every \
+                     job until the next full load"
+                );
+            }
+            return;
+        }
     }
 }
 
@@ -590,8 +623,9 @@ mod tests {
     }
 
     /// A build that never ends does not keep every change: past the
-    /// journal's bound the build in flight is refused, the orders stay
-    /// unbuilt, and pages sorted by duration still answer (by the pass).
+    /// journal's bound the build in flight is refused and pages sorted by
+    /// duration still answer (by the pass); a build that was only outrun
+    /// starts again from the jobs as they are and is installed.
     #[test]
     fn a_build_that_never_ends_keeps_a_bounded_journal() {
         let dir = tempfile::tempdir().unwrap();
@@ -617,5 +651,29 @@ mod tests {
         let want: Vec<String> = longest.map(|i| format!("j{i:05}")).collect();
         assert_eq!(crate::tests::page_ids(&page), want);
         assert_eq!(page.total, MAX_JOURNAL + 1);
+        // The build starts again from the jobs as they are now (not for
+        // another fill), its new journal replayed at install: the pages
+        // then walk the order, with the same answer.
+        assert!(s.catalog.write().restart_build(fill + 1).is_none());
+        let again = s.catalog.write().restart_build(fill).unwrap();
+        assert_eq!(again.len(), MAX_JOURNAL + 1);
+        assert!(
+            s.catalog.write().restart_build(fill).is_none(),
+            "one restart at a time"
+        );
+        let last = crate::tests::summary_at("k", JobState::Completed, [5, 5, 1 << 40], 1);
+        s.catalog.write().insert(last);
+        assert!(
+            s.catalog
+                .write()
+                .install_orders(SecondOrders::of(&again), fill)
+        );
+        assert!(s.second_orders_built());
+        let walked = s.page(&q, None, &HashSet::new());
+        let mut want = want;
+        want.insert(0, "k".into());
+        want.pop();
+        assert_eq!(crate::tests::page_ids(&walked), want);
+        assert_eq!(walked.total, MAX_JOURNAL + 2);
     }
 }
