@@ -686,8 +686,6 @@ mod tests {
         LogStore::new(dir, Arc::new(HistoryMetrics::unregistered()))
     }
 
-    /// A completed job's summary with these facts (`times`: queued,
-    /// started, ended), named `<id>.eventlog`.
     /// A job's scheduler and tags are one shared pointer: jobs with the
     /// same pair hold the same one, a job with neither holds none, and the
     /// summary stays at the size that puts it in the allocator's 160-byte
@@ -721,6 +719,8 @@ mod tests {
         assert!(std::mem::size_of::<JobSummary>() + 16 + 8 <= 160);
     }
 
+    /// A completed job's summary with these facts (`times`: queued,
+    /// started, ended), named `<id>.eventlog`.
     pub(crate) fn summary_at(
         id: &str,
         state: JobState,
