@@ -2,7 +2,8 @@
 //! in-memory catalog of completed jobs and its rescans, one job's reads,
 //! unfinished jobs, the persistent snapshot of the catalog, object-store
 //! reading, the summaries published beside a prefix's logs, retention,
-//! and the job list's query.
+//! the job list's query, and the summaries on disk that are to replace
+//! the in-memory catalog (`ondisk`, not serving yet).
 //!
 //! **Rule:** this crate imports only `format`, `files` and `metrics`. It never
 //! imports `recording` (the writer is another process's business as far as
@@ -57,6 +58,7 @@ macro_rules! ordered_by_key {
 
 pub mod cluster;
 pub mod labels;
+pub mod ondisk;
 pub mod published;
 pub mod query;
 pub mod records;

@@ -54,7 +54,7 @@ pub enum IndexError {
 }
 
 /// A fast 64-bit checksum (FNV-1a over 8-byte words).
-fn checksum(bytes: &[u8]) -> u64 {
+pub(crate) fn checksum(bytes: &[u8]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     let mut chunks = bytes.chunks_exact(8);
     for chunk in &mut chunks {
@@ -81,56 +81,11 @@ pub fn encode<'a>(jobs: impl Iterator<Item = &'a JobSummary>) -> Vec<u8> {
     let mut labelled = std::collections::HashSet::new();
     for s in jobs {
         count += 1;
-        put_str(&mut out, &s.file_name());
-        put_str(&mut out, s.job_id());
-        put_str(&mut out, s.job_name());
-        out.push(s.state().index() as u8);
-        out.extend_from_slice(&s.queued_time().to_le_bytes());
-        out.extend_from_slice(&s.start_time().to_le_bytes());
-        out.extend_from_slice(&s.end_time().to_le_bytes());
-        out.extend_from_slice(&s.query_hash().to_le_bytes());
-        put_str(&mut out, s.job_status());
-        put_str(&mut out, s.status());
-        out.extend_from_slice(&s.num_stages.to_le_bytes());
-        out.extend_from_slice(&s.completed_stages.to_le_bytes());
-        out.push(s.percent_complete);
-        out.extend_from_slice(&s.dropped_records.to_le_bytes());
-        let stamp = s.stamp();
-        out.extend_from_slice(&stamp.len.to_le_bytes());
-        let (secs, nanos) = match stamp
-            .modified
-            .map(|m| m.duration_since(SystemTime::UNIX_EPOCH))
-        {
-            Some(Ok(d)) => (d.as_secs() as i64, d.subsec_nanos()),
-            Some(Err(e)) => (-(e.duration().as_secs() as i64) - 1, 0),
-            None => (i64::MIN, 0),
-        };
-        out.extend_from_slice(&secs.to_le_bytes());
-        out.extend_from_slice(&nanos.to_le_bytes());
-        match s.ranges() {
-            None => out.push(0),
-            Some(r) => {
-                out.push(1);
-                for [offset, len] in r.0 {
-                    out.extend_from_slice(&offset.to_le_bytes());
-                    out.extend_from_slice(&len.to_le_bytes());
-                }
-            }
-        }
-        put_str(&mut out, s.scheduler_id().unwrap_or(""));
         // A query's label once, with its first job: a million runs of a
         // few queries do not repeat it (decoding learns it from that one).
         let hash = s.query_hash();
         let label = labels.get(hash).filter(|_| labelled.insert(hash));
-        put_str(&mut out, label.unwrap_or(""));
-        let usage = s.usage();
-        for ms in [
-            usage.map_or(u64::MAX, |u| u.busy_slot_ms),
-            usage.map_or(u64::MAX, |u| u.failed_slot_ms),
-        ] {
-            out.extend_from_slice(&ms.to_le_bytes());
-        }
-        put_str(&mut out, s.tags().unwrap_or(""));
+        encode_record(&mut out, s, label);
     }
     out.extend_from_slice(&count.to_le_bytes());
     let sum = checksum(&out);
@@ -138,12 +93,73 @@ pub fn encode<'a>(jobs: impl Iterator<Item = &'a JobSummary>) -> Vec<u8> {
     out
 }
 
-struct Cursor<'a> {
+/// Appends one job's record (the format above; `label`, the query's label
+/// when this record is to carry it).
+pub(crate) fn encode_record(out: &mut Vec<u8>, s: &JobSummary, label: Option<&str>) {
+    put_str(out, &s.file_name());
+    put_str(out, s.job_id());
+    put_str(out, s.job_name());
+    out.push(s.state().index() as u8);
+    out.extend_from_slice(&s.queued_time().to_le_bytes());
+    out.extend_from_slice(&s.start_time().to_le_bytes());
+    out.extend_from_slice(&s.end_time().to_le_bytes());
+    out.extend_from_slice(&s.query_hash().to_le_bytes());
+    put_str(out, s.job_status());
+    put_str(out, s.status());
+    out.extend_from_slice(&s.num_stages.to_le_bytes());
+    out.extend_from_slice(&s.completed_stages.to_le_bytes());
+    out.push(s.percent_complete);
+    out.extend_from_slice(&s.dropped_records.to_le_bytes());
+    let stamp = s.stamp();
+    out.extend_from_slice(&stamp.len.to_le_bytes());
+    let (secs, nanos) = match stamp
+        .modified
+        .map(|m| m.duration_since(SystemTime::UNIX_EPOCH))
+    {
+        Some(Ok(d)) => (d.as_secs() as i64, d.subsec_nanos()),
+        Some(Err(e)) => (-(e.duration().as_secs() as i64) - 1, 0),
+        None => (i64::MIN, 0),
+    };
+    out.extend_from_slice(&secs.to_le_bytes());
+    out.extend_from_slice(&nanos.to_le_bytes());
+    match s.ranges() {
+        None => out.push(0),
+        Some(r) => {
+            out.push(1);
+            for [offset, len] in r.0 {
+                out.extend_from_slice(&offset.to_le_bytes());
+                out.extend_from_slice(&len.to_le_bytes());
+            }
+        }
+    }
+    put_str(out, s.scheduler_id().unwrap_or(""));
+    put_str(out, label.unwrap_or(""));
+    let usage = s.usage();
+    for ms in [
+        usage.map_or(u64::MAX, |u| u.busy_slot_ms),
+        usage.map_or(u64::MAX, |u| u.failed_slot_ms),
+    ] {
+        out.extend_from_slice(&ms.to_le_bytes());
+    }
+    put_str(out, s.tags().unwrap_or(""));
+}
+
+pub(crate) struct Cursor<'a> {
     bytes: &'a [u8],
     at: usize,
 }
 
 impl<'a> Cursor<'a> {
+    /// A cursor at the start of `bytes`.
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Self { bytes, at: 0 }
+    }
+
+    /// Whether every byte was read.
+    pub(crate) fn done(&self) -> bool {
+        self.at == self.bytes.len()
+    }
+
     fn take(&mut self, n: usize) -> Result<&'a [u8], IndexError> {
         let end = self
             .at
@@ -155,22 +171,92 @@ impl<'a> Cursor<'a> {
         Ok(out)
     }
 
-    fn u8(&mut self) -> Result<u8, IndexError> {
+    pub(crate) fn u8(&mut self) -> Result<u8, IndexError> {
         Ok(self.take(1)?[0])
     }
 
-    fn u32(&mut self) -> Result<u32, IndexError> {
+    pub(crate) fn u32(&mut self) -> Result<u32, IndexError> {
         Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
     }
 
-    fn u64(&mut self) -> Result<u64, IndexError> {
+    pub(crate) fn u64(&mut self) -> Result<u64, IndexError> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
     }
 
-    fn str(&mut self) -> Result<&'a str, IndexError> {
+    pub(crate) fn str(&mut self) -> Result<&'a str, IndexError> {
         let n = self.u32()? as usize;
         std::str::from_utf8(self.take(n)?).map_err(|_| IndexError::Damaged("invalid UTF-8"))
     }
+}
+
+/// Reads one job's record at the cursor: the summary, and the query's
+/// label the record carries (empty when none).
+pub(crate) fn decode_record<'a>(c: &mut Cursor<'a>) -> Result<(JobSummary, &'a str), IndexError> {
+    let file_name = c.str()?;
+    let job_id = c.str()?;
+    let job_name = c.str()?;
+    let state = JobState::at_index(c.u8()?).ok_or(IndexError::Damaged("unknown state"))?;
+    let queued_time = c.u64()?;
+    let start_time = c.u64()?;
+    let end_time = c.u64()?;
+    let query_hash = c.u64()?;
+    let job_status = c.str()?;
+    let status = c.str()?;
+    let num_stages = c.u32()?;
+    let completed_stages = c.u32()?;
+    let percent_complete = c.u8()?;
+    let dropped_records = c.u64()?;
+    let len = c.u64()?;
+    let secs = c.u64()? as i64;
+    let nanos = c.u32()?;
+    let ranges = match c.u8()? {
+        0 => None,
+        1 => {
+            let mut r = PayloadRanges::default();
+            for pair in &mut r.0 {
+                *pair = [c.u64()?, c.u64()?];
+            }
+            Some(r)
+        }
+        _ => return Err(IndexError::Damaged("unknown payload-ranges flag")),
+    };
+    let scheduler_id = Some(c.str()?).filter(|s| !s.is_empty());
+    let label = c.str()?;
+    let (busy_slot_ms, failed_slot_ms) = (c.u64()?, c.u64()?);
+    let usage = (busy_slot_ms != u64::MAX).then_some(bjh_format::usage::SlotUsage {
+        busy_slot_ms,
+        failed_slot_ms: failed_slot_ms.min(busy_slot_ms),
+    });
+    let tags = Some(c.str()?).filter(|t| !t.is_empty());
+    let modified = match secs {
+        i64::MIN => None,
+        s if s >= 0 => Some(SystemTime::UNIX_EPOCH + Duration::new(s as u64, nanos)),
+        s => Some(SystemTime::UNIX_EPOCH - Duration::from_secs((-(s + 1)) as u64)),
+    };
+    let summary = JobSummary::restore(SummaryParts {
+        facts: FactsRef {
+            job_id,
+            job_name,
+            state,
+            queued_time,
+            start_time,
+            end_time,
+            query_hash,
+        },
+        job_status,
+        status,
+        stages: [num_stages, completed_stages],
+        percent_complete,
+        dropped_records,
+        file_name,
+        len,
+        modified,
+        ranges,
+        scheduler_id,
+        usage,
+        tags,
+    });
+    Ok((summary, label))
 }
 
 /// Decodes an index; any damage is an error (the caller rebuilds).
@@ -194,73 +280,11 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<JobSummary>, IndexError> {
     let mut out = Vec::with_capacity(count.min(10_000_000) as usize);
     let mut labels = Vec::new();
     while c.at < records.len() {
-        let file_name = c.str()?;
-        let job_id = c.str()?;
-        let job_name = c.str()?;
-        let state = JobState::at_index(c.u8()?).ok_or(IndexError::Damaged("unknown state"))?;
-        let queued_time = c.u64()?;
-        let start_time = c.u64()?;
-        let end_time = c.u64()?;
-        let query_hash = c.u64()?;
-        let job_status = c.str()?;
-        let status = c.str()?;
-        let num_stages = c.u32()?;
-        let completed_stages = c.u32()?;
-        let percent_complete = c.u8()?;
-        let dropped_records = c.u64()?;
-        let len = c.u64()?;
-        let secs = c.u64()? as i64;
-        let nanos = c.u32()?;
-        let ranges = match c.u8()? {
-            0 => None,
-            1 => {
-                let mut r = PayloadRanges::default();
-                for pair in &mut r.0 {
-                    *pair = [c.u64()?, c.u64()?];
-                }
-                Some(r)
-            }
-            _ => return Err(IndexError::Damaged("unknown payload-ranges flag")),
-        };
-        let scheduler_id = Some(c.str()?).filter(|s| !s.is_empty());
-        let label = c.str()?;
+        let (summary, label) = decode_record(&mut c)?;
         if !label.is_empty() {
-            labels.push((query_hash, label));
+            labels.push((summary.query_hash(), label));
         }
-        let (busy_slot_ms, failed_slot_ms) = (c.u64()?, c.u64()?);
-        let usage = (busy_slot_ms != u64::MAX).then_some(bjh_format::usage::SlotUsage {
-            busy_slot_ms,
-            failed_slot_ms: failed_slot_ms.min(busy_slot_ms),
-        });
-        let tags = Some(c.str()?).filter(|t| !t.is_empty());
-        let modified = match secs {
-            i64::MIN => None,
-            s if s >= 0 => Some(SystemTime::UNIX_EPOCH + Duration::new(s as u64, nanos)),
-            s => Some(SystemTime::UNIX_EPOCH - Duration::from_secs((-(s + 1)) as u64)),
-        };
-        out.push(JobSummary::restore(SummaryParts {
-            facts: FactsRef {
-                job_id,
-                job_name,
-                state,
-                queued_time,
-                start_time,
-                end_time,
-                query_hash,
-            },
-            job_status,
-            status,
-            stages: [num_stages, completed_stages],
-            percent_complete,
-            dropped_records,
-            file_name,
-            len,
-            modified,
-            ranges,
-            scheduler_id,
-            usage,
-            tags,
-        }));
+        out.push(summary);
     }
     if out.len() as u64 != count {
         return Err(IndexError::Damaged("record count mismatch"));

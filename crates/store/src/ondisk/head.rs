@@ -1,0 +1,260 @@
+//! Segments under a head of recent changes: the jobs added or replaced
+//! since the segments were written live in memory, and the segments' jobs
+//! removed or replaced since are hidden by id (with their segment
+//! summaries, so a query counts them out without reading the disk).
+//! Memory grows with the changes, not with the jobs; writing the head out
+//! as a segment (and merging segments) is what bounds it.
+
+use super::{Candidate, Found, Segment, Segments};
+use crate::query::{Facts, JobFacts, ListQuery};
+use crate::snapshot::IndexError;
+use crate::summary::JobSummary;
+use std::cmp::Reverse;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The default order's key: newest queued first, then id.
+fn order_key(j: &JobSummary) -> (Reverse<u64>, &str) {
+    (Reverse(j.position_key()), j.job_id())
+}
+
+/// Segments and the changes made since they were written.
+#[derive(Debug, Default)]
+pub struct Layered {
+    segments: Segments,
+    /// Jobs added or replaced since, by id.
+    head: HashMap<Arc<str>, Arc<JobSummary>>,
+    /// The segments' jobs removed or replaced since, as the segments
+    /// hold them, by id.
+    hidden: HashMap<Arc<str>, Arc<JobSummary>>,
+}
+
+impl Layered {
+    /// `segments` with no change yet.
+    pub fn new(segments: Segments) -> Self {
+        Self {
+            segments,
+            ..Self::default()
+        }
+    }
+
+    /// How many jobs there are.
+    pub fn len(&self) -> usize {
+        self.segments.len() - self.hidden.len() + self.head.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How many changes the head holds (jobs added or replaced, and the
+    /// segments' jobs hidden).
+    pub fn changes(&self) -> usize {
+        self.head.len() + self.hidden.len()
+    }
+
+    /// Hides the segments' job `id`, when they hold one not hidden yet.
+    fn hide(&mut self, id: &str) -> Result<(), IndexError> {
+        if !self.hidden.contains_key(id)
+            && let Some(old) = self.segments.get(id)?
+        {
+            self.hidden.insert(Arc::from(id), old);
+        }
+        Ok(())
+    }
+
+    /// Adds `job`, or replaces the job of its id.
+    pub fn insert(&mut self, job: JobSummary) -> Result<(), IndexError> {
+        self.hide(job.job_id())?;
+        let id: Arc<str> = Arc::from(job.job_id());
+        self.head.insert(id, Arc::new(job));
+        Ok(())
+    }
+
+    /// Removes the job `id`; whether there was one.
+    pub fn remove(&mut self, id: &str) -> Result<bool, IndexError> {
+        let in_head = self.head.remove(id).is_some();
+        let before = self.hidden.len();
+        self.hide(id)?;
+        Ok(in_head || self.hidden.len() > before)
+    }
+
+    /// The job `id`.
+    pub fn get(&self, id: &str) -> Result<Option<Arc<JobSummary>>, IndexError> {
+        if let Some(job) = self.head.get(id) {
+            return Ok(Some(job.clone()));
+        }
+        if self.hidden.contains_key(id) {
+            return Ok(None);
+        }
+        self.segments.get(id)
+    }
+
+    /// Every job as it is now, in the default order, written as new
+    /// segments of at most `per_segment` jobs each (`dir/{prefix}-{i}`,
+    /// newest first), and opened with no change: the head merged into the
+    /// segments, read block by block (a segment's jobs at most in memory).
+    /// The old segments' files are the caller's to remove.
+    pub fn rewrite(
+        &self,
+        dir: &Path,
+        prefix: &str,
+        per_segment: usize,
+    ) -> Result<(Self, Vec<PathBuf>), IndexError> {
+        let mut head: Vec<&Arc<JobSummary>> = self.head.values().collect();
+        head.sort_unstable_by(|a, b| order_key(a).cmp(&order_key(b)));
+        let mut streams: Vec<Box<dyn Iterator<Item = Result<Arc<JobSummary>, IndexError>> + '_>> =
+            vec![Box::new(head.into_iter().cloned().map(Ok))];
+        for s in self.segments.iter() {
+            let shown = s.jobs().filter(|j| {
+                j.as_ref()
+                    .map_or(true, |j| !self.hidden.contains_key(j.job_id()))
+            });
+            streams.push(Box::new(shown));
+        }
+        let mut heads = Vec::with_capacity(streams.len());
+        for s in &mut streams {
+            heads.push(s.next().transpose()?);
+        }
+        let (mut paths, mut chunk) = (Vec::new(), Vec::new());
+        let mut flush = |chunk: &mut Vec<Arc<JobSummary>>| -> Result<(), IndexError> {
+            let path = dir.join(format!("{prefix}-{}", paths.len()));
+            let refs: Vec<&JobSummary> = chunk.iter().map(|j| &**j).collect();
+            Segment::write(&path, &refs)?;
+            paths.push(path);
+            chunk.clear();
+            Ok(())
+        };
+        loop {
+            let next = heads
+                .iter()
+                .enumerate()
+                .filter_map(|(i, h)| h.as_ref().map(|j| (i, order_key(j))))
+                .min_by(|a, b| a.1.cmp(&b.1))
+                .map(|(i, _)| i);
+            let Some(i) = next else { break };
+            if let Some(job) = heads[i].take() {
+                chunk.push(job);
+            }
+            heads[i] = streams[i].next().transpose()?;
+            if chunk.len() >= per_segment.max(1) {
+                flush(&mut chunk)?;
+            }
+        }
+        if !chunk.is_empty() {
+            flush(&mut chunk)?;
+        }
+        Ok((Self::new(Segments::open(&paths)?), paths))
+    }
+
+    /// `q`'s page and how many jobs match it: the segments' page, asked
+    /// for as many more jobs as are hidden (so hiding cannot shorten it),
+    /// without the hidden ones, and the head's jobs, through the list's
+    /// own pass.
+    pub fn page(&self, q: &ListQuery, cursor: Option<&Facts>) -> Result<Found, IndexError> {
+        let wider = ListQuery {
+            limit: q
+                .limit
+                .map(|l| q.offset.saturating_add(l).saturating_add(self.hidden.len())),
+            offset: 0,
+            ..q.clone()
+        };
+        let (below, below_total) = self.segments.page(&wider, cursor)?;
+        let hidden_matching = self.hidden.values().filter(|j| q.matches(&***j)).count();
+        let head_matching = self.head.values().filter(|j| q.matches(&***j)).count();
+        let shown = below
+            .into_iter()
+            .filter(|j| !self.hidden.contains_key(j.job_id()));
+        let candidates = shown
+            .chain(self.head.values().cloned())
+            .map(Candidate::Read);
+        let (page, _) = q.pick(candidates, cursor);
+        let page = page.into_iter().filter_map(|c| match c {
+            Candidate::Read(s) => Some(s),
+            Candidate::Row(_) => None,
+        });
+        let total = below_total - hidden_matching.min(below_total) + head_matching;
+        Ok((page.collect(), total))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ondisk::tests::{assert_same, job, jobs, random_query, segments};
+    use crate::tests::{below, rows_for};
+    use std::collections::BTreeMap;
+
+    /// Through inserts of new jobs, replacements of the segments' jobs
+    /// and of the head's, and removals of either (and of absent ids),
+    /// every page and total is the one the list's pass gives over the
+    /// jobs as they are (the oracle: `ListQuery::select` over a map kept
+    /// beside), and every lookup finds what the map holds.
+    #[test]
+    fn the_head_over_segments_answers_as_a_pass_over_the_jobs_as_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let all = jobs(2_000, 21);
+        let (written, fresh) = all.split_at(1_500);
+        let mut layered = Layered::new(segments(dir.path(), written, 3, None));
+        let mut now: BTreeMap<String, Arc<JobSummary>> = written
+            .iter()
+            .map(|j| (j.job_id().to_string(), j.clone()))
+            .collect();
+        let mut fresh = fresh.iter();
+        let mut r = below(23);
+        for round in 0..400 {
+            let ids: Vec<String> = now.keys().cloned().collect();
+            let pick = |r: &mut dyn FnMut(u64) -> u64| ids[r(ids.len() as u64) as usize].clone();
+            match r(4) {
+                0 => {
+                    if let Some(j) = fresh.next() {
+                        layered.insert((**j).clone()).unwrap();
+                        now.insert(j.job_id().to_string(), j.clone());
+                    }
+                }
+                1 => {
+                    let id = pick(&mut r);
+                    let changed = job(&mut r, &id);
+                    layered.insert((*changed).clone()).unwrap();
+                    now.insert(id, changed);
+                }
+                2 => {
+                    let id = pick(&mut r);
+                    assert!(layered.remove(&id).unwrap(), "{id}");
+                    now.remove(&id);
+                }
+                _ => {
+                    let id = format!("absent-{round}");
+                    assert!(!layered.remove(&id).unwrap());
+                }
+            }
+            assert_eq!(layered.len(), now.len(), "round {round}");
+            let jobs: Vec<Arc<JobSummary>> = now.values().cloned().collect();
+            let (q, cursor) = random_query(&mut r, &all);
+            let want = q.select(rows_for(&jobs), cursor.as_ref());
+            let got = layered.page(&q, cursor.as_ref()).unwrap();
+            assert_same(got, &want, &format!("round {round}: {q:?}"));
+            let id = all[r(all.len() as u64) as usize].job_id();
+            let found = layered.get(id).unwrap().map(|j| j.entry());
+            assert_eq!(found, now.get(id).map(|j| j.entry()), "{id}");
+        }
+        assert!(layered.changes() > 100, "{}", layered.changes());
+        // Rewritten: the same jobs, in segments of at most 300, newest
+        // first, with no change left; every query answers as before.
+        let (rewritten, paths) = layered.rewrite(dir.path(), "merged", 300).unwrap();
+        assert_eq!((rewritten.len(), rewritten.changes()), (now.len(), 0));
+        assert_eq!(paths.len(), now.len().div_ceil(300));
+        let jobs: Vec<Arc<JobSummary>> = now.values().cloned().collect();
+        for round in 0..100 {
+            let (q, cursor) = random_query(&mut r, &all);
+            let want = q.select(rows_for(&jobs), cursor.as_ref());
+            let got = rewritten.page(&q, cursor.as_ref()).unwrap();
+            assert_same(got, &want, &format!("rewritten {round}: {q:?}"));
+        }
+        // Each segment newer than the next: the default order cut in runs.
+        let newest: Vec<Option<u64>> = rewritten.segments.iter().map(|s| s.newest()).collect();
+        assert!(newest.windows(2).all(|w| w[0] >= w[1]), "{newest:?}");
+    }
+}

@@ -1,0 +1,289 @@
+//! A segment's bytes: its fixed-width rows, its blocks' statistics, and
+//! the writing and the header's reading of the format the parent module
+//! describes.
+
+use super::{BLOCK, MAGIC, MAX_RECORD, ROW, STATES, Segment};
+use crate::query::JobFacts;
+use crate::snapshot::{Cursor, IndexError, checksum, encode_record};
+use crate::summary::JobSummary;
+use bjh_format::JobState;
+use std::cmp::{Ordering, Reverse};
+use std::collections::HashMap;
+use std::fs::File;
+use std::sync::Arc;
+
+/// One job's fixed-width row.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Fixed {
+    pub(super) key: u64,
+    pub(super) start: u64,
+    pub(super) end: u64,
+    pub(super) hash: u64,
+    pub(super) rec: u64,
+    pub(super) rec_len: u32,
+    pub(super) sched: u32,
+    pub(super) state: JobState,
+}
+
+impl Fixed {
+    pub(super) fn encode(&self, out: &mut Vec<u8>) {
+        for v in [self.key, self.start, self.end, self.hash, self.rec] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        let word = self.rec_len | (self.state.index() as u32) << 24;
+        out.extend_from_slice(&word.to_le_bytes());
+        out.extend_from_slice(&self.sched.to_le_bytes());
+    }
+
+    pub(super) fn decode(b: &[u8]) -> Result<Self, IndexError> {
+        let u = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8"));
+        let w = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4"));
+        Ok(Self {
+            key: u(0),
+            start: u(1),
+            end: u(2),
+            hash: u(3),
+            rec: u(4),
+            rec_len: w(40) & 0x00ff_ffff,
+            sched: w(44),
+            state: JobState::at_index((w(40) >> 24) as usize)
+                .ok_or(IndexError::Damaged("a row of an unknown state"))?,
+        })
+    }
+
+    pub(super) fn duration_key(&self) -> u64 {
+        if self.start > 0 && self.end > 0 {
+            self.end.saturating_sub(self.start)
+        } else {
+            u64::MAX
+        }
+    }
+}
+
+/// A block's statistics: what a filter needs to skip it or count it whole.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Stats {
+    /// Minimum and maximum of the position key, start, end, duration key.
+    pub(super) ranges: [[u64; 2]; 4],
+    pub(super) states: [u32; STATES],
+    pub(super) sum: u64,
+}
+
+pub(super) const STATS_BYTES: usize = 8 * 8 + 4 * STATES + 8;
+
+/// The segment's bytes.
+pub(super) fn encode(jobs: &[&JobSummary]) -> Result<Vec<u8>, IndexError> {
+    if jobs.len() as u64 >= u64::from(u32::MAX) {
+        return Err(IndexError::Damaged("too many jobs for one segment"));
+    }
+    let mut order: Vec<&JobSummary> = jobs.to_vec();
+    order.sort_unstable_by(|a, b| {
+        (Reverse(a.position_key()), a.job_id()).cmp(&(Reverse(b.position_key()), b.job_id()))
+    });
+    let body = Body::of(&order)?;
+    Ok(body.bytes(&order))
+}
+
+/// The rows, records and block statistics of jobs in the default order,
+/// with the schedulers they name and the queries they ran.
+struct Body<'a> {
+    rows: Vec<u8>,
+    records: Vec<u8>,
+    blocks: Vec<Stats>,
+    schedulers: Vec<&'a str>,
+    hashes: std::collections::BTreeSet<u64>,
+}
+
+impl<'a> Body<'a> {
+    fn of(order: &[&'a JobSummary]) -> Result<Self, IndexError> {
+        let mut schedulers: Vec<&'a str> = Vec::new();
+        let mut sched_index: HashMap<&'a str, u32> = HashMap::new();
+        let mut records = Vec::new();
+        let mut rows = Vec::with_capacity(order.len() * ROW);
+        let mut blocks = Vec::new();
+        let mut hashes = std::collections::BTreeSet::new();
+        for chunk in order.chunks(BLOCK) {
+            let mut stats = Stats {
+                ranges: [[u64::MAX, 0]; 4],
+                ..Stats::default()
+            };
+            let start = rows.len();
+            for &s in chunk {
+                let sched = s.scheduler_id().map_or(u32::MAX, |id| {
+                    *sched_index.entry(id).or_insert_with(|| {
+                        schedulers.push(id);
+                        schedulers.len() as u32 - 1
+                    })
+                });
+                let rec = records.len() as u64;
+                encode_record(&mut records, s, None);
+                let f = Fixed {
+                    key: s.position_key(),
+                    start: s.start_time(),
+                    end: s.end_time(),
+                    hash: s.query_hash(),
+                    rec,
+                    rec_len: u32::try_from(records.len() as u64 - rec)
+                        .ok()
+                        .filter(|&l| l <= MAX_RECORD)
+                        .ok_or(IndexError::Damaged("a record too long"))?,
+                    sched,
+                    state: s.state(),
+                };
+                f.encode(&mut rows);
+                hashes.insert(f.hash);
+                for (range, v) in
+                    stats
+                        .ranges
+                        .iter_mut()
+                        .zip([f.key, f.start, f.end, f.duration_key()])
+                {
+                    range[0] = range[0].min(v);
+                    range[1] = range[1].max(v);
+                }
+                stats.states[f.state.index()] += 1;
+            }
+            stats.sum = checksum(&rows[start..]);
+            blocks.push(stats);
+        }
+        Ok(Self {
+            rows,
+            records,
+            blocks,
+            schedulers,
+            hashes,
+        })
+    }
+
+    /// The whole segment: header, its checksum, the regions.
+    fn bytes(self, order: &[&JobSummary]) -> Vec<u8> {
+        let Body {
+            rows,
+            records,
+            blocks,
+            schedulers,
+            hashes,
+        } = self;
+        let n = order.len();
+        let perm = |cmp: &dyn Fn(&usize, &usize) -> Ordering| {
+            let mut p: Vec<usize> = (0..n).collect();
+            p.sort_unstable_by(|a, b| cmp(a, b));
+            p.iter()
+                .flat_map(|&r| (r as u32).to_le_bytes())
+                .collect::<Vec<u8>>()
+        };
+        let dur_key = |s: &JobSummary| s.duration().unwrap_or(u64::MAX);
+        let by_duration = perm(&|&a, &b| {
+            (dur_key(order[a]), order[a].job_id()).cmp(&(dur_key(order[b]), order[b].job_id()))
+        });
+        let by_query = perm(&|&a, &b| (order[a].query_hash(), a).cmp(&(order[b].query_hash(), b)));
+        let by_id = perm(&|&a, &b| order[a].job_id().cmp(order[b].job_id()));
+        let known = crate::labels::all();
+        let labels: Vec<(u64, &str)> = hashes
+            .iter()
+            .filter_map(|&h| known.get(h).map(|l| (h, l)))
+            .collect();
+        let header_len = 8
+            + 8 * 5
+            + 8
+            + blocks.len() * STATS_BYTES
+            + 4
+            + schedulers.iter().map(|s| 4 + s.len()).sum::<usize>()
+            + 4
+            + labels.iter().map(|(_, l)| 12 + l.len()).sum::<usize>();
+        let mut at = [0u64; 5];
+        at[0] = (16 + header_len + 8) as u64;
+        at[1] = at[0] + rows.len() as u64;
+        at[2] = at[1] + by_duration.len() as u64;
+        at[3] = at[2] + by_query.len() as u64;
+        at[4] = at[3] + by_id.len() as u64;
+        let mut header = Vec::with_capacity(header_len);
+        header.extend_from_slice(&(n as u64).to_le_bytes());
+        for a in at {
+            header.extend_from_slice(&a.to_le_bytes());
+        }
+        header.extend_from_slice(&(blocks.len() as u64).to_le_bytes());
+        for s in &blocks {
+            for [lo, hi] in s.ranges {
+                header.extend_from_slice(&lo.to_le_bytes());
+                header.extend_from_slice(&hi.to_le_bytes());
+            }
+            for c in s.states {
+                header.extend_from_slice(&c.to_le_bytes());
+            }
+            header.extend_from_slice(&s.sum.to_le_bytes());
+        }
+        let put_str = |out: &mut Vec<u8>, s: &str| {
+            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            out.extend_from_slice(s.as_bytes());
+        };
+        header.extend_from_slice(&(schedulers.len() as u32).to_le_bytes());
+        for s in &schedulers {
+            put_str(&mut header, s);
+        }
+        header.extend_from_slice(&(labels.len() as u32).to_le_bytes());
+        for (h, l) in &labels {
+            header.extend_from_slice(&h.to_le_bytes());
+            put_str(&mut header, l);
+        }
+        debug_assert_eq!(header.len(), header_len);
+        let mut out = MAGIC.to_vec();
+        out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+        out.extend_from_slice(&header);
+        out.extend_from_slice(&checksum(&header).to_le_bytes());
+        for region in [rows, by_duration, by_query, by_id, records] {
+            out.extend_from_slice(&region);
+        }
+        out
+    }
+}
+
+/// The segment of a checked header.
+pub(super) fn decode_header(file: File, body: &[u8]) -> Result<Segment, IndexError> {
+    let mut c = Cursor::new(body);
+    let rows = usize::try_from(c.u64()?)
+        .ok()
+        .filter(|&r| r < u32::MAX as usize)
+        .ok_or(IndexError::Damaged("too many rows"))?;
+    let mut at = [0u64; 5];
+    for a in &mut at {
+        *a = c.u64()?;
+    }
+    let count = c.u64()?;
+    if count != rows.div_ceil(BLOCK) as u64 {
+        return Err(IndexError::Damaged(
+            "the block count disagrees with the rows",
+        ));
+    }
+    let mut blocks = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let mut s = Stats::default();
+        for range in &mut s.ranges {
+            *range = [c.u64()?, c.u64()?];
+        }
+        for st in &mut s.states {
+            *st = c.u32()?;
+        }
+        s.sum = c.u64()?;
+        blocks.push(s);
+    }
+    let mut schedulers = Vec::new();
+    for _ in 0..c.u32()? {
+        schedulers.push(Arc::from(c.str()?));
+    }
+    for _ in 0..c.u32()? {
+        let hash = c.u64()?;
+        crate::labels::remember(hash, Some(c.str()?));
+    }
+    if !c.done() {
+        return Err(IndexError::Damaged("bytes after the header"));
+    }
+    Ok(Segment {
+        file,
+        size: 0,
+        rows,
+        at,
+        blocks,
+        schedulers,
+    })
+}
