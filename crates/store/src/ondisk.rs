@@ -51,7 +51,7 @@
 //! record must agree with its row (state, times, query hash), so a lying
 //! or truncated file gives an error, never a panic or another job.
 
-use crate::query::{Facts, FactsRef, JobFacts, ListQuery, Order, Sort};
+use crate::query::{Facts, FactsRef, JobFacts, ListQuery, Sort};
 use crate::snapshot::{Cursor, IndexError, checksum, decode_record};
 use crate::summary::JobSummary;
 use bjh_format::JobState;
@@ -61,8 +61,10 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
+mod duration;
 mod head;
 mod layout;
+use duration::merge_by_duration;
 pub use head::Layered;
 use layout::{Fixed, Stats, decode_header, encode};
 
@@ -79,6 +81,23 @@ const MAX_HEADER: u64 = 64 << 20;
 /// The longest record read (a job's strings are capped long before).
 const MAX_RECORD: u32 = 1 << 20;
 const STATES: usize = JobState::ALL.len();
+
+/// How many jobs a page needs from a segment, and which of its jobs to
+/// leave out of them (those a head of changes hides; still counted: the
+/// head subtracts them from the count).
+#[derive(Clone, Copy)]
+pub struct Want<'a> {
+    /// Jobs wanted (`offset + limit`).
+    pub count: usize,
+    /// Whether the job of this id is to be left out.
+    pub hidden: &'a dyn Fn(&str) -> bool,
+}
+
+impl std::fmt::Debug for Want<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Want").field("count", &self.count).finish()
+    }
+}
 
 /// Jobs of a page (or its candidates) and how many jobs match the query.
 pub type Found = (Vec<Arc<JobSummary>>, usize);
@@ -363,18 +382,32 @@ impl Segment {
     /// The jobs of `q`'s page in this segment (at most `offset + limit`
     /// of them, any order) and how many jobs here match `q`.
     pub fn candidates(&self, q: &ListQuery, cursor: Option<&Facts>) -> Result<Found, IndexError> {
-        let wanted = q.limit.map_or(usize::MAX, |l| q.offset.saturating_add(l));
+        let want = Want {
+            count: q.limit.map_or(usize::MAX, |l| q.offset.saturating_add(l)),
+            hidden: &|_| false,
+        };
+        self.candidates_of(q, cursor, want)
+    }
+
+    /// [`Segment::candidates`], `want.count` of them at most, without the
+    /// hidden jobs (which still count).
+    fn candidates_of(
+        &self,
+        q: &ListQuery,
+        cursor: Option<&Facts>,
+        want: Want<'_>,
+    ) -> Result<Found, IndexError> {
         let walks = q.before.is_none() && q.name.is_none();
         if walks && q.query_hash.is_some() && q.default_order() {
-            return self.walk_query(q, cursor, wanted);
+            return self.walk_query(q, cursor, want);
         }
         if walks && q.query_hash.is_none() && q.default_order() {
-            return self.walk_default(q, cursor, wanted);
+            return self.walk_default(q, cursor, want);
         }
         if walks && q.sort == Sort::Duration && q.filters_states_only() {
-            return self.walk_duration(q, cursor, wanted);
+            return self.walk_duration(q, cursor, want);
         }
-        self.pass(q, cursor, wanted)
+        self.pass(q, cursor, want)
     }
 
     /// Whether block `b` may hold a job `q` matches.
@@ -466,10 +499,10 @@ impl Segment {
         &self,
         q: &ListQuery,
         cursor: Option<&Facts>,
-        wanted: usize,
+        want: Want<'_>,
     ) -> Result<Found, IndexError> {
         let from = cursor.map_or(Ok(0), |c| self.seek_default(c))?;
-        let mut out = Vec::new();
+        let (wanted, mut out) = (want.count, Vec::new());
         for b in from / BLOCK..self.blocks.len() {
             if out.len() >= wanted {
                 break;
@@ -484,7 +517,10 @@ impl Segment {
                     break;
                 }
                 if q.matches(&self.probe(f)) {
-                    out.push(self.summary_of(f)?);
+                    let job = self.summary_of(f)?;
+                    if !(want.hidden)(job.job_id()) {
+                        out.push(job);
+                    }
                 }
             }
         }
@@ -497,7 +533,7 @@ impl Segment {
         &self,
         q: &ListQuery,
         cursor: Option<&Facts>,
-        wanted: usize,
+        want: Want<'_>,
     ) -> Result<Found, IndexError> {
         let hash = q.query_hash.unwrap_or_default();
         let hash_of = |i: usize| -> Result<u64, IndexError> {
@@ -514,11 +550,17 @@ impl Segment {
             ..q.clone()
         }
         .filters_nothing();
-        let (mut out, mut total) = (Vec::new(), 0);
+        let (wanted, mut out, mut total) = (want.count, Vec::new(), 0);
         if only_hash {
             // Every run of the query matches: the count is the range's.
-            for i in start..hi.min(start.saturating_add(wanted)) {
-                out.push(self.summary(self.perm(Perm::Query, i)?)?);
+            for i in start..hi {
+                if out.len() >= wanted {
+                    break;
+                }
+                let job = self.summary(self.perm(Perm::Query, i)?)?;
+                if !(want.hidden)(job.job_id()) {
+                    out.push(job);
+                }
             }
             return Ok((out, hi - lo));
         }
@@ -529,7 +571,10 @@ impl Segment {
             }
             total += 1;
             if i >= start && out.len() < wanted {
-                out.push(self.summary_of(&f)?);
+                let job = self.summary_of(&f)?;
+                if !(want.hidden)(job.job_id()) {
+                    out.push(job);
+                }
             }
         }
         Ok((out, total))
@@ -540,9 +585,9 @@ impl Segment {
         &self,
         q: &ListQuery,
         cursor: Option<&Facts>,
-        wanted: usize,
+        want: Want<'_>,
     ) -> Result<Found, IndexError> {
-        merge_by_duration(&[self], q, cursor, wanted)
+        merge_by_duration(&[self], q, cursor, want)
     }
 
     /// The duration key of the permutation's `i`th row.
@@ -557,8 +602,9 @@ impl Segment {
         &self,
         q: &ListQuery,
         cursor: Option<&Facts>,
-        wanted: usize,
+        want: Want<'_>,
     ) -> Result<Found, IndexError> {
+        let wanted = want.count;
         let keep = ListQuery {
             limit: Some(wanted).filter(|&w| w != usize::MAX),
             offset: 0,
@@ -596,6 +642,11 @@ impl Segment {
                 let mut probe = self.probe(f);
                 probe.facts.job_id = job_id;
                 probe.facts.job_name = job_name;
+                if (want.hidden)(job_id) {
+                    // Left out of the page, still counted.
+                    total += usize::from(q.matches(&probe));
+                    continue;
+                }
                 named.push(Named {
                     probe,
                     row: first + i,
@@ -620,155 +671,6 @@ impl Segment {
         }
         Ok((best, total))
     }
-}
-
-/// A segment's order by duration walked lazily: longest first (or
-/// shortest), ties by id ascending either way, from after a cursor.
-struct DurationWalk<'s> {
-    segment: &'s Segment,
-    desc: bool,
-    /// The next index of the permutation, and the end of its run (the
-    /// walk longest first takes runs of one duration from the last).
-    next: usize,
-    run: [usize; 2],
-}
-
-impl<'s> DurationWalk<'s> {
-    fn new(
-        segment: &'s Segment,
-        q: &ListQuery,
-        cursor: Option<&Facts>,
-    ) -> Result<Self, IndexError> {
-        let s = segment;
-        let at = cursor.map(|c| (c.duration().unwrap_or(u64::MAX), c.job_id.as_ref()));
-        let key_of = |i: usize| -> Result<(u64, String), IndexError> {
-            let (f, id) = s.id_of(s.perm(Perm::Duration, i)?)?;
-            Ok((f.duration_key(), id))
-        };
-        let desc = q.order() == Order::Desc;
-        if !desc {
-            // Ascending: every row after the cursor's (duration, id).
-            let next = match at {
-                Some((key, id)) => partition(s.rows, |i| {
-                    let (k, i) = key_of(i)?;
-                    Ok((k, i.as_str()) <= (key, id))
-                })?,
-                None => 0,
-            };
-            return Ok(Self {
-                segment,
-                desc,
-                next,
-                run: [next, s.rows],
-            });
-        }
-        // Longest first: the cursor's run from after its id, then each
-        // shorter run whole.
-        let mut walk = Self {
-            segment,
-            desc,
-            next: 0,
-            run: [0, 0],
-        };
-        let hi = match at {
-            Some((key, _)) => partition(s.rows, |i| Ok(s.duration_at(i)? <= key))?,
-            None => s.rows,
-        };
-        walk.start_run(hi)?;
-        if let Some((key, id)) = at
-            && walk.run[0] < walk.run[1]
-            && s.duration_at(walk.run[0])? == key
-        {
-            let [lo, hi] = walk.run;
-            walk.next = lo + partition(hi - lo, |i| Ok(key_of(lo + i)?.1.as_str() <= id))?;
-        }
-        Ok(walk)
-    }
-
-    /// Makes the run of the longest duration below `hi` the current one:
-    /// its start found by galloping back from its end (runs are mostly
-    /// short), then by binary search.
-    fn start_run(&mut self, hi: usize) -> Result<(), IndexError> {
-        let s = self.segment;
-        if hi == 0 {
-            (self.next, self.run) = (0, [0, 0]);
-            return Ok(());
-        }
-        let key = s.duration_at(hi - 1)?;
-        let (mut known, mut step, mut floor) = (hi - 1, 1, 0);
-        while known > 0 {
-            let probe = known.saturating_sub(step);
-            if s.duration_at(probe)? < key {
-                floor = probe + 1;
-                break;
-            }
-            known = probe;
-            step *= 2;
-        }
-        let lo = floor + partition(known - floor, |i| Ok(s.duration_at(floor + i)? < key))?;
-        (self.next, self.run) = (lo, [lo, hi]);
-        Ok(())
-    }
-
-    /// The next row `q` matches: its duration key, id and row.
-    fn advance(&mut self, q: &ListQuery) -> Result<Option<(u64, String, Fixed)>, IndexError> {
-        let s = self.segment;
-        loop {
-            if self.next >= self.run[1] {
-                if !self.desc || self.run[0] == 0 {
-                    return Ok(None);
-                }
-                self.start_run(self.run[0])?;
-                continue;
-            }
-            let f = s.fixed(s.perm(Perm::Duration, self.next)?)?;
-            self.next += 1;
-            if q.matches(&s.probe(&f)) {
-                let id = Segment::names(&s.record(&f)?)?.0.to_string();
-                return Ok(Some((f.duration_key(), id, f)));
-            }
-        }
-    }
-}
-
-/// The first `wanted` jobs of `segments` in `q`'s order by duration
-/// (filtered by state at most), after the cursor, and how many match:
-/// each segment's order walked lazily and merged, so only the page's
-/// jobs are read whole.
-fn merge_by_duration(
-    segments: &[&Segment],
-    q: &ListQuery,
-    cursor: Option<&Facts>,
-    wanted: usize,
-) -> Result<Found, IndexError> {
-    let (mut walks, mut total) = (Vec::new(), 0);
-    for &s in segments {
-        total += s.count(q)?;
-        let mut walk = DurationWalk::new(s, q, cursor)?;
-        let head = walk.advance(q)?;
-        walks.push((walk, head));
-    }
-    let desc = q.order() == Order::Desc;
-    let mut out = Vec::new();
-    while out.len() < wanted {
-        let best = walks
-            .iter()
-            .enumerate()
-            .filter_map(|(i, (_, head))| head.as_ref().map(|(k, id, _)| (i, *k, id)))
-            .min_by(|a, b| {
-                let keys = if desc { b.1.cmp(&a.1) } else { a.1.cmp(&b.1) };
-                keys.then_with(|| a.2.cmp(b.2))
-            });
-        let Some((i, _, _)) = best else {
-            break;
-        };
-        let (walk, head) = &mut walks[i];
-        if let Some((_, _, f)) = head.take() {
-            out.push(walk.segment.summary_of(&f)?);
-        }
-        *head = walk.advance(q)?;
-    }
-    Ok((out, total))
 }
 
 /// The first index in `0..n` where `before` is false (`before` true on a
@@ -844,15 +746,11 @@ impl Segments {
         &self,
         q: &ListQuery,
         cursor: Option<&Facts>,
-        wanted: usize,
+        want: Want<'_>,
     ) -> Result<Found, IndexError> {
-        let (mut all, mut total) = (Vec::<Arc<JobSummary>>::new(), 0);
+        let (wanted, mut all, mut total) = (want.count, Vec::<Arc<JobSummary>>::new(), 0);
         let newest_first = q.default_order() && q.before.is_none();
-        let counting = ListQuery {
-            limit: Some(0),
-            offset: 0,
-            ..q.clone()
-        };
+        let counting = Want { count: 0, ..want };
         let mut order: Vec<&Segment> = self.segments.iter().collect();
         if newest_first {
             order.sort_by_key(|s| Reverse(s.newest()));
@@ -866,7 +764,7 @@ impl Segments {
                         keys.select_nth_unstable_by(wanted - 1, |a, b| b.cmp(a));
                     newest < last
                 });
-            let (jobs, matched) = s.candidates(if full { &counting } else { q }, cursor)?;
+            let (jobs, matched) = s.candidates_of(q, cursor, if full { counting } else { want })?;
             all.extend(jobs);
             total += matched;
         }
@@ -875,7 +773,21 @@ impl Segments {
 
     /// `q`'s page and how many jobs match it.
     pub fn page(&self, q: &ListQuery, cursor: Option<&Facts>) -> Result<Found, IndexError> {
-        let wanted = q.limit.map_or(usize::MAX, |l| q.offset.saturating_add(l));
+        self.page_hiding(q, cursor, &|_| false)
+    }
+
+    /// [`Segments::page`] without the jobs `hidden` names, which are still
+    /// counted (the caller knows them, and subtracts those that match).
+    pub fn page_hiding(
+        &self,
+        q: &ListQuery,
+        cursor: Option<&Facts>,
+        hidden: &dyn Fn(&str) -> bool,
+    ) -> Result<Found, IndexError> {
+        let want = Want {
+            count: q.limit.map_or(usize::MAX, |l| q.offset.saturating_add(l)),
+            hidden,
+        };
         let (all, total) = if q.sort == Sort::Duration
             && q.before.is_none()
             && q.name.is_none()
@@ -883,9 +795,9 @@ impl Segments {
         {
             // Merged lazily: the page's jobs alone are read whole.
             let segments: Vec<&Segment> = self.segments.iter().collect();
-            merge_by_duration(&segments, q, cursor, wanted)?
+            merge_by_duration(&segments, q, cursor, want)?
         } else {
-            self.gather(q, cursor, wanted)?
+            self.gather(q, cursor, want)?
         };
         let (page, _) = q.pick(all.into_iter().map(Candidate::Read), cursor);
         let page = page.into_iter().filter_map(|c| match c {
@@ -900,7 +812,7 @@ impl Segments {
 mod tests {
     use super::*;
     use crate::SummaryParts;
-    use crate::query::Page;
+    use crate::query::{Order, Page};
     use crate::tests::{below, page_ids, rows_for};
 
     const NAMES: [&str; 4] = ["Nightly ETL", "adhoc", "nightly report", "Ünïcode"];

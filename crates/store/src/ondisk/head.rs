@@ -149,25 +149,23 @@ impl Layered {
         Ok((Self::new(Segments::open(&paths)?), paths))
     }
 
-    /// `q`'s page and how many jobs match it: the segments' page, asked
-    /// for as many more jobs as are hidden (so hiding cannot shorten it),
-    /// without the hidden ones, and the head's jobs, through the list's
-    /// own pass.
+    /// `q`'s page and how many jobs match it: the segments' page without
+    /// the hidden jobs (left out where the segments read them, so hiding
+    /// neither shortens the page nor widens what is read) and the head's
+    /// jobs, through the list's own pass; the count less the hidden jobs
+    /// that match.
     pub fn page(&self, q: &ListQuery, cursor: Option<&Facts>) -> Result<Found, IndexError> {
         let wider = ListQuery {
-            limit: q
-                .limit
-                .map(|l| q.offset.saturating_add(l).saturating_add(self.hidden.len())),
             offset: 0,
+            limit: q.limit.map(|l| q.offset.saturating_add(l)),
             ..q.clone()
         };
-        let (below, below_total) = self.segments.page(&wider, cursor)?;
+        let hidden = |id: &str| self.hidden.contains_key(id);
+        let (below, below_total) = self.segments.page_hiding(&wider, cursor, &hidden)?;
         let hidden_matching = self.hidden.values().filter(|j| q.matches(&***j)).count();
         let head_matching = self.head.values().filter(|j| q.matches(&***j)).count();
-        let shown = below
+        let candidates = below
             .into_iter()
-            .filter(|j| !self.hidden.contains_key(j.job_id()));
-        let candidates = shown
             .chain(self.head.values().cloned())
             .map(Candidate::Read);
         let (page, _) = q.pick(candidates, cursor);
