@@ -22,10 +22,11 @@
 //! - the records, each a job's record in the persistent index's format
 //!   (`snapshot`), in row order.
 //!
-//! The header: the row count, each region's offset, then per block of
-//! 4,096 rows the minimum and maximum of its position key, start, end and
-//! duration, its count of each state, and a checksum of its rows; then
-//! the schedulers' ids and the queries' labels.
+//! The header: the rows a block holds (4,096), the row count, each
+//! region's offset, then per block the minimum and maximum of its
+//! position key, start, end and duration, its count of each state, and a
+//! checksum of its rows; then the schedulers' ids and the queries'
+//! labels.
 //!
 //! **Why our own format, read by page.** The rows a filter reads are
 //! fixed-width, so a block is one read and a row is found by arithmetic;
@@ -47,9 +48,11 @@
 //!
 //! **Invariant:** nothing read from a segment is trusted: the header is
 //! checksummed, each block's rows are checked against their checksum when
-//! read whole, every row number and offset is bounds-checked, and a
-//! record must agree with its row (state, times, query hash), so a lying
-//! or truncated file gives an error, never a panic or another job.
+//! read whole, every row number and offset is bounds-checked (no read
+//! reaches past the file, nor allocates more than it holds), and a
+//! record must agree with its row (state, times, query hash, scheduler),
+//! so a damaged, truncated or lying file gives an error or, where its lie
+//! is consistent, its own wrong answer; never a panic.
 
 use crate::query::{Facts, FactsRef, JobFacts, ListQuery, Sort};
 use crate::snapshot::{Cursor, IndexError, checksum, decode_record};
@@ -1084,6 +1087,16 @@ mod tests {
         patch(&path, 20, &[good[20] ^ 1]);
         let err = Segment::open(&path).unwrap_err().to_string();
         assert!(err.contains("checksum"), "{err}");
+        reset();
+        // Blocks of another size (a test build's against a release
+        // build's), the header's checksum made to agree: foreign.
+        let len = u64::from_le_bytes(good[8..16].try_into().unwrap()) as usize;
+        let mut other = good.clone();
+        other[16..24].copy_from_slice(&4096u64.to_le_bytes());
+        let sum = checksum(&other[16..16 + len]);
+        other[16 + len..24 + len].copy_from_slice(&sum.to_le_bytes());
+        std::fs::write(&path, &other).unwrap();
+        assert!(matches!(Segment::open(&path), Err(IndexError::Foreign)));
         reset();
         // A header length past the end.
         patch(&path, 8, &u64::MAX.to_le_bytes());

@@ -184,6 +184,7 @@ impl<'a> Body<'a> {
             .filter_map(|&h| known.get(h).map(|l| (h, l)))
             .collect();
         let header_len = 8
+            + 8
             + 8 * 5
             + 8
             + blocks.len() * STATS_BYTES
@@ -198,6 +199,7 @@ impl<'a> Body<'a> {
         at[3] = at[2] + by_query.len() as u64;
         at[4] = at[3] + by_id.len() as u64;
         let mut header = Vec::with_capacity(header_len);
+        header.extend_from_slice(&(BLOCK as u64).to_le_bytes());
         header.extend_from_slice(&(n as u64).to_le_bytes());
         for a in at {
             header.extend_from_slice(&a.to_le_bytes());
@@ -241,6 +243,10 @@ impl<'a> Body<'a> {
 /// The segment of a checked header.
 pub(super) fn decode_header(file: File, body: &[u8]) -> Result<Segment, IndexError> {
     let mut c = Cursor::new(body);
+    if c.u64()? != BLOCK as u64 {
+        // A test build's blocks are smaller: its segments are not ours.
+        return Err(IndexError::Foreign);
+    }
     let rows = usize::try_from(c.u64()?)
         .ok()
         .filter(|&r| r < u32::MAX as usize)
