@@ -228,6 +228,16 @@ fn lists_and_restarts() {
     let jobs = corpus::summaries(n);
     std::fs::write(&index, bjh_store::snapshot::encode(jobs.iter())).unwrap();
     let segment_paths = write_segments(dir.path(), &jobs);
+    // A rescan's listing of the logs: every job's, as a directory lists
+    // them (in no order).
+    let mut listing: Vec<(String, bjh_store::Stamp)> = jobs
+        .iter()
+        .map(|j| (j.file_name().into_owned(), j.stamp()))
+        .collect();
+    let mut rng = corpus::Rng::new(3);
+    for i in (1..listing.len()).rev() {
+        listing.swap(i, rng.below(i as u64 + 1) as usize);
+    }
     drop(jobs);
     let index_bytes = std::fs::metadata(&index).unwrap().len();
 
@@ -440,6 +450,7 @@ fn lists_and_restarts() {
         );
     }
     on_disk(&segment_paths, n, &cases);
+    sort_out_listing(&segment_paths, &store, listing);
     metrics_scrape(Arc::new(store), n);
     process_restart(env_usize("SCALE_PROCESS_JOBS", n));
 }
@@ -605,6 +616,75 @@ fn head_of_changes(set: bjh_store::ondisk::Segments, n: usize) {
             corpus::ms(max)
         );
     }
+}
+
+/// A rescan's verification of a listing of every log: the catalog looks
+/// each log up (a hash lookup and a stamp comparison, as its rescan
+/// does); the segments sort the listing out in one merge with their
+/// listing tables. Then the same with a hundredth of the logs gone and as
+/// many new.
+fn sort_out_listing(
+    paths: &[std::path::PathBuf],
+    store: &LogStore,
+    mut listing: Vec<(String, bjh_store::Stamp)>,
+) {
+    use bjh_store::ondisk::{Segments, Standing};
+    use bjh_store::published::Covered;
+    let n = listing.len();
+    let set = Segments::open(paths).unwrap();
+    let catalog = |listing: &[(String, bjh_store::Stamp)]| {
+        listing
+            .iter()
+            .filter(|(name, stamp)| {
+                let id = name.strip_suffix(".eventlog").unwrap_or(name);
+                store.summary(id).is_some_and(|s| s.stamp() == *stamp)
+            })
+            .count()
+    };
+    let segments = |listing: &[(String, bjh_store::Stamp)]| {
+        let out = set.sort_out(listing, false, &Covered::All).unwrap();
+        let unchanged = out.standing.iter().filter(|s| **s == Standing::Unchanged);
+        (unchanged.count(), out.gone.len())
+    };
+    let time = |what: &str, f: &dyn Fn() -> usize| {
+        let samples: Vec<Duration> = (0..3)
+            .map(|_| {
+                let started = Instant::now();
+                assert_eq!(f(), n, "{what}");
+                started.elapsed()
+            })
+            .collect();
+        let (p50, p99, max) = corpus::percentiles(samples);
+        println!(
+            "| {what} | {} | {} | {} | 3 |",
+            corpus::ms(p50),
+            corpus::ms(p99),
+            corpus::ms(max)
+        );
+    };
+    println!("\n## A rescan's verification of a listing of all {n} logs\n");
+    println!("| what | p50 | p99 | max | runs |");
+    println!("| --- | --- | --- | --- | --- |");
+    time("catalog: a lookup a listed log (in memory)", &|| {
+        catalog(&listing)
+    });
+    time(
+        "segments: the listing sorted out in one merge (listed in no order)",
+        &|| segments(&listing).0,
+    );
+    let mut sorted = listing.clone();
+    sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    time(
+        "segments: the same, listed in name order (as an object store lists)",
+        &|| segments(&sorted).0,
+    );
+    // A hundredth gone and as many new: each counted.
+    let gone = n / 100;
+    listing.truncate(n - gone);
+    listing.extend((0..gone).map(|i| (format!("new-{i}.eventlog"), Default::default())));
+    let (unchanged, left) = segments(&listing);
+    assert_eq!((unchanged, left), (n - gone, gone));
+    assert_eq!(catalog(&listing), n - gone);
 }
 
 /// Memory per indexed job, each measured in a fresh process.

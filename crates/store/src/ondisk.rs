@@ -10,7 +10,7 @@
 //! catalog over the same jobs.
 //!
 //! Format (little-endian): the magic `BJHSEG01`, the header's length
-//! (u64), the header, its checksum (u64), then four regions:
+//! (u64), the header, its checksum (u64), then five regions:
 //!
 //! - the rows, in the default order (newest queued first, then id): 48
 //!   bytes each: the position key, start, end, query hash, the record's
@@ -20,13 +20,17 @@
 //! - the rows by duration (the list's duration key, then id), by query
 //!   hash (then the default order) and by id: a u32 row number each;
 //! - the records, each a job's record in the persistent index's format
-//!   (`snapshot`), in row order.
+//!   (`snapshot`), in row order;
+//! - the listing table (`names`): each job's log name (u32 length, bytes),
+//!   row (u32), size (u64) and modification time (i64 nanoseconds from
+//!   the epoch, `i64::MIN` none), in the names' byte order.
 //!
 //! The header: the rows a block holds (4,096), the row count, each
-//! region's offset, then per block the minimum and maximum of its
-//! position key, start, end and duration, its count of each state, and a
-//! checksum of its rows; then the schedulers' ids and the queries'
-//! labels.
+//! region's offset and the end of the last, then per block the minimum
+//! and maximum of its position key, start, end and duration, its count
+//! of each state, and a checksum of its rows; then the schedulers' ids,
+//! each with its count of each state; the queries' labels; and per block
+//! of the listing table its offset, checksum and first name.
 //!
 //! **Why our own format, read by page.** The rows a filter reads are
 //! fixed-width, so a block is one read and a row is found by arithmetic;
@@ -67,9 +71,12 @@ use std::sync::Arc;
 mod duration;
 mod head;
 mod layout;
+mod names;
 use duration::merge_by_duration;
 pub use head::Layered;
 use layout::{Fixed, Stats, decode_header, encode};
+use names::NameBlock;
+pub use names::{Listed, SortedOut, Standing};
 
 const MAGIC: &[u8; 8] = b"BJHSEG01";
 /// Rows a block of statistics covers.
@@ -84,6 +91,9 @@ const MAX_HEADER: u64 = 64 << 20;
 /// The longest record read (a job's strings are capped long before).
 const MAX_RECORD: u32 = 1 << 20;
 const STATES: usize = JobState::ALL.len();
+/// The offsets the header states: each region's start, and the end of
+/// the last.
+const REGIONS: usize = 7;
 
 /// How many jobs a page needs from a segment, and which of its jobs to
 /// leave out of them (those a head of changes hides; still counted: the
@@ -167,10 +177,15 @@ pub struct Segment {
     /// Its size when opened.
     size: u64,
     rows: usize,
-    /// Offsets of the rows, the three orders and the records.
-    at: [u64; 5],
+    /// Offsets of the rows, the three orders, the records and the
+    /// listing table, and the end of the table.
+    at: [u64; REGIONS],
     blocks: Vec<Stats>,
     schedulers: Vec<Arc<str>>,
+    /// Each scheduler's count of each state.
+    by_sched: Vec<[u32; STATES]>,
+    /// The listing table's blocks.
+    name_blocks: Vec<NameBlock>,
 }
 
 /// Which order a permutation region holds.
@@ -213,16 +228,23 @@ impl Segment {
         }
         let mut segment = decode_header(file, body)?;
         segment.size = meta.len();
-        let end = segment.at[4];
+        let at = segment.at;
         let rows = segment.rows as u64;
         let sizes = [ROW as u64, 4, 4, 4];
         for (i, size) in sizes.iter().enumerate() {
-            if segment.at[i].checked_add(rows * size) != Some(segment.at[i + 1]) {
+            if at[i].checked_add(rows * size) != Some(at[i + 1]) {
                 return Err(IndexError::Damaged("regions out of place"));
             }
         }
-        if end > meta.len() || segment.at[0] < 24 + len {
+        if at[4] > at[5] || at[5] > at[6] || at[6] != meta.len() || at[0] < 24 + len {
             return Err(IndexError::Damaged("regions out of place"));
+        }
+        let states = segment.counts();
+        for (i, all) in states.iter().enumerate() {
+            let named: u64 = segment.by_sched.iter().map(|c| u64::from(c[i])).sum();
+            if named > *all as u64 {
+                return Err(IndexError::Damaged("more jobs by scheduler than in all"));
+            }
         }
         segment.blocks.shrink_to_fit();
         Ok(segment)
@@ -248,6 +270,40 @@ impl Segment {
         std::mem::size_of::<Self>()
             + self.blocks.capacity() * std::mem::size_of::<Stats>()
             + self.schedulers.iter().map(|s| s.len() + 16).sum::<usize>()
+            + self.by_sched.capacity() * std::mem::size_of::<[u32; STATES]>()
+            + (self.name_blocks.iter())
+                .map(|b| std::mem::size_of::<NameBlock>() + b.first.len())
+                .sum::<usize>()
+    }
+
+    /// How many of its jobs are in each state (by [`JobState::index`]),
+    /// from its blocks' statistics.
+    pub fn counts(&self) -> [usize; STATES] {
+        let mut out = [0; STATES];
+        for b in &self.blocks {
+            for (n, c) in out.iter_mut().zip(b.states) {
+                *n += c as usize;
+            }
+        }
+        out
+    }
+
+    /// [`Segment::counts`] per scheduler, by id; the jobs whose logs name
+    /// none under `None` (left out when there are none).
+    pub fn counts_by_scheduler(&self) -> Vec<(Option<Arc<str>>, [usize; STATES])> {
+        let mut unnamed = self.counts();
+        let mut out = Vec::with_capacity(self.schedulers.len() + 1);
+        for (id, counts) in self.schedulers.iter().zip(&self.by_sched) {
+            let counts = counts.map(|c| c as usize);
+            for (all, theirs) in unnamed.iter_mut().zip(counts) {
+                *all -= theirs;
+            }
+            out.push((Some(id.clone()), counts));
+        }
+        if unnamed.iter().any(|&n| n > 0) {
+            out.push((None, unnamed));
+        }
+        out
     }
 
     fn read(&self, at: u64, len: usize) -> Result<Vec<u8>, IndexError> {
@@ -294,8 +350,9 @@ impl Segment {
         if f.rec_len > MAX_RECORD {
             return Err(IndexError::Damaged("a record too long"));
         }
-        let at =
-            (self.at[4].checked_add(f.rec)).ok_or(IndexError::Damaged("a record past the end"))?;
+        let at = (self.at[4].checked_add(f.rec))
+            .filter(|at| at + u64::from(f.rec_len) <= self.at[5])
+            .ok_or(IndexError::Damaged("a record past the end"))?;
         self.read(at, f.rec_len as usize)
     }
 
@@ -629,7 +686,7 @@ impl Segment {
             // read allocate more than the segment's size).
             let span = span.filter(|&s| {
                 let end = self.at[4].checked_add(from).and_then(|a| a.checked_add(s));
-                end.is_some_and(|end| end <= self.size)
+                end.is_some_and(|end| end <= self.at[5])
             });
             let span = span.ok_or(IndexError::Damaged("records out of order"))?;
             let bytes = self.read(self.at[4] + from, span as usize)?;
@@ -861,9 +918,16 @@ mod tests {
             stages: [2, 1],
             percent_complete: 50,
             dropped_records: r(2),
-            file_name: &format!("{id}.eventlog"),
+            // Plain, compressed and odd names; stamps with and without a
+            // modification time.
+            file_name: &match r(4) {
+                0 => format!("{id}.eventlog.zst"),
+                1 => format!("odd-{id}.eventlog"),
+                _ => format!("{id}.eventlog"),
+            },
             len: 10 + r(1_000),
-            modified: None,
+            modified: (r(3) > 0)
+                .then(|| std::time::UNIX_EPOCH + std::time::Duration::from_nanos(r(1 << 50))),
             ranges: None,
             scheduler_id: SCHEDULERS[r(3) as usize],
             usage: None,

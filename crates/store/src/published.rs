@@ -120,20 +120,23 @@ pub fn segment<'a>(jobs: impl Iterator<Item = &'a JobSummary>) -> (String, Vec<u
 /// Which names a listing pass covered: a job whose log is not listed is
 /// gone only if the pass covered its name.
 #[derive(Debug, Clone, Default)]
-pub(crate) enum Covered {
+pub enum Covered {
     /// The whole prefix (or a local directory).
     #[default]
     All,
     /// Names after `after` (from the first: `None`), up to and with
     /// `upto` (to the end: `None`).
     Range {
+        /// The name the covered ones follow.
         after: Option<String>,
+        /// The last covered name.
         upto: Option<String>,
     },
 }
 
 impl Covered {
-    pub(crate) fn covers(&self, name: &str) -> bool {
+    /// Whether the listing covered `name`.
+    pub fn covers(&self, name: &str) -> bool {
         match self {
             Self::All => true,
             Self::Range { after, upto } => {

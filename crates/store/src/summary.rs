@@ -426,7 +426,8 @@ impl JobSummary {
         self.ranges.as_deref().copied()
     }
 
-    pub(crate) fn stamp(&self) -> Stamp {
+    /// The log's size and modification time when it was indexed.
+    pub fn stamp(&self) -> Stamp {
         Stamp {
             len: self.len,
             modified: (self.modified != i64::MIN).then(|| time_from_nanos(self.modified)),

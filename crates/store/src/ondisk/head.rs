@@ -5,12 +5,14 @@
 //! Memory grows with the changes, not with the jobs; writing the head out
 //! as a segment (and merging segments) is what bounds it.
 
-use super::{Candidate, Found, Segment, Segments};
+use super::{Candidate, Found, STATES, Segment, Segments, SortedOut, Standing};
+use crate::location::Stamp;
+use crate::published::Covered;
 use crate::query::{Facts, JobFacts, ListQuery};
 use crate::snapshot::IndexError;
 use crate::summary::JobSummary;
 use std::cmp::Reverse;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -149,6 +151,112 @@ impl Layered {
         Ok((Self::new(Segments::open(&paths)?), paths))
     }
 
+    /// How many jobs are in each state (by [`bjh_format::JobState::index`]):
+    /// the segments' (from their statistics), less the hidden, with the
+    /// head's. Reads nothing.
+    pub fn counts(&self) -> [usize; STATES] {
+        let mut out = [0; STATES];
+        for s in self.segments.iter() {
+            for (n, c) in out.iter_mut().zip(s.counts()) {
+                *n += c;
+            }
+        }
+        for j in self.hidden.values() {
+            out[j.state().index()] -= 1;
+        }
+        for j in self.head.values() {
+            out[j.state().index()] += 1;
+        }
+        out
+    }
+
+    /// [`Layered::counts`] per scheduler, by id (the jobs whose logs name
+    /// none under `None`), in the order of the ids, `None` last; a
+    /// scheduler with no job left is left out.
+    pub fn counts_by_scheduler(&self) -> Vec<(Option<Arc<str>>, [usize; STATES])> {
+        let mut by: BTreeMap<(bool, Option<Arc<str>>), [usize; STATES]> = BTreeMap::new();
+        for s in self.segments.iter() {
+            for (id, counts) in s.counts_by_scheduler() {
+                let mine = by.entry((id.is_none(), id)).or_default();
+                for (n, c) in mine.iter_mut().zip(counts) {
+                    *n += c;
+                }
+            }
+        }
+        let key = |j: &JobSummary| {
+            let id: Option<Arc<str>> = j.scheduler_id().map(Arc::from);
+            (id.is_none(), id)
+        };
+        for j in self.hidden.values() {
+            if let Some(counts) = by.get_mut(&key(j)) {
+                counts[j.state().index()] -= 1;
+            }
+        }
+        for j in self.head.values() {
+            by.entry(key(j)).or_default()[j.state().index()] += 1;
+        }
+        by.into_iter()
+            .filter(|(_, counts)| counts.iter().any(|&n| n > 0))
+            .map(|((_, id), counts)| (id, counts))
+            .collect()
+    }
+
+    /// Every job: the head's, then the segments' not hidden, read block
+    /// by block.
+    pub fn jobs(&self) -> impl Iterator<Item = Result<Arc<JobSummary>, IndexError>> + '_ {
+        let below = self.segments.iter().flat_map(|s| {
+            s.jobs().filter(|j| {
+                j.as_ref()
+                    .map_or(true, |j| !self.hidden.contains_key(j.job_id()))
+            })
+        });
+        self.head.values().cloned().map(Ok).chain(below)
+    }
+
+    /// [`Segments::sort_out`] over the jobs as they are now: a log the
+    /// head holds stands by the head's stamp; a hidden job's log is not
+    /// the segments' to hold (listed, it is new unless the head holds
+    /// it; unlisted, it is not gone again); the head's logs the listing
+    /// covered and did not name are gone too (segment index
+    /// `usize::MAX`, row 0).
+    pub fn sort_out(
+        &self,
+        listing: &[(String, Stamp)],
+        whole_seconds: bool,
+        covered: &Covered,
+    ) -> Result<SortedOut, IndexError> {
+        let mut out = self.segments.sort_out(listing, whole_seconds, covered)?;
+        let head: HashMap<std::borrow::Cow<'_, str>, &Arc<JobSummary>> =
+            self.head.values().map(|j| (j.file_name(), j)).collect();
+        let hidden: HashSet<std::borrow::Cow<'_, str>> =
+            self.hidden.values().map(|j| j.file_name()).collect();
+        let mut listed_head = HashSet::new();
+        for ((name, stamp), standing) in listing.iter().zip(&mut out.standing) {
+            if let Some(j) = head.get(name.as_str()) {
+                listed_head.insert(name.as_str());
+                *standing = if j.stamp().same(*stamp, whole_seconds) {
+                    Standing::Unchanged
+                } else {
+                    Standing::Changed
+                };
+            } else if hidden.contains(name.as_str()) {
+                *standing = Standing::New;
+            }
+        }
+        out.gone.retain(|(_, l)| !hidden.contains(l.name.as_str()));
+        for (name, j) in &head {
+            if covered.covers(name) && !listed_head.contains(&**name) {
+                let log = super::Listed {
+                    name: name.to_string(),
+                    stamp: j.stamp(),
+                    row: 0,
+                };
+                out.gone.push((usize::MAX, log));
+            }
+        }
+        Ok(out)
+    }
+
     /// `q`'s page and how many jobs match it: the segments' page without
     /// the hidden jobs (left out where the segments read them, so hiding
     /// neither shortens the page nor widens what is read) and the head's
@@ -181,9 +289,69 @@ impl Layered {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ondisk::names::tests::{covered, listing};
     use crate::ondisk::tests::{assert_same, job, jobs, random_query, segments};
     use crate::tests::{below, rows_for};
     use std::collections::BTreeMap;
+
+    /// Counts (all, by scheduler), every job, and a listing sorted out,
+    /// each against the map of the jobs as they are.
+    fn the_rest_as_the_map_says(
+        layered: &Layered,
+        now: &BTreeMap<String, Arc<JobSummary>>,
+        all: &[Arc<JobSummary>],
+        r: &mut impl FnMut(u64) -> u64,
+        round: usize,
+    ) {
+        let jobs: Vec<Arc<JobSummary>> = now.values().cloned().collect();
+        let mut counts = [0; STATES];
+        let mut by: BTreeMap<(bool, Option<String>), [usize; STATES]> = BTreeMap::new();
+        for j in &jobs {
+            counts[j.state().index()] += 1;
+            let id = j.scheduler_id().map(str::to_string);
+            by.entry((id.is_none(), id)).or_default()[j.state().index()] += 1;
+        }
+        assert_eq!(layered.counts(), counts, "round {round}");
+        let got: Vec<(Option<String>, [usize; STATES])> = (layered.counts_by_scheduler())
+            .into_iter()
+            .map(|(id, c)| (id.map(|i| i.to_string()), c))
+            .collect();
+        let want: Vec<_> = by.into_iter().map(|((_, id), c)| (id, c)).collect();
+        assert_eq!(got, want, "round {round}");
+        let mut every: Vec<bytes::Bytes> = (layered.jobs()).map(|j| j.unwrap().entry()).collect();
+        let mut want: Vec<bytes::Bytes> = jobs.iter().map(|j| j.entry()).collect();
+        every.sort();
+        want.sort();
+        assert_eq!(every, want, "round {round}");
+        let names: Vec<String> = jobs.iter().map(|j| j.file_name().to_string()).collect();
+        let mut listed = listing(&jobs, r);
+        // Logs of jobs removed (or renamed by a replacement) listed again:
+        // new, whatever the segments held of them.
+        let current: HashSet<&str> = names.iter().map(String::as_str).collect();
+        for j in all.iter().step_by(7) {
+            let name = j.file_name();
+            if !current.contains(&*name) {
+                listed.push((name.to_string(), j.stamp(), [Standing::New; 2]));
+            }
+        }
+        let covered = covered(&names, r);
+        let plain: Vec<(String, Stamp)> = listed.iter().map(|(n, s, _)| (n.clone(), *s)).collect();
+        for (objects, whole) in [(0, false), (1, true)] {
+            let got = layered.sort_out(&plain, whole, &covered).unwrap();
+            let want: Vec<Standing> = listed.iter().map(|l| l.2[objects]).collect();
+            assert_eq!(got.standing, want, "round {round} {covered:?}");
+            let listed: HashSet<&str> = listed.iter().map(|l| l.0.as_str()).collect();
+            let mut gone: Vec<&str> = got.gone.iter().map(|g| g.1.name.as_str()).collect();
+            let mut want: Vec<&str> = names
+                .iter()
+                .map(String::as_str)
+                .filter(|n| covered.covers(n) && !listed.contains(n))
+                .collect();
+            gone.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(gone, want, "round {round} {covered:?}");
+        }
+    }
 
     /// Through inserts of new jobs, replacements of the segments' jobs
     /// and of the head's, and removals of either (and of absent ids),
@@ -237,6 +405,9 @@ mod tests {
             let id = all[r(all.len() as u64) as usize].job_id();
             let found = layered.get(id).unwrap().map(|j| j.entry());
             assert_eq!(found, now.get(id).map(|j| j.entry()), "{id}");
+            if round % 20 == 0 {
+                the_rest_as_the_map_says(&layered, &now, &all, &mut r, round);
+            }
         }
         assert!(layered.changes() > 100, "{}", layered.changes());
         // Rewritten: the same jobs, in segments of at most 300, newest

@@ -2,7 +2,8 @@
 //! the writing and the header's reading of the format the parent module
 //! describes.
 
-use super::{BLOCK, MAGIC, MAX_RECORD, ROW, STATES, Segment};
+use super::names::{NameBlock, encode_names};
+use super::{BLOCK, MAGIC, MAX_RECORD, REGIONS, ROW, STATES, Segment};
 use crate::query::JobFacts;
 use crate::snapshot::{Cursor, IndexError, checksum, encode_record};
 use crate::summary::JobSummary;
@@ -81,7 +82,7 @@ pub(super) fn encode(jobs: &[&JobSummary]) -> Result<Vec<u8>, IndexError> {
         (Reverse(a.position_key()), a.job_id()).cmp(&(Reverse(b.position_key()), b.job_id()))
     });
     let body = Body::of(&order)?;
-    Ok(body.bytes(&order))
+    body.bytes(&order)
 }
 
 /// The rows, records and block statistics of jobs in the default order,
@@ -91,6 +92,8 @@ struct Body<'a> {
     records: Vec<u8>,
     blocks: Vec<Stats>,
     schedulers: Vec<&'a str>,
+    /// Each scheduler's count of each state.
+    by_sched: Vec<[u32; STATES]>,
     hashes: std::collections::BTreeSet<u64>,
 }
 
@@ -102,6 +105,7 @@ impl<'a> Body<'a> {
         let mut rows = Vec::with_capacity(order.len() * ROW);
         let mut blocks = Vec::new();
         let mut hashes = std::collections::BTreeSet::new();
+        let mut by_sched: Vec<[u32; STATES]> = Vec::new();
         for chunk in order.chunks(BLOCK) {
             let mut stats = Stats {
                 ranges: [[u64::MAX, 0]; 4],
@@ -112,9 +116,13 @@ impl<'a> Body<'a> {
                 let sched = s.scheduler_id().map_or(u32::MAX, |id| {
                     *sched_index.entry(id).or_insert_with(|| {
                         schedulers.push(id);
+                        by_sched.push([0; STATES]);
                         schedulers.len() as u32 - 1
                     })
                 });
+                if let Some(counts) = by_sched.get_mut(sched as usize) {
+                    counts[s.state().index()] += 1;
+                }
                 let rec = records.len() as u64;
                 encode_record(&mut records, s, None);
                 let f = Fixed {
@@ -151,33 +159,24 @@ impl<'a> Body<'a> {
             records,
             blocks,
             schedulers,
+            by_sched,
             hashes,
         })
     }
 
     /// The whole segment: header, its checksum, the regions.
-    fn bytes(self, order: &[&JobSummary]) -> Vec<u8> {
+    fn bytes(self, order: &[&JobSummary]) -> Result<Vec<u8>, IndexError> {
         let Body {
             rows,
             records,
             blocks,
             schedulers,
+            by_sched,
             hashes,
         } = self;
+        let (names, name_blocks) = encode_names(order)?;
         let n = order.len();
-        let perm = |cmp: &dyn Fn(&usize, &usize) -> Ordering| {
-            let mut p: Vec<usize> = (0..n).collect();
-            p.sort_unstable_by(|a, b| cmp(a, b));
-            p.iter()
-                .flat_map(|&r| (r as u32).to_le_bytes())
-                .collect::<Vec<u8>>()
-        };
-        let dur_key = |s: &JobSummary| s.duration().unwrap_or(u64::MAX);
-        let by_duration = perm(&|&a, &b| {
-            (dur_key(order[a]), order[a].job_id()).cmp(&(dur_key(order[b]), order[b].job_id()))
-        });
-        let by_query = perm(&|&a, &b| (order[a].query_hash(), a).cmp(&(order[b].query_hash(), b)));
-        let by_id = perm(&|&a, &b| order[a].job_id().cmp(order[b].job_id()));
+        let [by_duration, by_query, by_id] = orders(order);
         let known = crate::labels::all();
         let labels: Vec<(u64, &str)> = hashes
             .iter()
@@ -185,19 +184,27 @@ impl<'a> Body<'a> {
             .collect();
         let header_len = 8
             + 8
-            + 8 * 5
+            + 8 * REGIONS
             + 8
             + blocks.len() * STATS_BYTES
             + 4
-            + schedulers.iter().map(|s| 4 + s.len()).sum::<usize>()
+            + schedulers
+                .iter()
+                .map(|s| 4 + s.len() + 4 * STATES)
+                .sum::<usize>()
             + 4
-            + labels.iter().map(|(_, l)| 12 + l.len()).sum::<usize>();
-        let mut at = [0u64; 5];
+            + labels.iter().map(|(_, l)| 12 + l.len()).sum::<usize>()
+            + 8
+            + name_blocks
+                .iter()
+                .map(|b| 20 + b.first.len())
+                .sum::<usize>();
+        let regions = [&rows, &by_duration, &by_query, &by_id, &records, &names];
+        let mut at = [0u64; REGIONS];
         at[0] = (16 + header_len + 8) as u64;
-        at[1] = at[0] + rows.len() as u64;
-        at[2] = at[1] + by_duration.len() as u64;
-        at[3] = at[2] + by_query.len() as u64;
-        at[4] = at[3] + by_id.len() as u64;
+        for (i, region) in regions.iter().enumerate() {
+            at[i + 1] = at[i] + region.len() as u64;
+        }
         let mut header = Vec::with_capacity(header_len);
         header.extend_from_slice(&(BLOCK as u64).to_le_bytes());
         header.extend_from_slice(&(n as u64).to_le_bytes());
@@ -220,24 +227,53 @@ impl<'a> Body<'a> {
             out.extend_from_slice(s.as_bytes());
         };
         header.extend_from_slice(&(schedulers.len() as u32).to_le_bytes());
-        for s in &schedulers {
+        for (s, counts) in schedulers.iter().zip(&by_sched) {
             put_str(&mut header, s);
+            for c in counts {
+                header.extend_from_slice(&c.to_le_bytes());
+            }
         }
         header.extend_from_slice(&(labels.len() as u32).to_le_bytes());
         for (h, l) in &labels {
             header.extend_from_slice(&h.to_le_bytes());
             put_str(&mut header, l);
         }
+        header.extend_from_slice(&(name_blocks.len() as u64).to_le_bytes());
+        for b in &name_blocks {
+            header.extend_from_slice(&b.at.to_le_bytes());
+            header.extend_from_slice(&b.sum.to_le_bytes());
+            put_str(&mut header, &b.first);
+        }
         debug_assert_eq!(header.len(), header_len);
         let mut out = MAGIC.to_vec();
         out.extend_from_slice(&(header.len() as u64).to_le_bytes());
         out.extend_from_slice(&header);
         out.extend_from_slice(&checksum(&header).to_le_bytes());
-        for region in [rows, by_duration, by_query, by_id, records] {
-            out.extend_from_slice(&region);
+        for region in regions {
+            out.extend_from_slice(region);
         }
-        out
+        Ok(out)
     }
+}
+
+/// The permutations of `order`'s rows: by duration (then id), by query
+/// hash (then row), by id.
+fn orders(order: &[&JobSummary]) -> [Vec<u8>; 3] {
+    let n = order.len();
+    let perm = |cmp: &dyn Fn(&usize, &usize) -> Ordering| {
+        let mut p: Vec<usize> = (0..n).collect();
+        p.sort_unstable_by(|a, b| cmp(a, b));
+        p.iter()
+            .flat_map(|&r| (r as u32).to_le_bytes())
+            .collect::<Vec<u8>>()
+    };
+    let dur_key = |s: &JobSummary| s.duration().unwrap_or(u64::MAX);
+    let by_duration = perm(&|&a, &b| {
+        (dur_key(order[a]), order[a].job_id()).cmp(&(dur_key(order[b]), order[b].job_id()))
+    });
+    let by_query = perm(&|&a, &b| (order[a].query_hash(), a).cmp(&(order[b].query_hash(), b)));
+    let by_id = perm(&|&a, &b| order[a].job_id().cmp(order[b].job_id()));
+    [by_duration, by_query, by_id]
 }
 
 /// The segment of a checked header.
@@ -251,7 +287,7 @@ pub(super) fn decode_header(file: File, body: &[u8]) -> Result<Segment, IndexErr
         .ok()
         .filter(|&r| r < u32::MAX as usize)
         .ok_or(IndexError::Damaged("too many rows"))?;
-    let mut at = [0u64; 5];
+    let mut at = [0u64; REGIONS];
     for a in &mut at {
         *a = c.u64()?;
     }
@@ -274,12 +310,33 @@ pub(super) fn decode_header(file: File, body: &[u8]) -> Result<Segment, IndexErr
         blocks.push(s);
     }
     let mut schedulers = Vec::new();
+    let mut by_sched = Vec::new();
     for _ in 0..c.u32()? {
         schedulers.push(Arc::from(c.str()?));
+        let mut counts = [0u32; STATES];
+        for n in &mut counts {
+            *n = c.u32()?;
+        }
+        by_sched.push(counts);
     }
     for _ in 0..c.u32()? {
         let hash = c.u64()?;
         crate::labels::remember(hash, Some(c.str()?));
+    }
+    let names = c.u64()?;
+    if names != rows.div_ceil(BLOCK) as u64 {
+        return Err(IndexError::Damaged(
+            "the name block count disagrees with the rows",
+        ));
+    }
+    let mut name_blocks = Vec::with_capacity(names as usize);
+    for _ in 0..names {
+        let (at, sum) = (c.u64()?, c.u64()?);
+        name_blocks.push(NameBlock {
+            at,
+            sum,
+            first: c.str()?.into(),
+        });
     }
     if !c.done() {
         return Err(IndexError::Damaged("bytes after the header"));
@@ -291,5 +348,7 @@ pub(super) fn decode_header(file: File, body: &[u8]) -> Result<Segment, IndexErr
         at,
         blocks,
         schedulers,
+        by_sched,
+        name_blocks,
     })
 }
