@@ -57,6 +57,7 @@ macro_rules! ordered_by_key {
 }
 
 pub mod cluster;
+mod cold;
 pub mod labels;
 pub mod ondisk;
 pub mod published;
@@ -186,6 +187,21 @@ pub struct LogStore {
     /// Jobs taken in (`take_in_found`) while a rescan of a prefix runs:
     /// its listing may predate their objects, and they are not gone.
     taken_in: parking_lot::Mutex<Option<HashSet<Arc<str>>>>,
+    /// Completed jobs moved to segments on disk (`cold`), less those the
+    /// catalog holds again or forgot (hidden).
+    cold: parking_lot::RwLock<ondisk::Layered>,
+    /// Where and from how many jobs in memory to move them, if anywhere.
+    spill: Option<cold::Spill>,
+    /// Changes whenever the segments' jobs do.
+    cold_version: std::sync::atomic::AtomicU64,
+    /// The last error reading the segments, so a lasting one is logged once.
+    cold_error: parking_lot::Mutex<Option<String>>,
+    /// Segments no longer serving, to remove once a saved manifest no
+    /// longer names them.
+    retired: parking_lot::Mutex<Vec<PathBuf>>,
+    /// Whether segments were loaded from beside the index (its manifest
+    /// is then kept up to date even with nothing spilled).
+    spilled_before: AtomicBool,
 }
 
 /// The least time between two saves of the persistent index (a save of a
@@ -210,7 +226,7 @@ impl LogStore {
     /// An empty index of `dir`; call [`LogStore::rescan`] to fill it.
     pub fn new(dir: impl Into<PathBuf>, metrics: Arc<HistoryMetrics>) -> Self {
         heap::fix_thresholds();
-        Self {
+        let store = Self {
             dir: dir.into(),
             remote: None,
             ranges: parking_lot::Mutex::new(HashMap::new()),
@@ -230,7 +246,16 @@ impl LogStore {
             page_keys: published::PAGE_KEYS,
             publishing: None,
             taken_in: parking_lot::Mutex::new(None),
-        }
+            cold: parking_lot::RwLock::new(ondisk::Layered::default()),
+            spill: None,
+            cold_version: std::sync::atomic::AtomicU64::new(0),
+            cold_error: parking_lot::Mutex::new(None),
+            retired: parking_lot::Mutex::new(Vec::new()),
+            spilled_before: AtomicBool::new(false),
+        };
+        #[cfg(test)]
+        let store = store.spill_under_test();
+        store
     }
 
     /// The cluster logs beside the job logs (`DIR/.cluster/`, or
@@ -329,6 +354,10 @@ impl LogStore {
 
     /// Keeps a persistent index at `path` (its format: ARCHITECTURE.md).
     pub fn with_index_file(mut self, path: Option<PathBuf>) -> Self {
+        // Segments spill beside the index, where a restart finds them.
+        if let (Some(spill), Some(index)) = (&mut self.spill, &path) {
+            spill.dir = cold::spill_dir_of(index);
+        }
         self.index_file = path;
         self
     }
@@ -353,23 +382,35 @@ impl LogStore {
     /// The completed jobs that ran at some time in `[from, to)`: started
     /// before `to` and ended at or after `from`.
     pub fn ran_between(&self, from: u64, to: u64) -> Vec<Arc<JobSummary>> {
-        self.catalog
+        let ran = |s: &Arc<JobSummary>| s.start_time < to && s.end_time.max(s.start_time) >= from;
+        let mut out: Vec<Arc<JobSummary>> = self
+            .catalog
             .read()
             .jobs
             .iter()
-            .filter(|ById(s)| s.start_time < to && s.end_time.max(s.start_time) >= from)
-            .map(|ById(s)| s.clone())
-            .collect()
+            .map(|ById(s)| s)
+            .filter(|s| ran(s))
+            .cloned()
+            .collect();
+        if self.has_cold() {
+            out.extend(self.cold_jobs().into_iter().filter(ran));
+        }
+        out
     }
 
     /// Every completed log the index holds: id, file name, size, end time
     /// (epoch millis; the file's modification time when the log has none).
     pub fn completed_files(&self) -> Vec<CompletedFile> {
-        self.catalog
-            .read()
-            .jobs
-            .iter()
-            .map(|ById(s)| CompletedFile {
+        let cold = if self.has_cold() {
+            self.cold_jobs()
+        } else {
+            Vec::new()
+        };
+        let catalog = self.catalog.read();
+        let catalog = catalog.jobs.iter().map(|ById(s)| s);
+        catalog
+            .chain(&cold)
+            .map(|s| CompletedFile {
                 job_id: s.job_id().into(),
                 file_name: s.file_name().into(),
                 len: s.len,
@@ -387,7 +428,8 @@ impl LogStore {
 
     /// Drops a completed job from the index at once (its log was deleted).
     pub fn forget(&self, job_id: &str) {
-        if self.catalog.write().remove(job_id).is_some() {
+        let mut catalog = self.catalog.write();
+        if catalog.remove(job_id).is_some() || self.cold_hide(job_id) {
             self.dirty.store(true, Ordering::Release);
         }
     }
@@ -410,12 +452,12 @@ impl LogStore {
 
     /// Whether `job_id` is indexed as completed.
     pub fn contains(&self, job_id: &str) -> bool {
-        self.catalog.read().jobs.contains(job_id)
+        self.catalog.read().jobs.contains(job_id) || self.cold_get(job_id).is_some()
     }
 
     /// Number of completed jobs indexed.
     pub fn len(&self) -> usize {
-        self.catalog.read().jobs.len()
+        self.catalog.read().jobs.len() + self.spilled()
     }
 
     /// Whether no completed job is indexed.
@@ -425,7 +467,7 @@ impl LogStore {
 
     /// The completed job's summary, if indexed.
     pub fn summary(&self, job_id: &str) -> Option<Arc<JobSummary>> {
-        self.catalog.read().get(job_id).cloned()
+        self.completed(job_id)
     }
 
     /// The unfinished job's index entry and state, if indexed (and not
@@ -435,35 +477,41 @@ impl LogStore {
         if index.jobs.contains(job_id) {
             return None;
         }
-        let u = index.unfinished.get(job_id)?;
-        Some((u.clone(), u.state(SystemTime::now(), self.abandoned_after)))
+        let u = index.unfinished.get(job_id)?.clone();
+        drop(index);
+        if self.cold_get(job_id).is_some() {
+            return None;
+        }
+        let state = u.state(SystemTime::now(), self.abandoned_after);
+        Some((u, state))
     }
 
     /// A job's log, completed or unfinished.
     pub fn log_of(&self, job_id: &str) -> Option<LogRef> {
-        let index = self.catalog.read();
-        match index.get(job_id) {
-            Some(s) => Some(self.log_indexed(&s.file_name(), s.stamp())),
-            None => {
-                let u = index.unfinished.get(job_id)?;
-                Some(self.log(&u.file_name, u.stamp.len))
-            }
+        if let Some(s) = self.completed(job_id) {
+            return Some(self.log_indexed(&s.file_name(), s.stamp()));
         }
+        let index = self.catalog.read();
+        let u = index.unfinished.get(job_id)?;
+        Some(self.log(&u.file_name, u.stamp.len))
     }
 
     /// A number that changes whenever the completed jobs change (one is
     /// added, replaced or forgotten), so a reader can tell nothing did.
     pub fn version(&self) -> u64 {
-        self.catalog.read().version
+        self.catalog
+            .read()
+            .version
+            .wrapping_add(self.cold_version() << 32)
     }
 
     /// The size of a job's log when it was last indexed.
     pub fn log_len(&self, job_id: &str) -> Option<u64> {
-        let index = self.catalog.read();
-        match index.get(job_id) {
-            Some(s) => Some(s.len),
-            None => index.unfinished.get(job_id).map(|u| u.stamp.len),
+        if let Some(s) = self.completed(job_id) {
+            return Some(s.len);
         }
+        let index = self.catalog.read();
+        index.unfinished.get(job_id).map(|u| u.stamp.len)
     }
 
     /// Runs `f` over every completed job's summary, newest queued first,
@@ -473,6 +521,18 @@ impl LogStore {
         &self,
         f: impl FnOnce(&mut dyn Iterator<Item = &JobSummary>) -> T,
     ) -> T {
+        if self.has_cold() {
+            // Collected and ordered (the segments' jobs are read whole).
+            let mut all = self.cold_jobs();
+            let index = self.catalog.read();
+            all.extend(index.order.iter().map(|ByPosition(s)| s.clone()));
+            drop(index);
+            all.sort_unstable_by(|a, b| {
+                (Reverse(a.position_key()), a.job_id())
+                    .cmp(&(Reverse(b.position_key()), b.job_id()))
+            });
+            return f(&mut all.iter().map(|s| &**s));
+        }
         let index = self.catalog.read();
         let mut jobs = index.order.iter().map(|ByPosition(s)| &**s);
         f(&mut jobs)
@@ -480,10 +540,10 @@ impl LogStore {
 
     /// The facts of a job, completed or unfinished (for a list cursor).
     pub fn facts(&self, job_id: &str) -> Option<Facts> {
-        let index = self.catalog.read();
-        if let Some(s) = index.get(job_id) {
-            return Some(Facts::of(&**s));
+        if let Some(s) = self.completed(job_id) {
+            return Some(Facts::of(&*s));
         }
+        let index = self.catalog.read();
         let u = index.unfinished.get(job_id)?;
         Some(u.facts(u.state(SystemTime::now(), self.abandoned_after)))
     }
@@ -492,8 +552,20 @@ impl LogStore {
     /// jobs, and unfinished ones when `unfinished`, leaving out the ids in
     /// `skip`. Costs O(skip + unfinished), not O(jobs).
     pub fn counts(&self, skip: &HashSet<String>, unfinished: bool) -> [usize; 6] {
+        let cold = self.has_cold();
+        let cold_skip: HashSet<String> = {
+            let index = self.catalog.read();
+            (skip.iter())
+                .filter(|id| cold && !index.jobs.contains(id.as_str()))
+                .cloned()
+                .collect()
+        };
+        let spilled = self.cold_counts(&cold_skip);
         let index = self.catalog.read();
         let mut counts = index.counts;
+        for (n, c) in counts.iter_mut().zip(spilled) {
+            *n += c;
+        }
         for id in skip {
             if let Some(s) = index.get(id) {
                 counts[s.state().index()] -= 1;
@@ -502,7 +574,9 @@ impl LogStore {
         if unfinished {
             let now = SystemTime::now();
             for u in index.unfinished.values() {
-                if !index.jobs.contains(&*u.job_id) && !skip.contains(&*u.job_id) {
+                let done =
+                    index.jobs.contains(&*u.job_id) || (cold && self.cold_get(&u.job_id).is_some());
+                if !done && !skip.contains(&*u.job_id) {
                     counts[u.state(now, self.abandoned_after).index()] += 1;
                 }
             }
@@ -513,6 +587,8 @@ impl LogStore {
     /// [`LogStore::counts`] (unfinished logs included) per scheduler, by
     /// id; the jobs whose logs name none under `None`.
     pub fn counts_by_scheduler(&self) -> Vec<(Option<Arc<str>>, [usize; 6])> {
+        let cold = self.has_cold();
+        let spilled = self.cold_counts_by_scheduler();
         let index = self.catalog.read();
         let mut named = index.by_scheduler.clone();
         let mut unnamed = index.counts;
@@ -521,9 +597,18 @@ impl LogStore {
                 *all -= theirs;
             }
         }
+        for (id, counts) in spilled {
+            let mine = match id {
+                Some(id) => named.entry(id).or_default(),
+                None => &mut unnamed,
+            };
+            for (n, c) in mine.iter_mut().zip(counts) {
+                *n += c;
+            }
+        }
         let now = SystemTime::now();
         for u in index.unfinished.values() {
-            if index.jobs.contains(&*u.job_id) {
+            if index.jobs.contains(&*u.job_id) || (cold && self.cold_get(&u.job_id).is_some()) {
                 continue;
             }
             let state = u.state(now, self.abandoned_after).index();
@@ -545,6 +630,33 @@ impl LogStore {
     /// source lists). The default order without filters costs O(page);
     /// anything else one pass over the summaries.
     pub fn page(&self, q: &ListQuery, cursor: Option<&Facts>, skip: &HashSet<String>) -> Page {
+        if !self.has_cold() {
+            return self.page_catalog(q, cursor, skip);
+        }
+        // Both sources' pages as far as this one's end, merged by the
+        // list's own pass.
+        let wider = ListQuery {
+            offset: 0,
+            limit: q.limit.map(|l| q.offset.saturating_add(l)),
+            ..q.clone()
+        };
+        let mine = self.page_catalog(&wider, cursor, skip);
+        let Some((theirs, their_total)) = self.cold_page(&wider, cursor, skip) else {
+            return mine;
+        };
+        let theirs = theirs.into_iter().map(|s| Row {
+            entry: s.entry(),
+            facts: s,
+        });
+        let (rows, _) = q.pick(mine.rows.into_iter().chain(theirs), cursor);
+        Page {
+            rows,
+            total: mine.total + their_total,
+        }
+    }
+
+    /// [`LogStore::page`] of the catalog's jobs alone.
+    fn page_catalog(&self, q: &ListQuery, cursor: Option<&Facts>, skip: &HashSet<String>) -> Page {
         let index = self.catalog.read();
         let unfinished = q.wants_unfinished();
         // The default order filtered by state at most: walk the ordered set
@@ -636,8 +748,7 @@ impl LogStore {
 
     /// The path of a completed job's log.
     fn completed_path(&self, job_id: &str) -> Option<LogRef> {
-        let index = self.catalog.read();
-        let s = index.get(job_id)?;
+        let s = self.completed(job_id)?;
         Some(self.log_indexed(&s.file_name(), s.stamp()))
     }
 }

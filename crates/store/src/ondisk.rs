@@ -756,6 +756,8 @@ fn partition(
 #[derive(Debug, Default)]
 pub struct Segments {
     segments: Vec<Segment>,
+    /// Where each was opened from.
+    paths: Vec<std::path::PathBuf>,
 }
 
 impl Segments {
@@ -765,7 +767,32 @@ impl Segments {
             .iter()
             .map(|p| Segment::open(p.as_ref()))
             .collect::<Result<_, _>>()?;
-        Ok(Self { segments })
+        let paths = paths.iter().map(|p| p.as_ref().to_path_buf()).collect();
+        Ok(Self { segments, paths })
+    }
+
+    /// The files they were opened from.
+    pub fn paths(&self) -> &[std::path::PathBuf] {
+        &self.paths
+    }
+
+    /// The job of row `row` of segment `segment` (as [`SortedOut::gone`]
+    /// names them).
+    pub fn summary_at(&self, segment: usize, row: u32) -> Result<Arc<JobSummary>, IndexError> {
+        let s =
+            (self.segments.get(segment)).ok_or(IndexError::Damaged("a segment past the end"))?;
+        s.summary(row as usize)
+    }
+
+    /// The job whose log is `name`, found through the listing tables (a
+    /// block's read and a record's a segment that may hold it).
+    pub fn by_file(&self, name: &str) -> Result<Option<Arc<JobSummary>>, IndexError> {
+        for s in &self.segments {
+            if let Some(row) = s.row_of_name(name)? {
+                return s.summary(row as usize).map(Some);
+            }
+        }
+        Ok(None)
     }
 
     /// The segments, in the order they were opened.
@@ -869,7 +896,7 @@ impl Segments {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::SummaryParts;
     use crate::query::{Order, Page};
@@ -987,7 +1014,7 @@ mod tests {
         Segments::open(&paths).unwrap()
     }
 
-    pub(super) fn random_query(
+    pub(crate) fn random_query(
         r: &mut impl FnMut(u64) -> u64,
         all: &[Arc<JobSummary>],
     ) -> (ListQuery, Option<Facts>) {

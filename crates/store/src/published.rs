@@ -294,16 +294,12 @@ impl LogStore {
             return HashSet::new();
         }
         let offered: HashSet<String> = out.iter().map(|j| j.file_name().into_owned()).collect();
-        {
-            let catalog = self.catalog.read();
-            todo.retain(|name| {
-                let log =
-                    LogName::parse(name).filter(|n| !n.running && !name.contains(['/', '\\']));
-                log.is_some_and(|n| {
-                    offered.contains(name) || catalog.by_file(name, n.stem).is_some()
-                })
-            });
-        }
+        todo.retain(|name| {
+            let log = LogName::parse(name).filter(|n| !n.running && !name.contains(['/', '\\']));
+            log.is_some_and(|n| {
+                offered.contains(name) || self.completed_by_file(name, n.stem).is_some()
+            })
+        });
         let mut gone = HashSet::new();
         let mut later = Vec::new();
         for (i, name) in todo.into_iter().enumerate() {
@@ -490,7 +486,7 @@ impl LogStore {
         let (Some(publishing), Some(parsed)) = (&self.publishing, LogName::parse(name)) else {
             return;
         };
-        let job = self.catalog.read().by_file(name, parsed.stem).cloned();
+        let job = self.completed_by_file(name, parsed.stem);
         if let Some(job) = job {
             publishing.pending.lock().push(job);
         }
@@ -612,11 +608,10 @@ impl LogStore {
                 // A job this process no longer holds had its log removed
                 // (once the first pass has filled the catalog).
                 let ready = self.is_ready();
-                let catalog = self.catalog.read();
                 jobs.extend(
                     decoded
                         .into_iter()
-                        .filter(|j| !ready || catalog.get(j.job_id()).is_some()),
+                        .filter(|j| !ready || self.completed(j.job_id()).is_some()),
                 );
             }
             let (name, bytes) = segment(jobs.iter());

@@ -750,8 +750,7 @@ impl LogStore {
     /// served from stale ranges.
     fn remembered_ranges(&self, job_id: &str, path: &LogRef) -> Option<Arc<Ranges>> {
         let (ranges, stamp) = {
-            let catalog = self.catalog.read();
-            let summary = catalog.get(job_id)?;
+            let summary = self.completed(job_id)?;
             (summary.ranges()?, summary.stamp())
         };
         let unchanged = match path {

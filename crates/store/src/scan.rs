@@ -81,6 +81,8 @@ pub(super) struct Pass {
     from_segments: Vec<JobSummary>,
     /// Logs a manifest says were removed and the store says are gone.
     gone: HashSet<String>,
+    /// The segments' jobs (`cold`) the listing covered and did not name.
+    cold_gone: Vec<Arc<JobSummary>>,
 }
 
 pub(super) enum Found {
@@ -230,11 +232,24 @@ impl LogStore {
         let Some(path) = &self.index_file else {
             return 0;
         };
-        match crate::snapshot::load(path) {
-            Ok(jobs) => {
+        match crate::snapshot::load_summed(path) {
+            Ok((jobs, sum)) => {
+                // The segments spilled beside it, when it goes with some.
+                let spilled = match self.load_spilled(path, sum) {
+                    Ok(spilled) => spilled,
+                    Err(e) => {
+                        log::warn!(
+                            "history: the job summaries on disk beside {} are unusable: {e}; \
+                             rebuilding the index from the directory",
+                            path.display()
+                        );
+                        self.dirty.store(true, Ordering::Release);
+                        return 0;
+                    }
+                };
                 let n = jobs.len();
                 let mut index = self.catalog.write();
-                if !index.jobs.is_empty() {
+                if !index.jobs.is_empty() || self.has_cold() {
                     return 0;
                 }
                 let jobs: Vec<Arc<JobSummary>> = jobs.into_iter().map(Arc::new).collect();
@@ -249,6 +264,11 @@ impl LogStore {
                     return 0;
                 }
                 index.set_completed(sets);
+                let n = n + spilled.as_ref().map_or(0, |s| s.len());
+                if let Some(spilled) = spilled {
+                    *self.cold.write() = spilled;
+                    self.cold_version.fetch_add(1, Ordering::Relaxed);
+                }
                 drop((index, jobs));
                 crate::heap::release_slack();
                 self.ready.store(true, Ordering::Release);
@@ -293,12 +313,20 @@ impl LogStore {
             return;
         }
         self.dirty.store(false, Ordering::Release);
-        let bytes = {
+        let (bytes, manifest) = {
             let index = self.catalog.read();
-            crate::snapshot::encode(index.order.iter().map(|j| &*j.0))
+            let bytes = crate::snapshot::encode(index.order.iter().map(|j| &*j.0));
+            let manifest = self.manifest_bytes(crate::snapshot::sum_of(&bytes));
+            (bytes, manifest)
         };
+        // The index first, then the manifest naming it: a crash between
+        // leaves a manifest for another index, which a restart refuses.
         let written = bjh_files::replace::<std::io::Error>(path, 0o600, |f| {
             std::io::Write::write_all(f, &bytes)
+        })
+        .and_then(|()| match &manifest {
+            Some(manifest) => self.save_manifest(path, manifest),
+            None => Ok(()),
         });
         *last = Some(std::time::Instant::now());
         let mut save_error = self.save_error.lock();
@@ -346,8 +374,7 @@ impl LogStore {
             .into_iter()
             .map(|job| (job.file_name().into_owned(), job))
             .collect();
-        let mut pass = self.sort_out(entries, &mut published);
-        pass.covered = covered;
+        let mut pass = self.sort_out(entries, &mut published, covered);
         pass.gone = gone;
         let results = self.read_new(&pass);
         let read = pass.to_read.len();
@@ -357,6 +384,7 @@ impl LogStore {
             crate::heap::release_slack();
         }
         self.ready.store(true, Ordering::Release);
+        self.spill_logged();
         report
     }
 
@@ -415,6 +443,8 @@ impl LogStore {
         }
         index.clear_completed();
         index.unfinished.clear();
+        *self.cold.write() = crate::ondisk::Layered::default();
+        self.cold_version.fetch_add(1, Ordering::Relaxed);
         drop(index);
         self.ready.store(true, Ordering::Release);
         report
@@ -423,7 +453,12 @@ impl LogStore {
     /// Sorts a listing into logs already known unchanged (kept), known bad
     /// and unchanged (skipped), and new or changed (to read). Only stamps
     /// are compared: nothing is opened.
-    fn sort_out(&self, entries: Entries, published: &mut HashMap<String, JobSummary>) -> Pass {
+    fn sort_out(
+        &self,
+        entries: Entries,
+        published: &mut HashMap<String, JobSummary>,
+        covered: Covered,
+    ) -> Pass {
         // Snapshot the unfinished jobs; compare outside the lock.
         let known_unfinished: HashMap<Arc<str>, Unfinished> = self
             .catalog
@@ -434,9 +469,14 @@ impl LogStore {
             .collect();
         let mut pass = Pass {
             known_unfinished,
+            covered,
             ..Pass::default()
         };
         let objects = self.remote.is_some();
+        // Completed logs the catalog does not hold, for the segments to
+        // sort out in one merge after the listing.
+        let cold = self.has_cold();
+        let mut deferred: Vec<(String, Stamp)> = Vec::new();
         for (name, stamp) in entries {
             let Some(LogName { stem, running, .. }) = LogName::parse(&name) else {
                 continue;
@@ -463,18 +503,60 @@ impl LogStore {
                 pass.seen_bad.insert(name);
                 continue;
             }
-            // A new log a published summary describes as it is listed:
-            // taken from the summary, not read.
-            if !running
-                && let Some(summary) = published.remove(&name)
-                && summary.stamp().same(stamp, objects)
-            {
-                pass.from_segments.push(summary);
+            if cold && !running {
+                deferred.push((name, stamp));
                 continue;
             }
-            pass.to_read.push((name, stamp));
+            Self::to_take(&mut pass, published, name, stamp, running, objects);
+        }
+        if cold {
+            self.sort_out_cold(&mut pass, published, deferred);
         }
         pass
+    }
+
+    /// A listed log neither index holds as listed: taken from a published
+    /// summary that describes it as listed, or read.
+    fn to_take(
+        pass: &mut Pass,
+        published: &mut HashMap<String, JobSummary>,
+        name: String,
+        stamp: Stamp,
+        running: bool,
+        objects: bool,
+    ) {
+        if !running
+            && let Some(summary) = published.remove(&name)
+            && summary.stamp().same(stamp, objects)
+        {
+            pass.from_segments.push(summary);
+            return;
+        }
+        pass.to_read.push((name, stamp));
+    }
+
+    /// The completed logs the catalog does not hold, against the
+    /// segments': those they hold unchanged are kept; their jobs the
+    /// listing covered and did not name are gone. Segments that cannot be
+    /// read keep what they hold (logged): nothing is read again for them.
+    fn sort_out_cold(
+        &self,
+        pass: &mut Pass,
+        published: &mut HashMap<String, JobSummary>,
+        deferred: Vec<(String, Stamp)>,
+    ) {
+        let objects = self.remote.is_some();
+        let Some(out) = self.cold_sort_out(&deferred, objects, &pass.covered) else {
+            return;
+        };
+        for ((name, stamp), standing) in deferred.into_iter().zip(out.standing) {
+            if standing != crate::ondisk::Standing::Unchanged {
+                Self::to_take(pass, published, name, stamp, false, objects);
+            }
+        }
+        pass.cold_gone = (out.gone.iter())
+            .filter_map(|(segment, log)| self.cold_at(*segment, log.row))
+            .collect();
     }
 
     /// Reads the new and changed logs of a pass: a completed log's summary,
@@ -584,7 +666,8 @@ impl LogStore {
                 }
                 let mut catalog = self.catalog.write();
                 catalog.unfinished.remove(summary.job_id());
-                let new = catalog.insert(summary);
+                let id: Arc<str> = Arc::from(summary.job_id());
+                let new = catalog.insert(summary) && !self.cold_hide(&id);
                 drop(catalog);
                 self.dirty.store(true, Ordering::Release);
                 self.count_finished(new, finished);
@@ -672,7 +755,8 @@ impl LogStore {
                 Found::Completed(summary) => {
                     self.dirty.store(true, Ordering::Release);
                     let finished = self.finished_facts(&summary);
-                    let new = index.insert(summary);
+                    let id: Arc<str> = Arc::from(summary.job_id());
+                    let new = index.insert(summary) && !self.cold_hide(&id);
                     self.count_finished(new, finished);
                 }
                 Found::Unfinished(unfinished) => {
@@ -733,12 +817,11 @@ impl LogStore {
     /// gone (or the segment lies); one listed otherwise than the summary
     /// says was read from itself.
     fn new_from_segments(&self, pass: &Pass, published: HashMap<String, JobSummary>) -> Vec<Found> {
-        let catalog = self.catalog.read();
         published
             .into_iter()
             .filter(|(file, _)| {
                 let stem = LogName::parse(file).map_or("", |n| n.stem);
-                catalog.by_file(file, stem).is_none() && !pass.covered.covers(file)
+                !pass.covered.covers(file) && self.completed_by_file(file, stem).is_none()
             })
             .map(|(_, job)| Found::Completed(job))
             .collect()
@@ -775,20 +858,48 @@ impl LogStore {
                 index.by_file(name, stem).cloned()
             })
             .collect();
-        if !gone.is_empty() || !removed.is_empty() {
+        if !gone.is_empty() || !removed.is_empty() || !pass.cold_gone.is_empty() {
             self.dirty.store(true, Ordering::Release);
         }
-        gone.iter()
+        let from_catalog = gone
+            .iter()
             .chain(&removed)
             .filter(|job| index.remove(job.job_id()).is_some())
-            .count()
+            .count();
+        from_catalog + self.remove_gone_cold(pass, &reread)
+    }
+
+    /// Hides the segments' jobs a pass found gone (unless read again, or
+    /// there after all), and those a manifest says were removed.
+    fn remove_gone_cold(&self, pass: &Pass, reread: &HashSet<&str>) -> usize {
+        if !self.has_cold() {
+            return 0;
+        }
+        let listed_gone = (pass.cold_gone.iter())
+            .filter(|j| !reread.contains(j.job_id()) && !self.still_there(j))
+            .map(|j| j.job_id().to_string());
+        // A log unreadable now (read again and failed, or listed as
+        // before) leaves with its job, as from the catalog.
+        let bad = pass.seen_bad.iter().filter_map(|name| {
+            let job = self.cold.read().by_file(name).ok().flatten()?;
+            Some(job.job_id().to_string())
+        });
+        let removed = pass.gone.iter().filter_map(|name| {
+            let stem = LogName::parse(name)?.stem;
+            let cold = self.cold.read();
+            let job = cold.by_file(name).ok().flatten()?;
+            (job.job_id() == stem || job.file_name() == *name).then(|| job.job_id().to_string())
+        });
+        let ids: Vec<String> = listed_gone.chain(bad).chain(removed).collect();
+        ids.iter().filter(|id| self.cold_hide(id)).count()
     }
 
     /// A first pass over a large directory fills the empty catalog at once
     /// (each job once; with a job logged twice, one by one): what is left
     /// to insert one by one.
     fn fill_at_once(&self, index: &mut Catalog, fresh: Vec<Found>) -> Vec<Found> {
-        if !index.jobs.is_empty() || fresh.len() < PARALLEL_FROM {
+        // Over segments, each job goes in one by one (hiding theirs).
+        if !index.jobs.is_empty() || fresh.len() < PARALLEL_FROM || self.has_cold() {
             return fresh;
         }
         let (completed, rest): (Vec<Found>, Vec<Found>) = fresh

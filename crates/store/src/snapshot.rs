@@ -160,7 +160,7 @@ impl<'a> Cursor<'a> {
         self.at == self.bytes.len()
     }
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8], IndexError> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], IndexError> {
         let end = self
             .at
             .checked_add(n)
@@ -302,6 +302,12 @@ const MAX_BYTES: u64 = 4 << 30;
 /// FIFO, at most 4 GiB), and a file that does not start with the
 /// magic is refused before the rest of it is read.
 pub fn load(path: &Path) -> Result<Vec<JobSummary>, IndexError> {
+    load_summed(path).map(|(jobs, _)| jobs)
+}
+
+/// [`load`], with the index's own checksum (its last eight bytes: what
+/// the spilled segments' manifest names it by).
+pub(crate) fn load_summed(path: &Path) -> Result<(Vec<JobSummary>, u64), IndexError> {
     use std::io::Read;
     let (mut file, meta) = bjh_files::open_capped(path, MAX_BYTES)?;
     let mut bytes = vec![0u8; MAGIC.len()];
@@ -310,7 +316,14 @@ pub fn load(path: &Path) -> Result<Vec<JobSummary>, IndexError> {
     }
     bytes.reserve(usize::try_from(meta.len()).unwrap_or(0));
     file.take(MAX_BYTES).read_to_end(&mut bytes)?;
-    decode(&bytes)
+    let jobs = decode(&bytes)?;
+    Ok((jobs, sum_of(&bytes)))
+}
+
+/// An encoded index's own checksum (its last eight bytes).
+pub(crate) fn sum_of(bytes: &[u8]) -> u64 {
+    let tail = &bytes[bytes.len().saturating_sub(8)..];
+    tail.try_into().map_or(0, u64::from_le_bytes)
 }
 
 #[cfg(test)]
@@ -345,12 +358,26 @@ mod tests {
     }
 
     fn setup(n: u64) -> (tempfile::TempDir, PathBuf, Vec<(String, Vec<u8>)>) {
+        setup_as(n, |s| s)
+    }
+
+    /// [`setup`] with every job in the index itself (none spilled to
+    /// segments, whatever `BJH_STORE_SPILL` says): for the tests of the
+    /// index's own bytes.
+    fn setup_whole(n: u64) -> (tempfile::TempDir, PathBuf, Vec<(String, Vec<u8>)>) {
+        setup_as(n, LogStore::no_spill)
+    }
+
+    fn setup_as(
+        n: u64,
+        how: fn(LogStore) -> LogStore,
+    ) -> (tempfile::TempDir, PathBuf, Vec<(String, Vec<u8>)>) {
         let dir = tempfile::tempdir().unwrap();
         for i in 0..n {
             log(dir.path(), &format!("j{i:03}"), 1000 + i);
         }
         let index = dir.path().join(DEFAULT_FILE_NAME);
-        let first = store(dir.path(), &index);
+        let first = how(store(dir.path(), &index));
         first.rescan();
         first.persist(true);
         assert!(index.exists());
@@ -375,7 +402,7 @@ mod tests {
 
     #[test]
     fn an_index_listing_a_job_twice_is_not_used() {
-        let (dir, index, want) = setup(5);
+        let (dir, index, want) = setup_whole(5);
         let jobs = load(&index).unwrap();
         std::fs::write(&index, encode(jobs.iter().chain(&jobs))).unwrap();
         let s = store(dir.path(), &index);
@@ -405,7 +432,7 @@ mod tests {
 
     #[test]
     fn a_deleted_truncated_or_garbage_index_is_rebuilt_and_nothing_is_lost() {
-        let (dir, index, want) = setup(20);
+        let (dir, index, want) = setup_whole(20);
         let good = std::fs::read(&index).unwrap();
         let damage: [(&str, Vec<u8>); 5] = [
             ("deleted", Vec::new()),
@@ -424,7 +451,8 @@ mod tests {
             } else {
                 std::fs::write(&index, &bytes).unwrap();
             }
-            let s = store(dir.path(), &index);
+            // Its bytes compared: every job in the index itself.
+            let s = store(dir.path(), &index).no_spill();
             assert_eq!(s.load_persisted(), 0, "{what}");
             s.rescan();
             assert_eq!(listing(&s), want, "{what}: nothing lost");
@@ -435,7 +463,7 @@ mod tests {
 
     #[test]
     fn decoding_rejects_every_truncation() {
-        let (_dir, index, _) = setup(3);
+        let (_dir, index, _) = setup_whole(3);
         let good = std::fs::read(&index).unwrap();
         assert_eq!(decode(&good).unwrap().len(), 3);
         for len in 0..good.len() {

@@ -41,6 +41,24 @@ impl Layered {
         }
     }
 
+    /// `segments` with these of their jobs hidden (as a head saved them).
+    pub fn with_hidden(segments: Segments, hidden: Vec<JobSummary>) -> Self {
+        let hidden = hidden
+            .into_iter()
+            .map(|j| (Arc::from(j.job_id()), Arc::new(j)))
+            .collect();
+        Self {
+            segments,
+            hidden,
+            ..Self::default()
+        }
+    }
+
+    /// The segments' jobs hidden, as the segments hold them.
+    pub fn hidden_jobs(&self) -> impl Iterator<Item = &Arc<JobSummary>> {
+        self.hidden.values()
+    }
+
     /// How many jobs there are.
     pub fn len(&self) -> usize {
         self.segments.len() - self.hidden.len() + self.head.len()
@@ -94,6 +112,83 @@ impl Layered {
         self.segments.get(id)
     }
 
+    /// The same layers, the segments opened again: a copy to read while
+    /// this one changes.
+    pub fn reopen(&self) -> Result<Self, IndexError> {
+        Ok(Self {
+            segments: Segments::open(self.segments.paths())?,
+            head: self.head.clone(),
+            hidden: self.hidden.clone(),
+        })
+    }
+
+    /// The files of the segments.
+    pub fn paths(&self) -> &[PathBuf] {
+        self.segments.paths()
+    }
+
+    /// Whether the job `id` of the segments is hidden.
+    pub fn hides(&self, id: &str) -> bool {
+        self.hidden.contains_key(id)
+    }
+
+    /// The ids the head hides.
+    pub fn hidden_ids(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.hidden.keys()
+    }
+
+    /// The job whose log is `name`, as the layers hold it now.
+    pub fn by_file(&self, name: &str) -> Result<Option<Arc<JobSummary>>, IndexError> {
+        if let Some(j) = self.head.values().find(|j| j.file_name() == name) {
+            return Ok(Some(j.clone()));
+        }
+        let found = self.segments.by_file(name)?;
+        Ok(found.filter(|j| !self.hidden.contains_key(j.job_id())))
+    }
+
+    /// The job of row `row` of segment `segment`, as [`SortedOut::gone`]
+    /// names it.
+    pub fn summary_at(&self, segment: usize, row: u32) -> Result<Arc<JobSummary>, IndexError> {
+        self.segments.summary_at(segment, row)
+    }
+
+    /// [`Layered::page`] without the jobs of the ids in `skip` (jobs
+    /// another source lists), neither on the page nor in the count.
+    pub fn page_skipping(
+        &self,
+        q: &ListQuery,
+        cursor: Option<&Facts>,
+        skip: &std::collections::HashSet<String>,
+    ) -> Result<Found, IndexError> {
+        if skip.is_empty() {
+            return self.page(q, cursor);
+        }
+        let mut skipped = Vec::new();
+        for id in skip {
+            if let Some(j) = self.get(id)? {
+                skipped.push(j);
+            }
+        }
+        let (page, total) = self.page(
+            &ListQuery {
+                offset: 0,
+                limit: q
+                    .limit
+                    .map(|l| q.offset.saturating_add(l).saturating_add(skipped.len())),
+                ..q.clone()
+            },
+            cursor,
+        )?;
+        let matching = skipped.iter().filter(|j| q.matches(&***j)).count();
+        let kept = page.into_iter().filter(|j| !skip.contains(j.job_id()));
+        let (page, _) = q.pick(kept.map(Candidate::Read), cursor);
+        let page = page.into_iter().filter_map(|c| match c {
+            Candidate::Read(s) => Some(s),
+            Candidate::Row(_) => None,
+        });
+        Ok((page.collect(), total - matching.min(total)))
+    }
+
     /// Every job as it is now, in the default order, written as new
     /// segments of at most `per_segment` jobs each (`dir/{prefix}-{i}`,
     /// newest first), and opened with no change: the head merged into the
@@ -105,7 +200,20 @@ impl Layered {
         prefix: &str,
         per_segment: usize,
     ) -> Result<(Self, Vec<PathBuf>), IndexError> {
-        let mut head: Vec<&Arc<JobSummary>> = self.head.values().collect();
+        self.rewrite_with(&[], dir, prefix, per_segment)
+    }
+
+    /// [`Layered::rewrite`] with `extra` jobs besides (as the head's: the
+    /// caller's, whose ids the head hides already when the segments hold
+    /// them).
+    pub fn rewrite_with(
+        &self,
+        extra: &[Arc<JobSummary>],
+        dir: &Path,
+        prefix: &str,
+        per_segment: usize,
+    ) -> Result<(Self, Vec<PathBuf>), IndexError> {
+        let mut head: Vec<&Arc<JobSummary>> = self.head.values().chain(extra).collect();
         head.sort_unstable_by(|a, b| order_key(a).cmp(&order_key(b)));
         let mut streams: Vec<Box<dyn Iterator<Item = Result<Arc<JobSummary>, IndexError>> + '_>> =
             vec![Box::new(head.into_iter().cloned().map(Ok))];

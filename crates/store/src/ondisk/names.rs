@@ -135,6 +135,16 @@ impl Segment {
         Ok(out)
     }
 
+    /// The row of the job whose log is `name`, if the segment holds one.
+    pub(super) fn row_of_name(&self, name: &str) -> Result<Option<u32>, IndexError> {
+        let b = self.name_blocks.partition_point(|b| *b.first <= *name);
+        if b == 0 {
+            return Ok(None);
+        }
+        let logs = self.name_block(b - 1)?;
+        Ok(logs.iter().find(|l| l.name == name).map(|l| l.row))
+    }
+
     /// The listing table's logs whose names `covered` covers, in name
     /// order, read block by block from the first block that can hold one.
     pub fn listing<'a>(
@@ -420,7 +430,10 @@ pub(super) mod tests {
         Segment::write(&path, &refs).unwrap();
         let good = std::fs::read(&path).unwrap();
         let s = Segment::open(&path).unwrap();
-        let set = Segments { segments: vec![s] };
+        let set = Segments {
+            segments: vec![s],
+            paths: Vec::new(),
+        };
         let listing: Vec<(String, Stamp)> = all
             .iter()
             .map(|j| (j.file_name().to_string(), j.stamp()))
@@ -448,6 +461,7 @@ pub(super) mod tests {
         lying.name_blocks[0].sum = checksum(&block(&lying));
         let lying = Segments {
             segments: vec![lying],
+            paths: Vec::new(),
         };
         let err = sort_out(&lying).unwrap_err().to_string();
         assert!(err.contains("listing table"), "{err}");
@@ -459,6 +473,7 @@ pub(super) mod tests {
         lying.name_blocks[0].sum = checksum(&block(&lying));
         let lying = Segments {
             segments: vec![lying],
+            paths: Vec::new(),
         };
         let err = sort_out(&lying).unwrap_err().to_string();
         assert!(err.contains("listing table"), "{err}");

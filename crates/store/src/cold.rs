@@ -1,0 +1,818 @@
+//! Completed jobs moved out of memory: when the catalog holds as many
+//! completed jobs as a store's spill threshold, a spill writes them, with
+//! the segments already on disk, as new segments (`ondisk`), and the
+//! catalog lets them go. Every reader of completed jobs asks the catalog
+//! first and the segments after; a job the catalog takes in again (its
+//! log changed) or forgets is hidden from the segments by id, so each job
+//! is answered once.
+//!
+//! Not reachable from a flag yet: a store spills when built
+//! [`LogStore::with_spill`] (the store's own tests run every rescan
+//! through it). What remains before it is (#45): the segments named in the
+//! persistent index, so a restart opens them rather than reading every
+//! log again, and the readers that walk every job (`with_completed`: the
+//! SQL `jobs` file, the metrics) streaming them rather than collecting
+//! them.
+//!
+//! **Invariant:** lock order is the catalog's, then the segments'; a spill
+//! writes from a copy of the segments (opened again) with no lock held,
+//! and swaps under both, hiding whatever changed meanwhile.
+
+use super::*;
+use crate::snapshot::IndexError;
+use std::sync::atomic::AtomicU64;
+
+/// Where a store spills, and from how many completed jobs in memory.
+#[derive(Debug)]
+pub(crate) struct Spill {
+    pub(crate) dir: PathBuf,
+    at: usize,
+    per_segment: usize,
+    generation: AtomicU64,
+    /// One spill at a time.
+    running: parking_lot::Mutex<()>,
+    /// The directory a test's store spills to, removed with it.
+    #[cfg(test)]
+    _owned: Option<tempfile::TempDir>,
+}
+
+/// A spill written and not yet serving.
+struct Written {
+    /// The catalog's jobs it holds.
+    jobs: Vec<Arc<JobSummary>>,
+    /// The catalog's version when they were taken.
+    version: u64,
+    /// The segments as they were taken.
+    copy: crate::ondisk::Layered,
+    /// The new segments.
+    fresh: crate::ondisk::Layered,
+}
+
+/// The magic of the file naming the spilled segments.
+const MANIFEST_MAGIC: &[u8; 8] = b"BJHSPL01";
+
+/// The directory of the segments spilled beside the persistent index at
+/// `index`.
+pub fn spill_dir_of(index: &Path) -> PathBuf {
+    let mut p = index.as_os_str().to_owned();
+    p.push(".segments");
+    PathBuf::from(p)
+}
+
+/// The file naming them, with the index it goes with.
+fn manifest_of(index: &Path) -> PathBuf {
+    spill_dir_of(index).join("MANIFEST")
+}
+
+/// Whether `name` is one a spill gives a segment (nothing else in the
+/// directory is opened or removed).
+fn is_spilled(name: &str) -> bool {
+    name.starts_with("spill-") && !name.contains(['/', '\\']) && name != "spill-"
+}
+
+/// The manifest's bytes: the checksum of the persistent index it goes
+/// with, the segments' file names, the hidden jobs (in the index's
+/// format), and a checksum of all that.
+fn encode_manifest(index_sum: u64, names: &[String], hidden: &[&JobSummary]) -> Vec<u8> {
+    let mut out = MANIFEST_MAGIC.to_vec();
+    out.extend_from_slice(&index_sum.to_le_bytes());
+    out.extend_from_slice(&(names.len() as u32).to_le_bytes());
+    for name in names {
+        out.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        out.extend_from_slice(name.as_bytes());
+    }
+    let hidden = crate::snapshot::encode(hidden.iter().copied());
+    out.extend_from_slice(&(hidden.len() as u64).to_le_bytes());
+    out.extend_from_slice(&hidden);
+    let sum = crate::snapshot::checksum(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    out
+}
+
+/// What a manifest says: the index's checksum, the segments' names, the
+/// hidden jobs.
+type Manifest = (u64, Vec<String>, Vec<JobSummary>);
+
+fn decode_manifest(bytes: &[u8]) -> Result<Manifest, IndexError> {
+    if bytes.len() < 16 || &bytes[..8] != MANIFEST_MAGIC {
+        return Err(IndexError::Foreign);
+    }
+    let (body, sum) = bytes.split_at(bytes.len() - 8);
+    if crate::snapshot::checksum(body) != crate::snapshot::sum_of(sum) {
+        return Err(IndexError::Damaged("the manifest's checksum mismatch"));
+    }
+    let mut c = crate::snapshot::Cursor::new(&body[8..]);
+    let index_sum = c.u64()?;
+    let mut names = Vec::new();
+    for _ in 0..c.u32()? {
+        let name = c.str()?;
+        if !is_spilled(name) {
+            return Err(IndexError::Damaged("the manifest names a foreign file"));
+        }
+        names.push(name.to_string());
+    }
+    let len = usize::try_from(c.u64()?).map_err(|_| IndexError::Damaged("too long"))?;
+    let hidden = crate::snapshot::decode(c.take(len)?)?;
+    if !c.done() {
+        return Err(IndexError::Damaged("bytes after the manifest"));
+    }
+    Ok((index_sum, names, hidden))
+}
+
+/// Jobs a spilled segment holds at most.
+const PER_SEGMENT: usize = 1 << 20;
+
+impl LogStore {
+    /// This store, spilling its completed jobs to segments under `dir`
+    /// once the catalog holds `at` of them (checked after each rescan).
+    pub fn with_spill(mut self, dir: PathBuf, at: usize) -> Self {
+        self.spill = Some(Spill {
+            dir,
+            at,
+            per_segment: PER_SEGMENT,
+            generation: AtomicU64::new(0),
+            running: parking_lot::Mutex::new(()),
+            #[cfg(test)]
+            _owned: None,
+        });
+        self
+    }
+
+    /// This store without a spill (under test: whatever
+    /// `BJH_STORE_SPILL` says).
+    #[cfg(test)]
+    pub(crate) fn no_spill(mut self) -> Self {
+        self.spill = None;
+        self
+    }
+
+    /// Under test with `BJH_STORE_SPILL` set, every store (but one with a
+    /// persistent index, which does not hold spilled jobs yet) spills all
+    /// its completed jobs after each rescan, to a directory of its own:
+    /// the store's tests run again over the segments.
+    #[cfg(test)]
+    pub(crate) fn spill_under_test(self) -> Self {
+        if std::env::var_os("BJH_STORE_SPILL").is_none() {
+            return self;
+        }
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut s = self.with_spill(dir.path().to_path_buf(), 0);
+        if let Some(spill) = &mut s.spill {
+            spill._owned = Some(dir);
+        }
+        s
+    }
+
+    /// How many completed jobs the segments hold (not hidden).
+    pub fn spilled(&self) -> usize {
+        self.cold.read().len()
+    }
+
+    /// An error reading the segments, logged once until another.
+    fn cold_failed(&self, e: &IndexError) {
+        let message = e.to_string();
+        let mut last = self.cold_error.lock();
+        if last.as_ref() != Some(&message) {
+            log::warn!("history: cannot read the job summaries on disk: {message}");
+        }
+        *last = Some(message);
+    }
+
+    /// The completed job `id` the segments hold, unless hidden.
+    pub(crate) fn cold_get(&self, id: &str) -> Option<Arc<JobSummary>> {
+        let cold = self.cold.read();
+        if cold.is_empty() {
+            return None;
+        }
+        cold.get(id).unwrap_or_else(|e| {
+            self.cold_failed(&e);
+            None
+        })
+    }
+
+    /// The completed job whose log is `name`, in the catalog or the
+    /// segments.
+    pub(crate) fn completed_by_file(&self, name: &str, stem: &str) -> Option<Arc<JobSummary>> {
+        if let Some(j) = self.catalog.read().by_file(name, stem) {
+            return Some(j.clone());
+        }
+        let cold = self.cold.read();
+        if cold.is_empty() {
+            return None;
+        }
+        cold.by_file(name).unwrap_or_else(|e| {
+            self.cold_failed(&e);
+            None
+        })
+    }
+
+    /// The completed job `id`, in the catalog or the segments.
+    pub(crate) fn completed(&self, id: &str) -> Option<Arc<JobSummary>> {
+        let found = self.catalog.read().get(id).cloned();
+        found.or_else(|| self.cold_get(id))
+    }
+
+    /// Hides the segments' job `id` (the catalog holds it now, or it is
+    /// gone); whether they held it. Call with the catalog's lock held or
+    /// not, never the segments'.
+    pub(crate) fn cold_hide(&self, id: &str) -> bool {
+        if self.cold.read().is_empty() {
+            return false;
+        }
+        match self.cold.write().remove(id) {
+            Ok(held) => {
+                if held {
+                    self.cold_version.fetch_add(1, Ordering::Relaxed);
+                }
+                held
+            }
+            Err(e) => {
+                self.cold_failed(&e);
+                false
+            }
+        }
+    }
+
+    /// Moves the catalog's completed jobs to segments when it holds as
+    /// many as the spill threshold: how many moved. The segments are
+    /// rewritten whole (the catalog's jobs merged in, the hidden left
+    /// out); the old files are removed once the new ones serve.
+    pub fn spill(&self) -> Result<usize, IndexError> {
+        let Some(spill) = &self.spill else {
+            return Ok(0);
+        };
+        let _one = spill.running.lock();
+        match self.spill_write(spill)? {
+            Some(written) => self.spill_swap(written),
+            None => Ok(0),
+        }
+    }
+
+    /// A spill's writing, with no lock held past its copies: the
+    /// catalog's jobs and the segments (opened again) merged into new
+    /// segments. `None` when the catalog holds fewer jobs than the
+    /// threshold.
+    fn spill_write(&self, spill: &Spill) -> Result<Option<Written>, IndexError> {
+        let (jobs, version) = {
+            let catalog = self.catalog.read();
+            if catalog.jobs.is_empty() || catalog.jobs.len() < spill.at {
+                return Ok(None);
+            }
+            let jobs: Vec<Arc<JobSummary>> = catalog.jobs.iter().map(|j| j.0.clone()).collect();
+            (jobs, catalog.version)
+        };
+        let copy = self.cold.read().reopen()?;
+        std::fs::create_dir_all(&spill.dir)?;
+        let generation = spill.generation.fetch_add(1, Ordering::Relaxed);
+        // A name no earlier spill took, whatever the process id (a
+        // container's scheduler is process 1 at every start).
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let prefix = format!("spill-{nanos:x}-{}-{generation}", std::process::id());
+        let (fresh, _) = copy.rewrite_with(&jobs, &spill.dir, &prefix, spill.per_segment)?;
+        Ok(Some(Written {
+            jobs,
+            version,
+            copy,
+            fresh,
+        }))
+    }
+
+    /// A spill's swap, under both locks: what changed since its copies
+    /// hidden in the new segments, the catalog's jobs written let go.
+    fn spill_swap(&self, written: Written) -> Result<usize, IndexError> {
+        let Written {
+            jobs,
+            version,
+            copy,
+            mut fresh,
+        } = written;
+        let mut catalog = self.catalog.write();
+        let mut cold = self.cold.write();
+        // Hidden since the copy: hidden again.
+        for id in cold.hidden_ids() {
+            if !copy.hides(id) {
+                fresh.remove(id)?;
+            }
+        }
+        // The catalog's jobs let go, unless replaced or forgotten since
+        // (then the copy written is hidden).
+        let moved = if catalog.version == version {
+            catalog.clear_completed();
+            jobs.len()
+        } else {
+            let mut moved = 0;
+            for j in &jobs {
+                match catalog.get(j.job_id()) {
+                    Some(now) if Arc::ptr_eq(now, j) => {
+                        catalog.remove(j.job_id());
+                        moved += 1;
+                    }
+                    _ => {
+                        fresh.remove(j.job_id())?;
+                    }
+                }
+            }
+            moved
+        };
+        let old = std::mem::replace(&mut *cold, fresh);
+        drop((cold, catalog, copy));
+        self.cold_version.fetch_add(1, Ordering::Relaxed);
+        self.dirty.store(true, Ordering::Release);
+        let serving: HashSet<PathBuf> = self.cold.read().paths().iter().cloned().collect();
+        let retired = old.paths().iter().filter(|p| !serving.contains(*p));
+        self.retire(retired.cloned().collect());
+        Ok(moved)
+    }
+
+    /// Segments no longer serving: removed at once, or, beside a
+    /// persistent index, once a manifest no longer names them.
+    fn retire(&self, paths: Vec<PathBuf>) {
+        if self.index_file.is_some() {
+            self.retired.lock().extend(paths);
+            return;
+        }
+        for path in paths {
+            if let Err(e) = std::fs::remove_file(&path) {
+                log::warn!("history: cannot remove {}: {e}", path.display());
+            }
+        }
+    }
+
+    /// The manifest to save with the index whose own checksum is
+    /// `index_sum`, when segments serve or a manifest may be on disk.
+    /// Called with the catalog's lock held, so the two agree.
+    pub(crate) fn manifest_bytes(&self, index_sum: u64) -> Option<Vec<u8>> {
+        let cold = self.cold.read();
+        if cold.is_empty() && self.spill.is_none() && !self.spilled_before.load(Ordering::Relaxed) {
+            return None;
+        }
+        let names: Vec<String> = (cold.paths().iter())
+            .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
+            .collect();
+        let hidden: Vec<&JobSummary> = cold.hidden_jobs().map(|j| &**j).collect();
+        Some(encode_manifest(index_sum, &names, &hidden))
+    }
+
+    /// Writes the manifest beside the index at `index`, then removes the
+    /// segment files it does not name (retired ones, and any a crash
+    /// left).
+    pub(crate) fn save_manifest(&self, index: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        let dir = spill_dir_of(index);
+        std::fs::create_dir_all(&dir)?;
+        bjh_files::replace::<std::io::Error>(&manifest_of(index), 0o600, |f| {
+            std::io::Write::write_all(f, bytes)
+        })?;
+        let named: HashSet<String> = decode_manifest(bytes)
+            .map(|(_, names, _)| names.into_iter().collect())
+            .unwrap_or_default();
+        self.retired.lock().clear();
+        for entry in std::fs::read_dir(&dir)?.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if is_spilled(name) && !named.contains(name) {
+                std::fs::remove_file(entry.path()).ok();
+            }
+        }
+        Ok(())
+    }
+
+    /// The segments the manifest beside the index at `index` names, with
+    /// its hidden jobs, if it goes with the index whose checksum is
+    /// `index_sum`: `Ok(None)` when there is no manifest; an error when
+    /// it is damaged, lying or for another index, or a segment it names
+    /// cannot be opened (the index is then not to be used alone).
+    pub(crate) fn load_spilled(
+        &self,
+        index: &Path,
+        index_sum: u64,
+    ) -> Result<Option<crate::ondisk::Layered>, IndexError> {
+        let path = manifest_of(index);
+        let bytes = match bjh_files::open_capped(&path, 1 << 30) {
+            Ok((mut file, _)) => {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut file, &mut bytes)?;
+                bytes
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let (sum, names, hidden) = decode_manifest(&bytes)?;
+        if sum != index_sum {
+            return Err(IndexError::Damaged("the manifest goes with another index"));
+        }
+        let dir = spill_dir_of(index);
+        let paths: Vec<PathBuf> = names.iter().map(|n| dir.join(n)).collect();
+        let segments = crate::ondisk::Segments::open(&paths)?;
+        self.spilled_before.store(true, Ordering::Relaxed);
+        Ok(Some(crate::ondisk::Layered::with_hidden(segments, hidden)))
+    }
+
+    /// [`LogStore::spill`], its failure logged (the jobs stay in memory).
+    pub(crate) fn spill_logged(&self) {
+        if let Err(e) = self.spill() {
+            log::warn!("history: cannot move job summaries to disk: {e}; they stay in memory");
+        }
+    }
+
+    /// Every completed job the segments hold (not hidden), read whole.
+    pub(crate) fn cold_jobs(&self) -> Vec<Arc<JobSummary>> {
+        let cold = self.cold.read();
+        let mut out = Vec::with_capacity(cold.len());
+        for j in cold.jobs() {
+            match j {
+                Ok(j) => out.push(j),
+                Err(e) => {
+                    self.cold_failed(&e);
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    /// The segments' page of `q` (less `skip`), or none when they hold
+    /// no job.
+    pub(crate) fn cold_page(
+        &self,
+        q: &ListQuery,
+        cursor: Option<&Facts>,
+        skip: &HashSet<String>,
+    ) -> Option<crate::ondisk::Found> {
+        let cold = self.cold.read();
+        if cold.is_empty() {
+            return None;
+        }
+        match cold.page_skipping(q, cursor, skip) {
+            Ok(found) => Some(found),
+            Err(e) => {
+                self.cold_failed(&e);
+                None
+            }
+        }
+    }
+
+    /// The segments' counts of each state, less the jobs of `skip` they
+    /// hold.
+    pub(crate) fn cold_counts(&self, skip: &HashSet<String>) -> [usize; 6] {
+        let cold = self.cold.read();
+        if cold.is_empty() {
+            return [0; 6];
+        }
+        let mut counts = cold.counts();
+        for id in skip {
+            if let Ok(Some(j)) = cold.get(id) {
+                counts[j.state().index()] -= 1;
+            }
+        }
+        counts
+    }
+
+    /// The segments' counts by scheduler.
+    pub(crate) fn cold_counts_by_scheduler(&self) -> Vec<(Option<Arc<str>>, [usize; 6])> {
+        self.cold.read().counts_by_scheduler()
+    }
+
+    /// A number that changes whenever the segments' jobs do.
+    pub(crate) fn cold_version(&self) -> u64 {
+        self.cold_version.load(Ordering::Relaxed)
+    }
+
+    /// Whether the segments hold any job.
+    pub(crate) fn has_cold(&self) -> bool {
+        !self.cold.read().is_empty()
+    }
+
+    /// Sorts `listing` out against the segments (see
+    /// `Layered::sort_out`); `None` when they cannot be read (logged).
+    pub(crate) fn cold_sort_out(
+        &self,
+        listing: &[(String, Stamp)],
+        objects: bool,
+        covered: &crate::published::Covered,
+    ) -> Option<crate::ondisk::SortedOut> {
+        let cold = self.cold.read();
+        match cold.sort_out(listing, objects, covered) {
+            Ok(out) => Some(out),
+            Err(e) => {
+                self.cold_failed(&e);
+                None
+            }
+        }
+    }
+
+    /// The job of a segment's row, as a sorted-out listing names it.
+    pub(crate) fn cold_at(&self, segment: usize, row: u32) -> Option<Arc<JobSummary>> {
+        self.cold.read().summary_at(segment, row).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ondisk::tests::random_query;
+    use crate::tests::{below, page_ids};
+
+    /// A completed log of job `id` of random facts (the names, times and
+    /// schedulers the random queries ask about).
+    fn log(id: &str, r: &mut impl FnMut(u64) -> u64) -> String {
+        let failed = r(4) == 0;
+        let (status, word) = if failed {
+            (r#"{"Failed":"x"}"#, "Failed")
+        } else {
+            (r#""Succeeded""#, "Completed")
+        };
+        let start = 1_000 + r(220) * 10;
+        let end = start + [r(5) * 7, r(10_000)][usize::from(r(5) == 0)];
+        let queued = start.saturating_sub(r(3));
+        let name = ["Nightly ETL", "adhoc", "nightly report", "Ünïcode"][r(4) as usize];
+        let scheduler = ["", r#","scheduler_id":"east""#, r#","scheduler_id":"west""#];
+        let scheduler = scheduler[r(3) as usize];
+        format!(
+            r#"{{"ev":"JobEnd","version":1,"data":{{"status":{status},"queued_at":{queued},"started_at":{start},"completed_at":{end},"index":{{"job_id":"{id}","job_name":"{name}","status":"{word}","job_status":"{word}.","start_time":{start},"end_time":{end},"num_stages":2,"completed_stages":2,"percent_complete":100}},"job":{{}},"stages":{{}},"config":{{}},"dot":"","dropped_records":0{scheduler}}}}}"#
+        ) + "\n"
+    }
+
+    fn plain(dir: &Path) -> LogStore {
+        LogStore::new(dir, Arc::new(HistoryMetrics::unregistered())).no_spill()
+    }
+
+    /// A store whose completed jobs move to segments as they pile up
+    /// answers every reader as a store holding them all in memory (the
+    /// oracle: the catalog alone, over the same directory), through new,
+    /// rewritten and deleted logs and unfinished ones, rescan after
+    /// rescan.
+    #[test]
+    fn over_spilled_jobs_every_answer_is_the_catalogs() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill = tempfile::tempdir().unwrap();
+        let oracle = plain(dir.path());
+        let s = plain(dir.path()).with_spill(spill.path().to_path_buf(), 150);
+        let mut r = below(61);
+        let mut ids: Vec<String> = Vec::new();
+        for round in 0..6 {
+            for i in 0..200 {
+                let id = format!("job-{:03}{round}{i:03}", r(1_000));
+                std::fs::write(dir.path().join(format!("{id}.eventlog")), log(&id, &mut r))
+                    .unwrap();
+                ids.push(id);
+            }
+            for _ in 0..25 {
+                let id = &ids[r(ids.len() as u64) as usize];
+                let path = dir.path().join(format!("{id}.eventlog"));
+                if r(2) == 0 {
+                    std::fs::remove_file(path).ok();
+                } else if path.exists() {
+                    std::fs::write(path, log(id, &mut r)).unwrap();
+                }
+            }
+            let running = format!("run-{round}.eventlog.running");
+            std::fs::write(
+                dir.path().join(running),
+                "{\"ev\":\"JobStart\",\"version\":1,\"data\":{}}\n",
+            )
+            .unwrap();
+            oracle.rescan();
+            s.rescan();
+            assert!(s.spilled() > 0, "round {round}");
+            the_same(&oracle, &s, &ids, &mut r, round);
+        }
+        // Every file a spill wrote and replaced is gone: one generation
+        // is left.
+        let left = std::fs::read_dir(spill.path()).unwrap().count();
+        assert_eq!(left, 1);
+    }
+
+    /// `n` new logs under `dir`, their ids added to `ids`.
+    fn write_logs(
+        dir: &Path,
+        n: usize,
+        tag: &str,
+        ids: &mut Vec<String>,
+        r: &mut impl FnMut(u64) -> u64,
+    ) {
+        for i in 0..n {
+            let id = format!("job-{:03}{tag}{i:03}", r(1_000));
+            std::fs::write(dir.join(format!("{id}.eventlog")), log(&id, r)).unwrap();
+            ids.push(id);
+        }
+    }
+
+    /// What a store changes while a spill writes (a segment's job
+    /// forgotten or read again, a catalog job written read again or
+    /// forgotten, a new one) is what it holds once the spill serves: the
+    /// catalog's answers over the directory, and a rescan reads nothing.
+    #[test]
+    fn what_changes_while_a_spill_writes_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill = tempfile::tempdir().unwrap();
+        let mut s = plain(dir.path()).with_spill(spill.path().to_path_buf(), 0);
+        let mut r = below(67);
+        let mut ids = Vec::new();
+        write_logs(dir.path(), 200, "a", &mut ids, &mut r);
+        s.rescan();
+        assert_eq!(s.spilled(), 200);
+        s.spill.as_mut().unwrap().at = usize::MAX;
+        write_logs(dir.path(), 100, "b", &mut ids, &mut r);
+        s.rescan();
+        assert_eq!((s.spilled(), s.len()), (200, 300));
+        s.spill.as_mut().unwrap().at = 0;
+        let written = s.spill_write(s.spill.as_ref().unwrap()).unwrap().unwrap();
+        let path = |id: &str| dir.path().join(format!("{id}.eventlog"));
+        // A segment's job forgotten, another read again; a catalog job
+        // read again, another forgotten; a new one.
+        let (a, e, b, c) = (&ids[3], &ids[7], &ids[203], &ids[207]);
+        std::fs::remove_file(path(a)).unwrap();
+        s.forget(a);
+        for id in [e, b] {
+            std::fs::write(path(id), log(id, &mut r) + "\n").unwrap();
+            s.take_in_log(&path(id));
+        }
+        std::fs::remove_file(path(c)).unwrap();
+        s.forget(c);
+        write_logs(dir.path(), 1, "d", &mut ids, &mut r);
+        s.take_in_log(&path(ids.last().unwrap()));
+        assert_eq!(s.spill_swap(written).unwrap(), 98);
+        let oracle = plain(dir.path());
+        oracle.rescan();
+        the_same(&oracle, &s, &ids, &mut r, 0);
+        assert_eq!(s.rescan().read, 0);
+        the_same(&oracle, &s, &ids, &mut r, 1);
+    }
+
+    /// A restart opens the segments the manifest beside the index names
+    /// (with the jobs it hides) and reads no log; a manifest damaged, of
+    /// another index, naming a missing or a foreign file is refused, and
+    /// the directory is indexed again, losing nothing.
+    #[test]
+    fn a_restart_opens_the_spilled_segments_and_a_bad_manifest_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = dir.path().join("index");
+        let mut r = below(71);
+        let mut ids = Vec::new();
+        write_logs(dir.path(), 300, "a", &mut ids, &mut r);
+        let with_index = || plain(dir.path()).with_index_file(Some(index.clone()));
+        let first = with_index().with_spill(spill_dir_of(&index), 100);
+        first.rescan();
+        write_logs(dir.path(), 50, "b", &mut ids, &mut r);
+        for id in &ids[..10] {
+            std::fs::remove_file(dir.path().join(format!("{id}.eventlog"))).unwrap();
+        }
+        first.rescan();
+        assert_eq!((first.spilled(), first.len()), (290, 340));
+        first.persist(true);
+        let oracle = plain(dir.path());
+        oracle.rescan();
+        // Without a spill threshold of its own: it serves what was spilled.
+        let second = with_index();
+        assert_eq!(second.load_persisted(), 340);
+        assert_eq!(second.spilled(), 290);
+        the_same(&oracle, &second, &ids, &mut r, 0);
+        assert_eq!(second.rescan().read, 0);
+        the_same(&oracle, &second, &ids, &mut r, 1);
+        let manifest = manifest_of(&index);
+        let good = std::fs::read(&manifest).unwrap();
+        let segment = std::fs::read_dir(spill_dir_of(&index))
+            .unwrap()
+            .flatten()
+            .find(|e| is_spilled(e.file_name().to_str().unwrap()))
+            .unwrap()
+            .path();
+        let (sum, names, _) = decode_manifest(&good).unwrap();
+        type Spoil<'a> = (&'a str, Box<dyn Fn() + 'a>);
+        let damage: [Spoil<'_>; 4] = [
+            (
+                "a byte flipped",
+                Box::new(|| {
+                    let mut bad = good.clone();
+                    bad[20] ^= 1;
+                    std::fs::write(&manifest, bad).unwrap();
+                }),
+            ),
+            (
+                "another index's",
+                Box::new(|| {
+                    std::fs::write(&manifest, encode_manifest(sum ^ 1, &names, &[])).unwrap();
+                }),
+            ),
+            (
+                "a segment missing",
+                Box::new(|| {
+                    std::fs::rename(&segment, dir.path().join("aside")).unwrap();
+                }),
+            ),
+            (
+                "a foreign file named",
+                Box::new(|| {
+                    let foreign = vec!["spill-/../../index".to_string()];
+                    std::fs::write(&manifest, encode_manifest(sum, &foreign, &[])).unwrap();
+                }),
+            ),
+        ];
+        for (what, spoil) in damage {
+            spoil();
+            let s = with_index();
+            assert_eq!(s.load_persisted(), 0, "{what}");
+            assert_eq!(s.rescan().read, 340, "{what}");
+            the_same(&oracle, &s, &ids, &mut r, 2);
+            std::fs::write(&manifest, &good).unwrap();
+            if !segment.exists() {
+                std::fs::rename(dir.path().join("aside"), &segment).unwrap();
+            }
+        }
+        // A save names the segments serving and removes the others.
+        let third = with_index().with_spill(spill_dir_of(&index), 0);
+        assert_eq!(third.load_persisted(), 340);
+        third.rescan();
+        third.persist(true);
+        let (_, names, hidden) = decode_manifest(&std::fs::read(&manifest).unwrap()).unwrap();
+        assert!(hidden.is_empty());
+        let mut on_disk: Vec<String> = std::fs::read_dir(spill_dir_of(&index))
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .filter(|n| n != "MANIFEST")
+            .collect();
+        on_disk.sort();
+        assert_eq!(on_disk, names);
+        assert_eq!(with_index().load_persisted(), 340);
+    }
+
+    fn the_same(
+        oracle: &LogStore,
+        s: &LogStore,
+        ids: &[String],
+        r: &mut impl FnMut(u64) -> u64,
+        round: usize,
+    ) {
+        let what = |x: &str| format!("round {round}: {x}");
+        assert_eq!(s.len(), oracle.len(), "{}", what("len"));
+        let skip: HashSet<String> = (0..3)
+            .map(|_| ids[r(ids.len() as u64) as usize].clone())
+            .collect();
+        for unfinished in [false, true] {
+            assert_eq!(
+                s.counts(&skip, unfinished),
+                oracle.counts(&skip, unfinished),
+                "{}",
+                what("counts")
+            );
+        }
+        assert_eq!(
+            s.counts_by_scheduler(),
+            oracle.counts_by_scheduler(),
+            "{}",
+            what("by scheduler")
+        );
+        let all: Vec<Arc<JobSummary>> =
+            oracle.with_completed(|jobs| jobs.map(|j| Arc::new(j.clone())).collect());
+        let mine: Vec<String> =
+            s.with_completed(|jobs| jobs.map(|j| j.job_id().to_string()).collect());
+        let theirs: Vec<String> = all.iter().map(|j| j.job_id().to_string()).collect();
+        assert_eq!(mine, theirs, "{}", what("every job"));
+        for i in 0..80 {
+            let (q, cursor) = random_query(r, &all);
+            let skip = if i % 4 == 0 {
+                skip.clone()
+            } else {
+                HashSet::new()
+            };
+            let want = oracle.page(&q, cursor.as_ref(), &skip);
+            let got = s.page(&q, cursor.as_ref(), &skip);
+            assert_eq!(
+                page_ids(&got),
+                page_ids(&want),
+                "{}",
+                what(&format!("{q:?}"))
+            );
+            assert_eq!(got.total, want.total, "{}", what(&format!("{q:?}")));
+            let entries = |p: &Page| p.rows.iter().map(|r| r.entry.clone()).collect::<Vec<_>>();
+            assert_eq!(entries(&got), entries(&want));
+        }
+        for _ in 0..40 {
+            let id = &ids[r(ids.len() as u64) as usize];
+            assert_eq!(s.contains(id), oracle.contains(id), "{}", what(id));
+            let entry = |s: &LogStore| s.summary(id).map(|j| j.entry());
+            assert_eq!(entry(s), entry(oracle), "{}", what(id));
+            assert_eq!(s.facts(id), oracle.facts(id), "{}", what(id));
+            assert_eq!(s.log_len(id), oracle.log_len(id), "{}", what(id));
+        }
+        let files = |s: &LogStore| {
+            let mut f: Vec<(String, u64, u64)> = (s.completed_files().into_iter())
+                .map(|f| (f.file_name.to_string(), f.len, f.end_time))
+                .collect();
+            f.sort();
+            f
+        };
+        assert_eq!(files(s), files(oracle), "{}", what("files"));
+        let ran = |s: &LogStore| {
+            let mut ids: Vec<String> = (s.ran_between(1_500, 2_000).into_iter())
+                .map(|j| j.job_id().to_string())
+                .collect();
+            ids.sort();
+            ids
+        };
+        assert_eq!(ran(s), ran(oracle), "{}", what("ran between"));
+    }
+}
