@@ -452,6 +452,7 @@ fn lists_and_restarts() {
     on_disk(&segment_paths, n, &cases);
     sort_out_listing(&segment_paths, &store, listing);
     metrics_scrape(Arc::new(store), n);
+    spilled_store(&index, n, &cases);
     process_restart(env_usize("SCALE_PROCESS_JOBS", n));
 }
 
@@ -616,6 +617,89 @@ fn head_of_changes(set: bjh_store::ondisk::Segments, n: usize) {
             corpus::ms(max)
         );
     }
+}
+
+/// The store itself over the same jobs moved to segments
+/// (`--history-memory-jobs 0`): the catalog's index loaded, spilled and
+/// saved (the index then holds no job, its manifest names the segments),
+/// then restarted as the product restarts (`load_persisted`, the first
+/// page) and asked every page row through `LogStore::page`.
+fn spilled_store(index: &std::path::Path, n: usize, cases: &[Case<'_>]) {
+    let dir = index.parent().unwrap();
+    let spilled_index = dir.join("spilled-index");
+    std::fs::copy(index, &spilled_index).unwrap();
+    let open = || {
+        LogStore::new(dir.join("empty"), Arc::new(HistoryMetrics::unregistered()))
+            .with_index_file(Some(spilled_index.clone()))
+            .with_memory_jobs(Some(0), Some(&spilled_index))
+    };
+    let started = Instant::now();
+    let s = open();
+    assert_eq!(s.load_persisted(), n);
+    assert_eq!(s.spill().unwrap(), n);
+    s.persist(true);
+    let spill_took = started.elapsed();
+    drop(s);
+    println!(
+        "\n## The store over the same {n} jobs moved to segments (`--history-memory-jobs 0`)\n"
+    );
+    println!("| what | p50 | p99 | max | runs |");
+    println!("| --- | --- | --- | --- | --- |");
+    println!(
+        "| the spill itself: load the index, move every job to segments, save | {} | | | 1 |",
+        corpus::ms(spill_took)
+    );
+    let first_page = ListQuery {
+        limit: Some(100),
+        ..ListQuery::default()
+    };
+    let (mut restarts, mut store, mut grown) = (Vec::new(), None, 0);
+    for _ in 0..5 {
+        drop(store.take());
+        let before = rss_kib();
+        let started = Instant::now();
+        let s = open();
+        assert_eq!(s.load_persisted(), n);
+        assert_eq!(s.page(&first_page, None, &HashSet::new()).rows.len(), 100);
+        restarts.push(started.elapsed());
+        grown = rss_kib().saturating_sub(before);
+        store = Some(s);
+    }
+    let store = store.unwrap();
+    let (p50, p99, max) = corpus::percentiles(restarts);
+    println!(
+        "| restart: load the index and its manifest, answer `/api/jobs?limit=100` | {} | {} | {} | 5 |",
+        corpus::ms(p50),
+        corpus::ms(p99),
+        corpus::ms(max)
+    );
+    let before = rss_kib();
+    let walked = cases
+        .iter()
+        .filter(|c| !c.0.contains("as before its order"));
+    for (what, q, cursor, runs, rows) in walked.cloned() {
+        let runs = if runs >= 20 { runs.max(100) } else { runs };
+        let samples: Vec<Duration> = (0..runs)
+            .map(|_| {
+                let started = Instant::now();
+                let page = store.page(&q, cursor, &HashSet::new());
+                assert_eq!(page.rows.len(), rows.min(page.total), "{what}");
+                started.elapsed()
+            })
+            .collect();
+        let (p50, p99, max) = corpus::percentiles(samples);
+        println!(
+            "| {what} | {} | {} | {} | {runs} |",
+            corpus::ms(p50),
+            corpus::ms(p99),
+            corpus::ms(max),
+        );
+    }
+    println!(
+        "| resident memory: the restart grew the process {grown} KiB ({:.3} bytes a job); answering every row above, {} KiB more | | | | 1 |",
+        grown as f64 * 1024.0 / n as f64,
+        rss_kib().saturating_sub(before)
+    );
 }
 
 /// A rescan's verification of a listing of every log: the catalog looks

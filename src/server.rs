@@ -80,6 +80,11 @@ pub struct HistoryOptions {
     pub retention: Option<RetentionPolicy>,
     /// The persistent index file; `None` keeps none.
     pub index_file: Option<PathBuf>,
+    /// How many completed jobs the history keeps in memory before moving
+    /// them to summary segments on disk beside the persistent index
+    /// (`<index>.segments/`); `None` keeps every job in memory. Needs
+    /// `index_file`.
+    pub memory_jobs: Option<usize>,
     /// The bearer token the REST API requires (see [`ApiToken`](crate::ApiToken));
     /// `None` leaves it open, as upstream's is.
     pub api_token: Option<bjh_serving::auth::ApiToken>,
@@ -146,6 +151,7 @@ impl HistoryOptions {
         let dir = dir.into();
         Self {
             index_file: Some(dir.join(bjh_store::snapshot::DEFAULT_FILE_NAME)),
+            memory_jobs: None,
             event_log_dir: dir,
             update_interval: Duration::from_secs(10),
             listing_pages: bjh_store::published::DEFAULT_LISTING_PAGES,
@@ -247,6 +253,7 @@ impl HistoryOptions {
         }
         .with_index_file(self.index_file.clone())
         .with_listing_pages(self.listing_pages)
+        .with_memory_jobs(self.memory_jobs, self.index_file.as_deref())
     }
 }
 

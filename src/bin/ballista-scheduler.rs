@@ -100,6 +100,14 @@ struct Cli {
     #[arg(long, conflicts_with = "history_index")]
     no_history_index: bool,
 
+    /// Keep about this many completed jobs' summaries in memory; past
+    /// them, each rescan moves them to summary segments on disk beside the
+    /// persistent index (`<index>.segments/`), which the job list, counts
+    /// and job pages then read, and a restart opens without reading a
+    /// log. Default: every job in memory.
+    #[arg(long, conflicts_with = "no_history_index")]
+    history_memory_jobs: Option<usize>,
+
     /// Require `Authorization: Bearer <token>` on every `/api` route (the
     /// health checks stay open), the token being this file's content.
     /// Off by default, as upstream's API is open.
@@ -291,6 +299,7 @@ const NEED_EVENT_LOG_DIR: &[&str] = &[
     "orphan_grace",
     "history_index",
     "no_history_index",
+    "history_memory_jobs",
     "api_token_file",
     "event_log_spool",
     "object_store_endpoint",
@@ -660,6 +669,7 @@ fn history_options(
     } else if let Some(path) = &cli.history_index {
         options.index_file = Some(path.clone());
     }
+    options.memory_jobs = cli.history_memory_jobs;
     options
 }
 

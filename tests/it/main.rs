@@ -40,6 +40,7 @@ mod routes;
 mod security;
 mod several;
 mod shares;
+mod spilled;
 mod sql;
 mod stopping;
 mod tidy;

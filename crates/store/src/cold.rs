@@ -6,12 +6,18 @@
 //! log changed) or forgets is hidden from the segments by id, so each job
 //! is answered once.
 //!
-//! Not reachable from a flag yet: a store spills when built
-//! [`LogStore::with_spill`] (the store's own tests run every rescan
-//! through it). What remains before it is (#45): the segments named in the
-//! persistent index, so a restart opens them rather than reading every
-//! log again, and the readers that walk every job (`with_completed`: the
-//! SQL `jobs` file, the metrics) streaming them rather than collecting
+//! A store spills when built [`LogStore::with_memory_jobs`] (the
+//! binary's `--history-memory-jobs`) or [`LogStore::with_spill`] (the
+//! store's own tests run every rescan through it). The persistent
+//! index's save writes a manifest beside it naming the segments and the
+//! jobs they hide, tied to that index by its checksum: a restart opens
+//! them and reads no log; a manifest damaged, lying, of another index or
+//! naming a missing segment is refused and the directory indexed again.
+//!
+//! Still read whole while they run (#45): the walks over every job
+//! (`with_completed`: the SQL `jobs` file, the Clusters page, the
+//! recurring queries of the metrics, the columnar refresh) collect the
+//! segments' jobs in memory; `ran_between` and `completed_files` stream
 //! them.
 //!
 //! **Invariant:** lock order is the catalog's, then the segments'; a spill
@@ -19,6 +25,7 @@
 //! and swaps under both, hiding whatever changed meanwhile.
 
 use super::*;
+use crate::scan::Pass;
 use crate::snapshot::IndexError;
 use std::sync::atomic::AtomicU64;
 
@@ -163,13 +170,23 @@ impl LogStore {
         s
     }
 
+    /// This store, keeping at most about `jobs` completed jobs in memory
+    /// (when given, and beside a persistent `index`): past them, a rescan
+    /// moves them to segments in `<index>.segments/`.
+    pub fn with_memory_jobs(self, jobs: Option<usize>, index: Option<&Path>) -> Self {
+        match (jobs, index) {
+            (Some(jobs), Some(index)) => self.with_spill(spill_dir_of(index), jobs),
+            _ => self,
+        }
+    }
+
     /// How many completed jobs the segments hold (not hidden).
     pub fn spilled(&self) -> usize {
         self.cold.read().len()
     }
 
     /// An error reading the segments, logged once until another.
-    fn cold_failed(&self, e: &IndexError) {
+    pub(crate) fn cold_failed(&self, e: &IndexError) {
         let message = e.to_string();
         let mut last = self.cold_error.lock();
         if last.as_ref() != Some(&message) {
@@ -416,6 +433,22 @@ impl LogStore {
         }
     }
 
+    /// Runs `f` over every completed job the segments hold (not
+    /// hidden), read block by block: a block's jobs at most in memory
+    /// besides what `f` keeps.
+    pub(crate) fn each_cold(&self, mut f: impl FnMut(Arc<JobSummary>)) {
+        let cold = self.cold.read();
+        for j in cold.jobs() {
+            match j {
+                Ok(j) => f(j),
+                Err(e) => {
+                    self.cold_failed(&e);
+                    break;
+                }
+            }
+        }
+    }
+
     /// Every completed job the segments hold (not hidden), read whole.
     pub(crate) fn cold_jobs(&self) -> Vec<Arc<JobSummary>> {
         let cold = self.cold.read();
@@ -506,12 +539,59 @@ impl LogStore {
     pub(crate) fn cold_at(&self, segment: usize, row: u32) -> Option<Arc<JobSummary>> {
         self.cold.read().summary_at(segment, row).ok()
     }
+
+    /// The completed logs the catalog does not hold, against the
+    /// segments': those they hold unchanged are kept; their jobs the
+    /// listing covered and did not name are gone. Segments that cannot be
+    /// read keep what they hold (logged): nothing is read again for them.
+    pub(super) fn sort_out_cold(
+        &self,
+        pass: &mut Pass,
+        published: &mut HashMap<String, JobSummary>,
+        deferred: Vec<(String, Stamp)>,
+    ) {
+        let objects = self.remote.is_some();
+        let Some(out) = self.cold_sort_out(&deferred, objects, &pass.covered) else {
+            return;
+        };
+        for ((name, stamp), standing) in deferred.into_iter().zip(out.standing) {
+            if standing != crate::ondisk::Standing::Unchanged {
+                Self::to_take(pass, published, name, stamp, false, objects);
+            }
+        }
+        pass.cold_gone = (out.gone.iter())
+            .filter_map(|(segment, log)| self.cold_at(*segment, log.row))
+            .collect();
+    }
+
+    /// Hides the segments' jobs a pass found gone (unless read again, or
+    /// there after all), and those a manifest says were removed.
+    pub(super) fn remove_gone_cold(&self, pass: &Pass, reread: &HashSet<&str>) -> usize {
+        if !self.has_cold() {
+            return 0;
+        }
+        let listed_gone = (pass.cold_gone.iter())
+            .filter(|j| !reread.contains(j.job_id()) && !self.still_there(j))
+            .map(|j| j.job_id().to_string());
+        // A log unreadable now (read again and failed, or listed as
+        // before) leaves with its job, as from the catalog.
+        let bad = pass.seen_bad.iter().filter_map(|name| {
+            let job = self.cold.read().by_file(name).ok().flatten()?;
+            Some(job.job_id().to_string())
+        });
+        let removed = pass.gone.iter().filter_map(|name| {
+            let job = self.cold.read().by_file(name).ok().flatten()?;
+            Some(job.job_id().to_string())
+        });
+        let ids: Vec<String> = listed_gone.chain(bad).chain(removed).collect();
+        ids.iter().filter(|id| self.cold_hide(id)).count()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ondisk::tests::random_query;
+    use crate::ondisk::random_query;
     use crate::tests::{below, page_ids};
 
     /// A completed log of job `id` of random facts (the names, times and

@@ -2,8 +2,8 @@
 //! in-memory catalog of completed jobs and its rescans, one job's reads,
 //! unfinished jobs, the persistent snapshot of the catalog, object-store
 //! reading, the summaries published beside a prefix's logs, retention,
-//! the job list's query, and the summaries on disk that are to replace
-//! the in-memory catalog (`ondisk`, not serving yet).
+//! the job list's query, and the summaries on disk (`ondisk`) that
+//! completed jobs move to past `--history-memory-jobs` (`cold`).
 //!
 //! **Rule:** this crate imports only `format`, `files` and `metrics`. It never
 //! imports `recording` (the writer is another process's business as far as
@@ -71,6 +71,7 @@ mod heap;
 mod locate;
 mod location;
 mod orders;
+mod parallel;
 mod read;
 mod scan;
 mod summary;
@@ -99,6 +100,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
+pub use cold::spill_dir_of;
 pub(crate) use location::ReadSeek;
 pub use location::{LogRef, Stamp};
 use orders::SecondOrders;
@@ -393,7 +395,11 @@ impl LogStore {
             .cloned()
             .collect();
         if self.has_cold() {
-            out.extend(self.cold_jobs().into_iter().filter(ran));
+            self.each_cold(|j| {
+                if ran(&j) {
+                    out.push(j);
+                }
+            });
         }
         out
     }
@@ -401,29 +407,26 @@ impl LogStore {
     /// Every completed log the index holds: id, file name, size, end time
     /// (epoch millis; the file's modification time when the log has none).
     pub fn completed_files(&self) -> Vec<CompletedFile> {
-        let cold = if self.has_cold() {
-            self.cold_jobs()
-        } else {
-            Vec::new()
+        let file = |s: &JobSummary| CompletedFile {
+            job_id: s.job_id().into(),
+            file_name: s.file_name().into(),
+            len: s.len,
+            // The earlier of what the log claims and what the file
+            // system says: a log claiming to end in 2200 cannot make
+            // the cleaner delete real ones first.
+            end_time: match (s.end_time, s.stamp().modified.map(epoch_millis)) {
+                (0, modified) => modified.unwrap_or(0),
+                (claimed, Some(modified)) => claimed.min(modified),
+                (claimed, None) => claimed,
+            },
         };
-        let catalog = self.catalog.read();
-        let catalog = catalog.jobs.iter().map(|ById(s)| s);
-        catalog
-            .chain(&cold)
-            .map(|s| CompletedFile {
-                job_id: s.job_id().into(),
-                file_name: s.file_name().into(),
-                len: s.len,
-                // The earlier of what the log claims and what the file
-                // system says: a log claiming to end in 2200 cannot make
-                // the cleaner delete real ones first.
-                end_time: match (s.end_time, s.stamp().modified.map(epoch_millis)) {
-                    (0, modified) => modified.unwrap_or(0),
-                    (claimed, Some(modified)) => claimed.min(modified),
-                    (claimed, None) => claimed,
-                },
-            })
-            .collect()
+        let mut out: Vec<CompletedFile> = (self.catalog.read().jobs.iter())
+            .map(|ById(s)| file(s))
+            .collect();
+        if self.has_cold() {
+            self.each_cold(|s| out.push(file(&s)));
+        }
+        out
     }
 
     /// Drops a completed job from the index at once (its log was deleted).

@@ -5,9 +5,9 @@
 //! and its scheduler and label tables; the jobs stay in the file and are
 //! read by page.
 //!
-//! This is the store's coming primary representation (#45); the catalog
-//! does not serve from it yet. `benches/scale.rs` measures it beside the
-//! catalog over the same jobs.
+//! Completed jobs move here from the catalog past
+//! `--history-memory-jobs` (`cold`); `benches/scale.rs` measures it
+//! beside the catalog over the same jobs.
 //!
 //! Format (little-endian): the magic `BJHSEG01`, the header's length
 //! (u64), the header, its checksum (u64), then five regions:
@@ -77,6 +77,8 @@ pub use head::Layered;
 use layout::{Fixed, Stats, decode_header, encode};
 use names::NameBlock;
 pub use names::{Listed, SortedOut, Standing};
+#[cfg(test)]
+pub(crate) use tests::random_query;
 
 const MAGIC: &[u8; 8] = b"BJHSEG01";
 /// Rows a block of statistics covers.
@@ -896,7 +898,7 @@ impl Segments {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use crate::SummaryParts;
     use crate::query::{Order, Page};

@@ -6,6 +6,7 @@
 //! from where the last pass stopped, complete lines only.
 
 use super::*;
+use crate::parallel::{PARALLEL_FROM, REMOTE_READERS, local_readers, parallel_map};
 use crate::published::Covered;
 
 /// The log-named entries of a directory or a store prefix, with stamps.
@@ -71,18 +72,18 @@ pub(super) struct Pass {
     /// Unfinished jobs listed (unchanged, or read again).
     seen_unfinished: HashSet<Arc<str>>,
     /// Unreadable logs listed.
-    seen_bad: HashSet<String>,
+    pub(super) seen_bad: HashSet<String>,
     /// New or changed logs, to read.
     to_read: Vec<(String, Stamp)>,
     /// The names the listing covered: a job not listed is gone only if
     /// its name is among them.
-    covered: Covered,
+    pub(super) covered: Covered,
     /// New logs listed as a published summary describes them.
     from_segments: Vec<JobSummary>,
     /// Logs a manifest says were removed and the store says are gone.
-    gone: HashSet<String>,
+    pub(super) gone: HashSet<String>,
     /// The segments' jobs (`cold`) the listing covered and did not name.
-    cold_gone: Vec<Arc<JobSummary>>,
+    pub(super) cold_gone: Vec<Arc<JobSummary>>,
 }
 
 pub(super) enum Found {
@@ -116,53 +117,6 @@ fn catalog_sets(jobs: &[Arc<JobSummary>]) -> CatalogSets {
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
         sets
     })
-}
-
-/// Threads reading new logs of an object store at once.
-pub(super) const REMOTE_READERS: usize = 16;
-
-/// New local logs from which a rescan reads in parallel.
-const PARALLEL_FROM: usize = 32;
-
-/// Threads reading new local logs at once: two per core (so one reads
-/// while the other parses), at least 4, at most 32.
-fn local_readers() -> usize {
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    (cores * 2).clamp(4, 32)
-}
-
-/// `f` over `items` on up to `threads` threads, results in order.
-pub(super) fn parallel_map<T: Sync, R: Send>(
-    items: &[T],
-    threads: usize,
-    f: impl Fn(&T) -> R + Sync,
-) -> Vec<R> {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut out: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads.min(items.len()))
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(item) = items.get(i) else {
-                            return mine;
-                        };
-                        mine.push((i, f(item)));
-                    }
-                })
-            })
-            .collect();
-        for worker in workers {
-            for (i, r) in worker.join().expect("a reader thread") {
-                out[i] = Some(r);
-            }
-        }
-    });
-    out.into_iter()
-        .map(|r| r.expect("every item is read"))
-        .collect()
 }
 
 impl LogStore {
@@ -517,7 +471,7 @@ impl LogStore {
 
     /// A listed log neither index holds as listed: taken from a published
     /// summary that describes it as listed, or read.
-    fn to_take(
+    pub(super) fn to_take(
         pass: &mut Pass,
         published: &mut HashMap<String, JobSummary>,
         name: String,
@@ -533,30 +487,6 @@ impl LogStore {
             return;
         }
         pass.to_read.push((name, stamp));
-    }
-
-    /// The completed logs the catalog does not hold, against the
-    /// segments': those they hold unchanged are kept; their jobs the
-    /// listing covered and did not name are gone. Segments that cannot be
-    /// read keep what they hold (logged): nothing is read again for them.
-    fn sort_out_cold(
-        &self,
-        pass: &mut Pass,
-        published: &mut HashMap<String, JobSummary>,
-        deferred: Vec<(String, Stamp)>,
-    ) {
-        let objects = self.remote.is_some();
-        let Some(out) = self.cold_sort_out(&deferred, objects, &pass.covered) else {
-            return;
-        };
-        for ((name, stamp), standing) in deferred.into_iter().zip(out.standing) {
-            if standing != crate::ondisk::Standing::Unchanged {
-                Self::to_take(pass, published, name, stamp, false, objects);
-            }
-        }
-        pass.cold_gone = (out.gone.iter())
-            .filter_map(|(segment, log)| self.cold_at(*segment, log.row))
-            .collect();
     }
 
     /// Reads the new and changed logs of a pass: a completed log's summary,
@@ -717,7 +647,7 @@ impl LogStore {
     /// job taken in after a pass listed the directory is not gone because
     /// that listing missed it (a file of its name that changed since is
     /// another log).
-    fn still_there(&self, job: &JobSummary) -> bool {
+    pub(super) fn still_there(&self, job: &JobSummary) -> bool {
         if self.remote.is_some() {
             // An object taken in while this pass ran (the uploader's word)
             // is newer than its listing. Asking the store of each missing
@@ -817,13 +747,30 @@ impl LogStore {
     /// gone (or the segment lies); one listed otherwise than the summary
     /// says was read from itself.
     fn new_from_segments(&self, pass: &Pass, published: HashMap<String, JobSummary>) -> Vec<Found> {
-        published
+        let catalog = self.catalog.read();
+        let new: Vec<(String, JobSummary)> = published
             .into_iter()
             .filter(|(file, _)| {
                 let stem = LogName::parse(file).map_or("", |n| n.stem);
-                !pass.covered.covers(file) && self.completed_by_file(file, stem).is_none()
+                !pass.covered.covers(file) && catalog.by_file(file, stem).is_none()
             })
-            .map(|(_, job)| Found::Completed(job))
+            .collect();
+        drop(catalog);
+        // Nor the segments: asked for all of them at once.
+        let held = match self.has_cold() {
+            true => {
+                let names: Vec<&str> = new.iter().map(|(file, _)| file.as_str()).collect();
+                self.cold.read().holding(&names).unwrap_or_else(|e| {
+                    self.cold_failed(&e);
+                    vec![true; names.len()]
+                })
+            }
+            false => vec![false; new.len()],
+        };
+        new.into_iter()
+            .zip(held)
+            .filter(|(_, held)| !held)
+            .map(|((_, job), _)| Found::Completed(job))
             .collect()
     }
 
@@ -867,31 +814,6 @@ impl LogStore {
             .filter(|job| index.remove(job.job_id()).is_some())
             .count();
         from_catalog + self.remove_gone_cold(pass, &reread)
-    }
-
-    /// Hides the segments' jobs a pass found gone (unless read again, or
-    /// there after all), and those a manifest says were removed.
-    fn remove_gone_cold(&self, pass: &Pass, reread: &HashSet<&str>) -> usize {
-        if !self.has_cold() {
-            return 0;
-        }
-        let listed_gone = (pass.cold_gone.iter())
-            .filter(|j| !reread.contains(j.job_id()) && !self.still_there(j))
-            .map(|j| j.job_id().to_string());
-        // A log unreadable now (read again and failed, or listed as
-        // before) leaves with its job, as from the catalog.
-        let bad = pass.seen_bad.iter().filter_map(|name| {
-            let job = self.cold.read().by_file(name).ok().flatten()?;
-            Some(job.job_id().to_string())
-        });
-        let removed = pass.gone.iter().filter_map(|name| {
-            let stem = LogName::parse(name)?.stem;
-            let cold = self.cold.read();
-            let job = cold.by_file(name).ok().flatten()?;
-            (job.job_id() == stem || job.file_name() == *name).then(|| job.job_id().to_string())
-        });
-        let ids: Vec<String> = listed_gone.chain(bad).chain(removed).collect();
-        ids.iter().filter(|id| self.cold_hide(id)).count()
     }
 
     /// A first pass over a large directory fills the empty catalog at once

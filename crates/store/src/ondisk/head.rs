@@ -146,6 +146,24 @@ impl Layered {
         Ok(found.filter(|j| !self.hidden.contains_key(j.job_id())))
     }
 
+    /// Which of `names` the layers hold a log of now (see
+    /// [`Segments::holding`]).
+    pub fn holding(&self, names: &[&str]) -> Result<Vec<bool>, IndexError> {
+        let mut out = self.segments.holding(names)?;
+        let hidden: HashSet<std::borrow::Cow<'_, str>> =
+            self.hidden.values().map(|j| j.file_name()).collect();
+        let head: HashSet<std::borrow::Cow<'_, str>> =
+            self.head.values().map(|j| j.file_name()).collect();
+        for (held, name) in out.iter_mut().zip(names) {
+            if head.contains(*name) {
+                *held = true;
+            } else if hidden.contains(*name) {
+                *held = false;
+            }
+        }
+        Ok(out)
+    }
+
     /// The job of row `row` of segment `segment`, as [`SortedOut::gone`]
     /// names it.
     pub fn summary_at(&self, segment: usize, row: u32) -> Result<Arc<JobSummary>, IndexError> {
@@ -441,6 +459,12 @@ mod tests {
             if !current.contains(&*name) {
                 listed.push((name.to_string(), j.stamp(), [Standing::New; 2]));
             }
+        }
+        // Which names the layers hold: the jobs' as they are now.
+        let probe: Vec<&str> = listed.iter().map(|l| l.0.as_str()).collect();
+        let held = layered.holding(&probe).unwrap();
+        for (name, held) in probe.iter().zip(held) {
+            assert_eq!(held, current.contains(name), "round {round}: {name}");
         }
         let covered = covered(&names, r);
         let plain: Vec<(String, Stamp)> = listed.iter().map(|(n, s, _)| (n.clone(), *s)).collect();

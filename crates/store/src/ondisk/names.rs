@@ -176,11 +176,45 @@ impl Segment {
 }
 
 impl Segments {
+    /// Which of `names` (any order) the segments hold a log of: each
+    /// segment's listing table read once, only the blocks that may hold
+    /// one of them.
+    pub fn holding(&self, names: &[&str]) -> Result<Vec<bool>, IndexError> {
+        let mut order: Vec<usize> = (0..names.len()).collect();
+        order.sort_unstable_by(|&a, &b| names[a].cmp(names[b]));
+        let mut out = vec![false; names.len()];
+        for s in self.iter() {
+            let mut at = 0;
+            while at < order.len() {
+                let name = names[order[at]];
+                let b = s.name_blocks.partition_point(|b| *b.first <= *name);
+                if b == 0 {
+                    at += 1;
+                    continue;
+                }
+                let logs = s.name_block(b - 1)?;
+                let last = logs.last().map_or("", |l| l.name.as_str());
+                // Every name up to the block's last is answered by it.
+                while at < order.len() && names[order[at]] <= last {
+                    let name = names[order[at]];
+                    if logs.binary_search_by(|l| l.name.as_str().cmp(name)).is_ok() {
+                        out[order[at]] = true;
+                    }
+                    at += 1;
+                }
+                if at < order.len() && names[order[at]] == name {
+                    at += 1;
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Sorts `listing` (names with their stamps, any order) out against
     /// the segments' listing tables: each log's standing, and the
     /// segments' logs `covered` covers that it does not name. Only the
     /// covered names are read when the listing names no other. Stamps
-    /// compare as [`Stamp::same`] does (`whole_seconds` for objects). A
+    /// compare by size and modification time (`whole_seconds` for objects). A
     /// name two segments hold (ids of two schedulers colliding) is
     /// unchanged if either holds it unchanged.
     pub fn sort_out(
