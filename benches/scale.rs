@@ -475,6 +475,9 @@ fn write_segments(dir: &std::path::Path, jobs: &[JobSummary]) -> Vec<std::path::
 
 type Case<'a> = (&'a str, ListQuery, Option<&'a Facts>, usize, usize);
 
+/// A source asked for a page: its rows and total.
+type Ask<'a> = dyn Fn(&ListQuery, Option<&Facts>) -> (usize, usize) + 'a;
+
 /// The same jobs and the same pages, answered from on-disk segments: the
 /// restart (open them, answer the first page), the memory they keep, and
 /// every page row.
@@ -515,32 +518,10 @@ fn on_disk(paths: &[std::path::PathBuf], n: usize, cases: &[Case<'_>]) {
         corpus::ms(max)
     );
     let before = rss_kib();
-    // The catalog's rows of its old pass (`min_duration_ms=0`) are its
-    // own comparison; here they are passes like any other query's.
-    let walked = cases
-        .iter()
-        .filter(|c| !c.0.contains("as before its order"));
-    for (what, q, cursor, runs, rows) in walked.cloned() {
-        // More runs of the fast rows than the catalog's (their p99 is
-        // the target); the passes keep theirs.
-        let runs = if runs >= 20 { runs.max(100) } else { runs };
-        let samples: Vec<Duration> = (0..runs)
-            .map(|_| {
-                let started = Instant::now();
-                let (page, total) = set.page(&q, cursor).unwrap();
-                assert_eq!(page.len(), rows.min(total), "{what}");
-                assert!(total >= rows, "{what}: {total}");
-                started.elapsed()
-            })
-            .collect();
-        let (p50, p99, max) = corpus::percentiles(samples);
-        println!(
-            "| {what} | {} | {} | {} | {runs} |",
-            corpus::ms(p50),
-            corpus::ms(p99),
-            corpus::ms(max),
-        );
-    }
+    every_row(cases, &|q, cursor| {
+        let (page, total) = set.page(q, cursor).unwrap();
+        (page.len(), total)
+    });
     let after_pages = rss_kib().saturating_sub(before);
     let held = set.resident_bytes();
     println!(
@@ -619,6 +600,36 @@ fn head_of_changes(set: bjh_store::ondisk::Segments, n: usize) {
     }
 }
 
+/// Every page row of `cases` asked of a source (`ask` gives a page's rows
+/// and total), timed and printed. The catalog's rows of its old pass
+/// (`min_duration_ms=0`) are its own comparison; here they are passes
+/// like any other query's. More runs of the fast rows than the
+/// catalog's (their p99 is the target); the passes keep theirs.
+fn every_row(cases: &[Case<'_>], ask: &Ask<'_>) {
+    let walked = cases
+        .iter()
+        .filter(|c| !c.0.contains("as before its order"));
+    for (what, q, cursor, runs, rows) in walked.cloned() {
+        let runs = if runs >= 20 { runs.max(100) } else { runs };
+        let samples: Vec<Duration> = (0..runs)
+            .map(|_| {
+                let started = Instant::now();
+                let (page, total) = ask(&q, cursor);
+                assert_eq!(page, rows.min(total), "{what}");
+                assert!(total >= rows, "{what}: {total}");
+                started.elapsed()
+            })
+            .collect();
+        let (p50, p99, max) = corpus::percentiles(samples);
+        println!(
+            "| {what} | {} | {} | {} | {runs} |",
+            corpus::ms(p50),
+            corpus::ms(p99),
+            corpus::ms(max),
+        );
+    }
+}
+
 /// The store itself over the same jobs moved to segments
 /// (`--history-memory-jobs 0`): the catalog's index loaded, spilled and
 /// saved (the index then holds no job, its manifest names the segments),
@@ -674,27 +685,10 @@ fn spilled_store(index: &std::path::Path, n: usize, cases: &[Case<'_>]) {
         corpus::ms(max)
     );
     let before = rss_kib();
-    let walked = cases
-        .iter()
-        .filter(|c| !c.0.contains("as before its order"));
-    for (what, q, cursor, runs, rows) in walked.cloned() {
-        let runs = if runs >= 20 { runs.max(100) } else { runs };
-        let samples: Vec<Duration> = (0..runs)
-            .map(|_| {
-                let started = Instant::now();
-                let page = store.page(&q, cursor, &HashSet::new());
-                assert_eq!(page.rows.len(), rows.min(page.total), "{what}");
-                started.elapsed()
-            })
-            .collect();
-        let (p50, p99, max) = corpus::percentiles(samples);
-        println!(
-            "| {what} | {} | {} | {} | {runs} |",
-            corpus::ms(p50),
-            corpus::ms(p99),
-            corpus::ms(max),
-        );
-    }
+    every_row(cases, &|q, cursor| {
+        let page = store.page(q, cursor, &HashSet::new());
+        (page.rows.len(), page.total)
+    });
     println!(
         "| resident memory: the restart grew the process {grown} KiB ({:.3} bytes a job); answering every row above, {} KiB more | | | | 1 |",
         grown as f64 * 1024.0 / n as f64,

@@ -210,7 +210,10 @@ impl LogStore {
     /// The completed job whose log is `name`, in the catalog or the
     /// segments.
     pub(crate) fn completed_by_file(&self, name: &str, stem: &str) -> Option<Arc<JobSummary>> {
-        if let Some(j) = self.catalog.read().by_file(name, stem) {
+        // The segments asked under the catalog's lock: a spill's swap or
+        // a job taken in cannot fall between the two.
+        let catalog = self.catalog.read();
+        if let Some(j) = catalog.by_file(name, stem) {
             return Some(j.clone());
         }
         let cold = self.cold.read();
@@ -225,7 +228,8 @@ impl LogStore {
 
     /// The completed job `id`, in the catalog or the segments.
     pub(crate) fn completed(&self, id: &str) -> Option<Arc<JobSummary>> {
-        let found = self.catalog.read().get(id).cloned();
+        let catalog = self.catalog.read();
+        let found = catalog.get(id).cloned();
         found.or_else(|| self.cold_get(id))
     }
 

@@ -385,11 +385,10 @@ impl LogStore {
     /// before `to` and ended at or after `from`.
     pub fn ran_between(&self, from: u64, to: u64) -> Vec<Arc<JobSummary>> {
         let ran = |s: &Arc<JobSummary>| s.start_time < to && s.end_time.max(s.start_time) >= from;
-        let mut out: Vec<Arc<JobSummary>> = self
-            .catalog
-            .read()
-            .jobs
-            .iter()
+        // The segments read under the catalog's lock: a spill's swap
+        // cannot fall between them (a job twice, or not at all).
+        let index = self.catalog.read();
+        let mut out: Vec<Arc<JobSummary>> = (index.jobs.iter())
             .map(|ById(s)| s)
             .filter(|s| ran(s))
             .cloned()
@@ -420,9 +419,10 @@ impl LogStore {
                 (claimed, None) => claimed,
             },
         };
-        let mut out: Vec<CompletedFile> = (self.catalog.read().jobs.iter())
-            .map(|ById(s)| file(s))
-            .collect();
+        // As in `ran_between`: a job counted twice would make the cleaner
+        // delete more than its limit asks.
+        let index = self.catalog.read();
+        let mut out: Vec<CompletedFile> = index.jobs.iter().map(|ById(s)| file(s)).collect();
         if self.has_cold() {
             self.each_cold(|s| out.push(file(&s)));
         }
@@ -455,7 +455,7 @@ impl LogStore {
 
     /// Whether `job_id` is indexed as completed.
     pub fn contains(&self, job_id: &str) -> bool {
-        self.catalog.read().jobs.contains(job_id) || self.cold_get(job_id).is_some()
+        self.completed(job_id).is_some()
     }
 
     /// Number of completed jobs indexed.
@@ -524,10 +524,10 @@ impl LogStore {
         &self,
         f: impl FnOnce(&mut dyn Iterator<Item = &JobSummary>) -> T,
     ) -> T {
+        let index = self.catalog.read();
         if self.has_cold() {
             // Collected and ordered (the segments' jobs are read whole).
             let mut all = self.cold_jobs();
-            let index = self.catalog.read();
             all.extend(index.order.iter().map(|ByPosition(s)| s.clone()));
             drop(index);
             all.sort_unstable_by(|a, b| {
@@ -536,7 +536,6 @@ impl LogStore {
             });
             return f(&mut all.iter().map(|s| &**s));
         }
-        let index = self.catalog.read();
         let mut jobs = index.order.iter().map(|ByPosition(s)| &**s);
         f(&mut jobs)
     }
@@ -555,16 +554,15 @@ impl LogStore {
     /// jobs, and unfinished ones when `unfinished`, leaving out the ids in
     /// `skip`. Costs O(skip + unfinished), not O(jobs).
     pub fn counts(&self, skip: &HashSet<String>, unfinished: bool) -> [usize; 6] {
-        let cold = self.has_cold();
-        let cold_skip: HashSet<String> = {
-            let index = self.catalog.read();
-            (skip.iter())
-                .filter(|id| cold && !index.jobs.contains(id.as_str()))
-                .cloned()
-                .collect()
-        };
-        let spilled = self.cold_counts(&cold_skip);
+        // Both read under the catalog's lock: a spill's swap (under its
+        // write lock) cannot fall between them.
         let index = self.catalog.read();
+        let cold = self.has_cold();
+        let cold_skip: HashSet<String> = (skip.iter())
+            .filter(|id| cold && !index.jobs.contains(id.as_str()))
+            .cloned()
+            .collect();
+        let spilled = self.cold_counts(&cold_skip);
         let mut counts = index.counts;
         for (n, c) in counts.iter_mut().zip(spilled) {
             *n += c;
@@ -590,9 +588,9 @@ impl LogStore {
     /// [`LogStore::counts`] (unfinished logs included) per scheduler, by
     /// id; the jobs whose logs name none under `None`.
     pub fn counts_by_scheduler(&self) -> Vec<(Option<Arc<str>>, [usize; 6])> {
+        let index = self.catalog.read();
         let cold = self.has_cold();
         let spilled = self.cold_counts_by_scheduler();
-        let index = self.catalog.read();
         let mut named = index.by_scheduler.clone();
         let mut unnamed = index.counts;
         for counts in named.values() {
@@ -633,11 +631,13 @@ impl LogStore {
     /// source lists). The default order without filters costs O(page);
     /// anything else one pass over the summaries.
     pub fn page(&self, q: &ListQuery, cursor: Option<&Facts>, skip: &HashSet<String>) -> Page {
+        // Both sources' pages as far as this one's end, merged by the
+        // list's own pass, under the catalog's lock: a spill's swap (under
+        // its write lock) cannot fall between them.
+        let _both = self.catalog.read_recursive();
         if !self.has_cold() {
             return self.page_catalog(q, cursor, skip);
         }
-        // Both sources' pages as far as this one's end, merged by the
-        // list's own pass.
         let wider = ListQuery {
             offset: 0,
             limit: q.limit.map(|l| q.offset.saturating_add(l)),
@@ -660,7 +660,9 @@ impl LogStore {
 
     /// [`LogStore::page`] of the catalog's jobs alone.
     fn page_catalog(&self, q: &ListQuery, cursor: Option<&Facts>, skip: &HashSet<String>) -> Page {
-        let index = self.catalog.read();
+        // Recursive: `page` may hold it already (a plain read would wait
+        // behind a queued writer, which waits for `page`).
+        let index = self.catalog.read_recursive();
         let unfinished = q.wants_unfinished();
         // The default order filtered by state at most: walk the ordered set
         // and stop at the page's end; the total is the tallies'.

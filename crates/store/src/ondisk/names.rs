@@ -480,10 +480,22 @@ pub(super) mod tests {
         patch(&path, at + 5, &[good[at as usize + 5] ^ 1]);
         let err = sort_out(&set).unwrap_err().to_string();
         assert!(err.contains("checksum"), "{err}");
+        let block = |s: &Segment| s.read(s.at[5], s.name_blocks[1].at as usize).unwrap();
+        // The segment as patched, its first table block's checksum made
+        // to agree: refused by the table's own checks.
+        let lying_is_refused = || {
+            let mut lying = Segment::open(&path).unwrap();
+            lying.name_blocks[0].sum = checksum(&block(&lying));
+            let lying = Segments {
+                segments: vec![lying],
+                paths: Vec::new(),
+            };
+            let err = sort_out(&lying).unwrap_err().to_string();
+            assert!(err.contains("listing table"), "{err}");
+        };
         // The first two names swapped, the checksum made to agree: out of
         // order.
         std::fs::write(&path, &good).unwrap();
-        let block = |s: &Segment| s.read(s.at[5], s.name_blocks[1].at as usize).unwrap();
         let mut bytes = block(&set.segments[0]);
         let first = 4 + u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize + 20;
         let second =
@@ -491,26 +503,12 @@ pub(super) mod tests {
         let swapped = [&bytes[first..first + second], &bytes[..first]].concat();
         bytes[..first + second].copy_from_slice(&swapped);
         patch(&path, at, &bytes);
-        let mut lying = Segment::open(&path).unwrap();
-        lying.name_blocks[0].sum = checksum(&block(&lying));
-        let lying = Segments {
-            segments: vec![lying],
-            paths: Vec::new(),
-        };
-        let err = sort_out(&lying).unwrap_err().to_string();
-        assert!(err.contains("listing table"), "{err}");
+        lying_is_refused();
         // A row past the end, the checksum made to agree.
         std::fs::write(&path, &good).unwrap();
         let name = u32::from_le_bytes(good[at as usize..at as usize + 4].try_into().unwrap());
         patch(&path, at + 4 + u64::from(name), &u32::MAX.to_le_bytes());
-        let mut lying = Segment::open(&path).unwrap();
-        lying.name_blocks[0].sum = checksum(&block(&lying));
-        let lying = Segments {
-            segments: vec![lying],
-            paths: Vec::new(),
-        };
-        let err = sort_out(&lying).unwrap_err().to_string();
-        assert!(err.contains("listing table"), "{err}");
+        lying_is_refused();
         // Cut short under the open segment, and at open.
         std::fs::write(&path, &good).unwrap();
         let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
