@@ -66,6 +66,14 @@ pub fn spill_dir_of(index: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
+/// Creates the segments' directory `dir` (`0700`), or checks the one
+/// there is this process's own: never a link planted to write or remove
+/// files elsewhere (`bjh_files::private_dir`).
+fn own_dir(dir: &Path) -> std::io::Result<()> {
+    let parent = dir.parent().unwrap_or(Path::new("."));
+    bjh_files::private_dir(parent, dir)
+}
+
 /// The file naming them, with the index it goes with.
 fn manifest_of(index: &Path) -> PathBuf {
     spill_dir_of(index).join("MANIFEST")
@@ -163,7 +171,7 @@ impl LogStore {
             return self;
         }
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let mut s = self.with_spill(dir.path().to_path_buf(), 0);
+        let mut s = self.with_spill(dir.path().join("segments"), 0);
         if let Some(spill) = &mut s.spill {
             spill._owned = Some(dir);
         }
@@ -195,16 +203,20 @@ impl LogStore {
         *last = Some(message);
     }
 
+    /// `ask` of the segments; an error is logged (once until another)
+    /// and no answer.
+    fn ask_cold<T>(
+        &self,
+        ask: impl FnOnce(&crate::ondisk::Layered) -> Result<T, IndexError>,
+    ) -> Option<T> {
+        ask(&self.cold.read())
+            .map_err(|e| self.cold_failed(&e))
+            .ok()
+    }
+
     /// The completed job `id` the segments hold, unless hidden.
     pub(crate) fn cold_get(&self, id: &str) -> Option<Arc<JobSummary>> {
-        let cold = self.cold.read();
-        if cold.is_empty() {
-            return None;
-        }
-        cold.get(id).unwrap_or_else(|e| {
-            self.cold_failed(&e);
-            None
-        })
+        self.ask_cold(|cold| cold.get(id)).flatten()
     }
 
     /// The completed job whose log is `name`, in the catalog or the
@@ -216,14 +228,7 @@ impl LogStore {
         if let Some(j) = catalog.by_file(name, stem) {
             return Some(j.clone());
         }
-        let cold = self.cold.read();
-        if cold.is_empty() {
-            return None;
-        }
-        cold.by_file(name).unwrap_or_else(|e| {
-            self.cold_failed(&e);
-            None
-        })
+        self.ask_cold(|cold| cold.by_file(name)).flatten()
     }
 
     /// The completed job `id`, in the catalog or the segments.
@@ -283,14 +288,11 @@ impl LogStore {
             (jobs, catalog.version)
         };
         let copy = self.cold.read().reopen()?;
-        std::fs::create_dir_all(&spill.dir)?;
+        own_dir(&spill.dir)?;
         let generation = spill.generation.fetch_add(1, Ordering::Relaxed);
         // A name no earlier spill took, whatever the process id (a
         // container's scheduler is process 1 at every start).
-        let nanos = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let prefix = format!("spill-{nanos:x}-{}-{generation}", std::process::id());
+        let prefix = format!("spill-{}-{generation}", bjh_files::random_tag());
         let (fresh, _) = copy.rewrite_with(&jobs, &spill.dir, &prefix, spill.per_segment)?;
         Ok(Some(Written {
             jobs,
@@ -381,7 +383,7 @@ impl LogStore {
     /// left).
     pub(crate) fn save_manifest(&self, index: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let dir = spill_dir_of(index);
-        std::fs::create_dir_all(&dir)?;
+        own_dir(&dir)?;
         bjh_files::replace::<std::io::Error>(&manifest_of(index), 0o600, |f| {
             std::io::Write::write_all(f, bytes)
         })?;
@@ -410,6 +412,10 @@ impl LogStore {
         index_sum: u64,
     ) -> Result<Option<crate::ondisk::Layered>, IndexError> {
         let path = manifest_of(index);
+        if !spill_dir_of(index).exists() {
+            return Ok(None);
+        }
+        own_dir(&spill_dir_of(index))?;
         let bytes = match bjh_files::open_capped(&path, 1 << 30) {
             Ok((mut file, _)) => {
                 let mut bytes = Vec::new();
@@ -440,9 +446,24 @@ impl LogStore {
     /// Runs `f` over every completed job the segments hold (not
     /// hidden), read block by block: a block's jobs at most in memory
     /// besides what `f` keeps.
-    pub(crate) fn each_cold(&self, mut f: impl FnMut(Arc<JobSummary>)) {
+    pub(crate) fn each_cold(&self, f: impl FnMut(Arc<JobSummary>)) {
+        self.each_cold_in(None, f);
+    }
+
+    /// [`LogStore::each_cold`], or, with a `window` `[from, to)`, over
+    /// the blocks whose times allow a job that ran in it only (each job
+    /// still the caller's to check).
+    pub(crate) fn each_cold_in(
+        &self,
+        window: Option<(u64, u64)>,
+        mut f: impl FnMut(Arc<JobSummary>),
+    ) {
         let cold = self.cold.read();
-        for j in cold.jobs() {
+        let jobs: Box<dyn Iterator<Item = _>> = match window {
+            Some((from, to)) => Box::new(cold.ran_between(from, to)),
+            None => Box::new(cold.jobs()),
+        };
+        for j in jobs {
             match j {
                 Ok(j) => f(j),
                 Err(e) => {
@@ -455,39 +476,20 @@ impl LogStore {
 
     /// Every completed job the segments hold (not hidden), read whole.
     pub(crate) fn cold_jobs(&self) -> Vec<Arc<JobSummary>> {
-        let cold = self.cold.read();
-        let mut out = Vec::with_capacity(cold.len());
-        for j in cold.jobs() {
-            match j {
-                Ok(j) => out.push(j),
-                Err(e) => {
-                    self.cold_failed(&e);
-                    break;
-                }
-            }
-        }
+        let mut out = Vec::with_capacity(self.spilled());
+        self.each_cold(|j| out.push(j));
         out
     }
 
-    /// The segments' page of `q` (less `skip`), or none when they hold
-    /// no job.
+    /// The segments' page of `q` (less `skip`), or none when they cannot
+    /// be read (logged).
     pub(crate) fn cold_page(
         &self,
         q: &ListQuery,
         cursor: Option<&Facts>,
         skip: &HashSet<String>,
     ) -> Option<crate::ondisk::Found> {
-        let cold = self.cold.read();
-        if cold.is_empty() {
-            return None;
-        }
-        match cold.page_skipping(q, cursor, skip) {
-            Ok(found) => Some(found),
-            Err(e) => {
-                self.cold_failed(&e);
-                None
-            }
-        }
+        self.ask_cold(|cold| cold.page_skipping(q, cursor, skip))
     }
 
     /// The segments' counts of each state, less the jobs of `skip` they
@@ -529,19 +531,12 @@ impl LogStore {
         objects: bool,
         covered: &crate::published::Covered,
     ) -> Option<crate::ondisk::SortedOut> {
-        let cold = self.cold.read();
-        match cold.sort_out(listing, objects, covered) {
-            Ok(out) => Some(out),
-            Err(e) => {
-                self.cold_failed(&e);
-                None
-            }
-        }
+        self.ask_cold(|cold| cold.sort_out(listing, objects, covered))
     }
 
     /// The job of a segment's row, as a sorted-out listing names it.
     pub(crate) fn cold_at(&self, segment: usize, row: u32) -> Option<Arc<JobSummary>> {
-        self.cold.read().summary_at(segment, row).ok()
+        self.ask_cold(|cold| cold.summary_at(segment, row))
     }
 
     /// The completed logs the catalog does not hold, against the
@@ -577,17 +572,17 @@ impl LogStore {
         let listed_gone = (pass.cold_gone.iter())
             .filter(|j| !reread.contains(j.job_id()) && !self.still_there(j))
             .map(|j| j.job_id().to_string());
-        // A log unreadable now (read again and failed, or listed as
-        // before) leaves with its job, as from the catalog.
-        let bad = pass.seen_bad.iter().filter_map(|name| {
-            let job = self.cold.read().by_file(name).ok().flatten()?;
+        // A log found unreadable by this pass (read again and failed)
+        // leaves with its job, as from the catalog; one unreadable and
+        // unchanged since an earlier pass was dealt with then.
+        let read: HashSet<&str> = pass.to_read.iter().map(|(n, _)| n.as_str()).collect();
+        let newly_bad = pass.seen_bad.iter().filter(|n| read.contains(n.as_str()));
+        // And a log a manifest says was removed.
+        let by_name = newly_bad.chain(&pass.gone).filter_map(|name| {
+            let job = self.ask_cold(|cold| cold.by_file(name)).flatten()?;
             Some(job.job_id().to_string())
         });
-        let removed = pass.gone.iter().filter_map(|name| {
-            let job = self.cold.read().by_file(name).ok().flatten()?;
-            Some(job.job_id().to_string())
-        });
-        let ids: Vec<String> = listed_gone.chain(bad).chain(removed).collect();
+        let ids: Vec<String> = listed_gone.chain(by_name).collect();
         ids.iter().filter(|id| self.cold_hide(id)).count()
     }
 }
@@ -632,7 +627,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let spill = tempfile::tempdir().unwrap();
         let oracle = plain(dir.path());
-        let s = plain(dir.path()).with_spill(spill.path().to_path_buf(), 150);
+        let s = plain(dir.path()).with_spill(spill.path().join("segments"), 150);
         let mut r = below(61);
         let mut ids: Vec<String> = Vec::new();
         for round in 0..6 {
@@ -645,10 +640,12 @@ mod tests {
             for _ in 0..25 {
                 let id = &ids[r(ids.len() as u64) as usize];
                 let path = dir.path().join(format!("{id}.eventlog"));
-                if r(2) == 0 {
-                    std::fs::remove_file(path).ok();
-                } else if path.exists() {
-                    std::fs::write(path, log(id, &mut r)).unwrap();
+                match r(3) {
+                    0 => drop(std::fs::remove_file(path)),
+                    // Unreadable from now on.
+                    1 if path.exists() => std::fs::write(path, "not a log\n").unwrap(),
+                    _ if path.exists() => std::fs::write(path, log(id, &mut r)).unwrap(),
+                    _ => {}
                 }
             }
             let running = format!("run-{round}.eventlog.running");
@@ -664,7 +661,9 @@ mod tests {
         }
         // Every file a spill wrote and replaced is gone: one generation
         // is left.
-        let left = std::fs::read_dir(spill.path()).unwrap().count();
+        let left = std::fs::read_dir(spill.path().join("segments"))
+            .unwrap()
+            .count();
         assert_eq!(left, 1);
     }
 
@@ -691,7 +690,7 @@ mod tests {
     fn what_changes_while_a_spill_writes_is_kept() {
         let dir = tempfile::tempdir().unwrap();
         let spill = tempfile::tempdir().unwrap();
-        let mut s = plain(dir.path()).with_spill(spill.path().to_path_buf(), 0);
+        let mut s = plain(dir.path()).with_spill(spill.path().join("segments"), 0);
         let mut r = below(67);
         let mut ids = Vec::new();
         write_logs(dir.path(), 200, "a", &mut ids, &mut r);
@@ -823,6 +822,40 @@ mod tests {
         assert_eq!(with_index().load_persisted(), 340);
     }
 
+    /// The segments' directory planted as a link to another directory
+    /// (holding a file named as a segment): nothing is written or
+    /// removed through it, the jobs stay in memory, a restart indexes the
+    /// directory again, and nothing is lost.
+    #[test]
+    fn a_segments_directory_planted_as_a_link_is_not_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let victim = elsewhere.path().join("spill-victim");
+        std::fs::write(&victim, b"not ours").unwrap();
+        let index = dir.path().join("index");
+        std::os::unix::fs::symlink(elsewhere.path(), spill_dir_of(&index)).unwrap();
+        let mut r = below(73);
+        let mut ids = Vec::new();
+        write_logs(dir.path(), 40, "a", &mut ids, &mut r);
+        let with_index = || plain(dir.path()).with_index_file(Some(index.clone()));
+        let s = with_index().with_spill(spill_dir_of(&index), 0);
+        s.rescan();
+        s.persist(true);
+        assert_eq!((s.len(), s.spilled()), (40, 0));
+        let left: Vec<_> = std::fs::read_dir(elsewhere.path())
+            .unwrap()
+            .flatten()
+            .collect();
+        assert_eq!(left.len(), 1);
+        assert_eq!(std::fs::read(&victim).unwrap(), b"not ours");
+        let again = with_index();
+        again.load_persisted();
+        again.rescan();
+        let oracle = plain(dir.path());
+        oracle.rescan();
+        the_same(&oracle, &again, &ids, &mut r, 0);
+    }
+
     fn the_same(
         oracle: &LogStore,
         s: &LogStore,
@@ -890,13 +923,28 @@ mod tests {
             f
         };
         assert_eq!(files(s), files(oracle), "{}", what("files"));
-        let ran = |s: &LogStore| {
-            let mut ids: Vec<String> = (s.ran_between(1_500, 2_000).into_iter())
-                .map(|j| j.job_id().to_string())
-                .collect();
-            ids.sort();
-            ids
-        };
-        assert_eq!(ran(s), ran(oracle), "{}", what("ran between"));
+        // Windows wide and narrow (the segments skip blocks by their
+        // times for the narrow ones), at the edges and past them.
+        for (from, to) in [
+            (1_500, 2_000),
+            (1_000, 1_011),
+            (2_200, 2_201),
+            (3_150, 9_000),
+            (0, 1),
+        ] {
+            let ran = |s: &LogStore| {
+                let mut ids: Vec<String> = (s.ran_between(from, to).into_iter())
+                    .map(|j| j.job_id().to_string())
+                    .collect();
+                ids.sort();
+                ids
+            };
+            assert_eq!(
+                ran(s),
+                ran(oracle),
+                "{}",
+                what(&format!("ran in {from}..{to}"))
+            );
+        }
     }
 }

@@ -394,7 +394,8 @@ impl LogStore {
             .cloned()
             .collect();
         if self.has_cold() {
-            self.each_cold(|j| {
+            // Only the blocks whose times allow such a job are read.
+            self.each_cold_in(Some((from, to)), |j| {
                 if ran(&j) {
                     out.push(j);
                 }

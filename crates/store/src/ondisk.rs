@@ -415,7 +415,18 @@ impl Segment {
 
     /// Every job, in the default order, read block by block.
     fn jobs(&self) -> impl Iterator<Item = Result<Arc<JobSummary>, IndexError>> + '_ {
-        (0..self.blocks.len()).flat_map(move |b| {
+        self.jobs_in(|_| true)
+    }
+
+    /// The jobs of the blocks whose statistics `keep` accepts (each
+    /// block's ranges of position key, start, end and duration), in the
+    /// default order, read block by block.
+    fn jobs_in<'a>(
+        &'a self,
+        keep: impl Fn(&[[u64; 2]; 4]) -> bool + 'a,
+    ) -> impl Iterator<Item = Result<Arc<JobSummary>, IndexError>> + 'a {
+        let kept = (0..self.blocks.len()).filter(move |&b| keep(&self.blocks[b].ranges));
+        kept.flat_map(move |b| {
             let rows = match self.block(b) {
                 Ok(rows) => rows,
                 Err(e) => return vec![Err(e)],
@@ -784,17 +795,6 @@ impl Segments {
         let s =
             (self.segments.get(segment)).ok_or(IndexError::Damaged("a segment past the end"))?;
         s.summary(row as usize)
-    }
-
-    /// The job whose log is `name`, found through the listing tables (a
-    /// block's read and a record's a segment that may hold it).
-    pub fn by_file(&self, name: &str) -> Result<Option<Arc<JobSummary>>, IndexError> {
-        for s in &self.segments {
-            if let Some(row) = s.row_of_name(name)? {
-                return s.summary(row as usize).map(Some);
-            }
-        }
-        Ok(None)
     }
 
     /// The segments, in the order they were opened.

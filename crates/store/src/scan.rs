@@ -74,7 +74,7 @@ pub(super) struct Pass {
     /// Unreadable logs listed.
     pub(super) seen_bad: HashSet<String>,
     /// New or changed logs, to read.
-    to_read: Vec<(String, Stamp)>,
+    pub(super) to_read: Vec<(String, Stamp)>,
     /// The names the listing covered: a job not listed is gone only if
     /// its name is among them.
     pub(super) covered: Covered,

@@ -330,8 +330,28 @@ impl Layered {
     /// Every job: the head's, then the segments' not hidden, read block
     /// by block.
     pub fn jobs(&self) -> impl Iterator<Item = Result<Arc<JobSummary>, IndexError>> + '_ {
-        let below = self.segments.iter().flat_map(|s| {
-            s.jobs().filter(|j| {
+        self.jobs_in(|_| true)
+    }
+
+    /// The jobs that ran at some time in `[from, to)` (started before
+    /// `to`, ended, or started, at or after `from`) and others of the
+    /// same blocks: the head's, then the segments' blocks whose
+    /// statistics allow one, not hidden. The caller filters each job.
+    pub fn ran_between(
+        &self,
+        from: u64,
+        to: u64,
+    ) -> impl Iterator<Item = Result<Arc<JobSummary>, IndexError>> + '_ {
+        // Ranges: position key, start, end, duration.
+        self.jobs_in(move |r| r[1][0] < to && r[2][1].max(r[1][1]) >= from)
+    }
+
+    fn jobs_in(
+        &self,
+        keep: impl Fn(&[[u64; 2]; 4]) -> bool + Copy + 'static,
+    ) -> impl Iterator<Item = Result<Arc<JobSummary>, IndexError>> + '_ {
+        let below = self.segments.iter().flat_map(move |s| {
+            s.jobs_in(keep).filter(|j| {
                 j.as_ref()
                     .map_or(true, |j| !self.hidden.contains_key(j.job_id()))
             })
@@ -419,6 +439,52 @@ mod tests {
     use crate::ondisk::tests::{assert_same, job, jobs, random_query, segments};
     use crate::tests::{below, rows_for};
     use std::collections::BTreeMap;
+
+    /// The jobs that ran in a window, over segments cut in runs of the
+    /// default order (so blocks are skipped by their times), are those a
+    /// filter over every job finds, jobs not started or not ended
+    /// included.
+    #[test]
+    fn the_jobs_of_a_window_are_those_a_filter_over_every_job_finds() {
+        let dir = tempfile::tempdir().unwrap();
+        let all = jobs(3_000, 31);
+        // And segments of started jobs that never ended alone: a block's
+        // ends say nothing of them, its starts do.
+        let unended: Vec<Arc<JobSummary>> = (all.iter())
+            .filter(|j| j.end_time() == 0 && j.start_time() > 0)
+            .cloned()
+            .collect();
+        let only = dir.path().join("unended");
+        std::fs::create_dir(&only).unwrap();
+        for (all, layered) in [
+            (&all, Layered::new(segments(dir.path(), &all, 4, None))),
+            (&unended, Layered::new(segments(&only, &unended, 2, None))),
+        ] {
+            windows(all, &layered);
+        }
+    }
+
+    fn windows(all: &[Arc<JobSummary>], layered: &Layered) {
+        let mut r = below(37);
+        for _ in 0..300 {
+            let from = 900 + r(2_500);
+            let to = from + [1, 5, 40, 3_000][r(4) as usize];
+            let ran =
+                |j: &JobSummary| j.start_time() < to && j.end_time().max(j.start_time()) >= from;
+            let mut got: Vec<String> = (layered.ran_between(from, to))
+                .map(Result::unwrap)
+                .filter(|j| ran(j))
+                .map(|j| j.job_id().to_string())
+                .collect();
+            let mut want: Vec<String> = (all.iter())
+                .filter(|j| ran(j))
+                .map(|j| j.job_id().to_string())
+                .collect();
+            got.sort();
+            want.sort();
+            assert_eq!(got, want, "{from}..{to}");
+        }
+    }
 
     /// Counts (all, by scheduler), every job, and a listing sorted out,
     /// each against the map of the jobs as they are.

@@ -18,6 +18,7 @@ use crate::published::Covered;
 use crate::snapshot::{Cursor, IndexError, checksum};
 use crate::summary::{JobSummary, time_from_nanos};
 use std::borrow::Cow;
+use std::sync::Arc;
 
 /// A block of the listing table, as the header holds it.
 #[derive(Debug, Clone)]
@@ -176,6 +177,17 @@ impl Segment {
 }
 
 impl Segments {
+    /// The job whose log is `name`, found through the listing tables (a
+    /// block's read and a record's a segment that may hold it).
+    pub fn by_file(&self, name: &str) -> Result<Option<Arc<JobSummary>>, IndexError> {
+        for s in &self.segments {
+            if let Some(row) = s.row_of_name(name)? {
+                return s.summary(row as usize).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
     /// Which of `names` (any order) the segments hold a log of: each
     /// segment's listing table read once, only the blocks that may hold
     /// one of them.
