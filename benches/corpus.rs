@@ -220,8 +220,14 @@ pub fn write_corpus_with(
 /// twenty failed and one in twenty cancelled, 977 distinct names.
 #[allow(dead_code)]
 pub fn summaries(n: usize) -> Vec<bjh_store::JobSummary> {
-    let mut rng = Rng::new(11);
-    (0..n)
+    summaries_from(0, n)
+}
+
+/// [`summaries`] of the jobs `first..first + n` (later ones are newer).
+#[allow(dead_code)]
+pub fn summaries_from(first: usize, n: usize) -> Vec<bjh_store::JobSummary> {
+    let mut rng = Rng::new(11 + first as u64);
+    (first..first + n)
         .map(|i| {
             let start = 1_700_000_000_000 + i as u64 * 500 + rng.below(400);
             let state = match rng.below(20) {

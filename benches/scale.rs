@@ -6,8 +6,9 @@
 //!
 //! `cargo bench --bench scale` runs everything; `SCALE_JOBS` changes the
 //! 1,000,000; `SCALE_RSS_JOBS` the 100,000 of the memory cases.
-//! `SCALE_ONLY=memory` runs the memory cases alone; `SCALE_RSS_DIR` keeps
-//! their logs in a directory (written when it is empty, reused after).
+//! `SCALE_ONLY=memory` runs the memory cases alone, `SCALE_ONLY=moves` a
+//! move to segments alone; `SCALE_RSS_DIR` keeps the memory cases' logs
+//! in a directory (written when it is empty, reused after).
 
 #![allow(clippy::disallowed_methods)] // scratch files and test channels
 
@@ -161,7 +162,7 @@ fn metrics_scrape(store: Arc<LogStore>, n: usize) {
     let samples: Vec<Duration> = (0..5)
         .map(|_| {
             let started = Instant::now();
-            let rows = store.with_completed(|jobs| recurring(jobs.map(|j| j as &dyn JobFacts)));
+            let rows = store.with_completed(|jobs| recurring(jobs));
             assert!(!rows.is_empty());
             started.elapsed()
         })
@@ -185,6 +186,50 @@ fn rss_kib() -> u64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// The heap's bytes, counted by the allocator: what a walk holds at its
+/// peak, which resident memory cannot tell in a process whose freed
+/// memory the allocator reuses (`peakmem-alloc`: two atomics an
+/// allocation, the same for every row of a run).
+#[global_allocator]
+static HEAP: &peakmem_alloc::PeakMemAlloc<std::alloc::System> = &peakmem_alloc::INSTRUMENTED_SYSTEM;
+
+/// Runs `walk` three times, printing its time and the most heap it held
+/// at once beyond what was allocated before it.
+fn walks(what: &str, walk: &dyn Fn()) {
+    use peakmem_alloc::PeakMemAllocTrait;
+    let mut added = 0;
+    let samples: Vec<Duration> = (0..3)
+        .map(|_| {
+            HEAP.reset_peak_memory();
+            let started = Instant::now();
+            walk();
+            let took = started.elapsed();
+            added = added.max(HEAP.get_peak_memory());
+            took
+        })
+        .collect();
+    let (p50, p99, max) = corpus::percentiles(samples);
+    println!(
+        "| {what} (its heap's peak: {:.1} MiB) | {} | {} | {} | 3 |",
+        added as f64 / (1024.0 * 1024.0),
+        corpus::ms(p50),
+        corpus::ms(p99),
+        corpus::ms(max)
+    );
+}
+
+/// The walks over every job (the SQL `jobs` file's, the recurring
+/// queries'): counted, and grouped.
+fn walks_over(store: &LogStore, n: usize) {
+    use bjh_analysis::queries::recurring;
+    walks("a walk over every job, newest first, counted", &|| {
+        assert_eq!(store.with_completed(|jobs| jobs.count()), n);
+    });
+    walks("the recurring queries grouped over that walk", &|| {
+        assert!(!store.with_completed(|jobs| recurring(jobs)).is_empty());
+    });
 }
 
 /// Child mode: index `dir` with `which` and print the RSS growth in KiB.
@@ -214,10 +259,54 @@ fn main() {
         rss_child(&args[i + 1], &args[i + 2]);
         return;
     }
-    if std::env::var("SCALE_ONLY").as_deref() != Ok("memory") {
-        lists_and_restarts();
+    match std::env::var("SCALE_ONLY").as_deref() {
+        Ok("moves") => return moves(env_usize("SCALE_JOBS", 1_000_000)),
+        Ok("memory") => {}
+        _ => lists_and_restarts(),
     }
     memory();
+}
+
+/// A move of a hundredth more jobs to segments holding `n`: written as a
+/// run of its own (what a move does when no run on disk is as small),
+/// against every segment rewritten with them (what every move did
+/// before the runs). `SCALE_ONLY=moves` runs this alone.
+fn moves(n: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = write_segments(dir.path(), &corpus::summaries(n));
+    let extra: Vec<Arc<JobSummary>> = corpus::summaries_from(n, n / 100)
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    let layered =
+        bjh_store::ondisk::Layered::new(bjh_store::ondisk::Segments::open(&paths).unwrap());
+    println!("\n## A move of {} jobs onto {n} on disk\n", extra.len());
+    println!("| what | time | files written | ratio |");
+    println!("| --- | --- | --- | --- |");
+    let started = Instant::now();
+    let (tiered, written) = layered
+        .rewrite_some(&extra, &[], dir.path(), "run", 1 << 20)
+        .unwrap();
+    let run = started.elapsed();
+    assert_eq!(tiered.len(), n + extra.len());
+    let files = written.len();
+    drop(tiered);
+    let started = Instant::now();
+    let (whole, rewritten) = layered
+        .rewrite_with(&extra, dir.path(), "whole", 1 << 20)
+        .unwrap();
+    let all = started.elapsed();
+    assert_eq!(whole.len(), n + extra.len());
+    println!(
+        "| written as a run of its own (the move) | {} | {files} | 1 |",
+        corpus::ms(run)
+    );
+    println!(
+        "| every segment rewritten with them (before) | {} | {} | {:.0} |",
+        corpus::ms(all),
+        rewritten.len(),
+        all.as_secs_f64() / run.as_secs_f64()
+    );
 }
 
 /// A million jobs: restarts, pages, the metrics scrape, the process.
@@ -449,6 +538,7 @@ fn lists_and_restarts() {
             corpus::ms(max)
         );
     }
+    walks_over(&store, n);
     on_disk(&segment_paths, n, &cases);
     sort_out_listing(&segment_paths, &store, listing);
     metrics_scrape(Arc::new(store), n);
@@ -684,6 +774,7 @@ fn spilled_store(index: &std::path::Path, n: usize, cases: &[Case<'_>]) {
         corpus::ms(p99),
         corpus::ms(max)
     );
+    walks_over(&store, n);
     let before = rss_kib();
     every_row(cases, &|q, cursor| {
         let page = store.page(q, cursor, &HashSet::new());

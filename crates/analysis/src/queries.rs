@@ -66,10 +66,84 @@ pub struct QueryRow {
     pub scheduler_ids: Vec<String>,
 }
 
+/// One query's runs as they are walked: what its row needs, not every
+/// run (a duration each for the percentiles, the last runs, the last
+/// run's name).
+#[derive(Default)]
+struct Group {
+    runs: usize,
+    unsuccessful: usize,
+    durations: Vec<u64>,
+    /// At most [`RECENT_RUNS`], in no order.
+    recent: Vec<RecurringRun>,
+    /// The name of the last run (by start, then id).
+    name: String,
+    schedulers: std::collections::BTreeSet<String>,
+}
+
+fn run_key(r: &RecurringRun) -> (u64, &str) {
+    (r.start_time, &r.job_id)
+}
+
+impl Group {
+    fn add(&mut self, run: RecurringRun, name: &str) {
+        self.runs += 1;
+        self.unsuccessful += usize::from(run.status != "Completed");
+        self.durations.push(run.duration_ms);
+        if let Some(id) = &run.scheduler_id
+            && !self.schedulers.contains(id)
+        {
+            self.schedulers.insert(id.clone());
+        }
+        let last = self.recent.iter().map(run_key).max();
+        if last.is_none_or(|last| run_key(&run) > last) {
+            self.name = name.to_string();
+        }
+        self.recent.push(run);
+        if self.recent.len() > RECENT_RUNS {
+            let (oldest, _) = (self.recent.iter().enumerate())
+                .min_by(|a, b| run_key(a.1).cmp(&run_key(b.1)))
+                .expect("more than one run");
+            self.recent.swap_remove(oldest);
+        }
+    }
+
+    fn row(mut self, hash: u64) -> QueryRow {
+        self.recent
+            .sort_by(|a, b| (a.start_time, &a.job_id).cmp(&(b.start_time, &b.job_id)));
+        self.durations.sort_unstable();
+        let last = self.recent.last().expect("a group has a run").clone();
+        let (trend, trend_ratio) = trend(&self.recent);
+        QueryRow {
+            query_hash: hash_text(hash),
+            job_name: self.name,
+            query_label: bjh_store::labels::get(hash).map(|l| l.to_string()),
+            runs: self.runs,
+            unsuccessful_runs: self.unsuccessful,
+            last_job_id: last.job_id,
+            last_run: last.start_time,
+            last_status: last.status,
+            p50_duration_ms: quantile(&self.durations, 0.5),
+            p95_duration_ms: quantile(&self.durations, 0.95),
+            trend,
+            trend_ratio,
+            recent: self.recent,
+            scheduler_ids: self.schedulers.into_iter().collect(),
+        }
+    }
+}
+
 /// Groups `jobs` (finished ones with a query hash; the rest are left out)
-/// by query hash, most recently run first.
-pub fn recurring<'a>(jobs: impl Iterator<Item = &'a (dyn JobFacts + 'a)>) -> Vec<QueryRow> {
-    let mut groups: HashMap<u64, Vec<(RecurringRun, &'a str)>> = HashMap::new();
+/// by query hash, most recently run first. Each job is looked at once and
+/// let go: what stays in memory is a group's last runs and a duration a
+/// run (for exact percentiles), so a walk over jobs read from disk keeps
+/// 8 bytes a run, not the runs.
+pub fn recurring<J>(jobs: impl Iterator<Item = J>) -> Vec<QueryRow>
+where
+    J: std::ops::Deref,
+    J::Target: JobFacts,
+{
+    let mut groups: HashMap<u64, Group> = HashMap::new();
     for job in jobs {
         let finished = matches!(
             job.state(),
@@ -78,53 +152,16 @@ pub fn recurring<'a>(jobs: impl Iterator<Item = &'a (dyn JobFacts + 'a)>) -> Vec
         if job.query_hash() == 0 || !finished {
             continue;
         }
-        groups.entry(job.query_hash()).or_default().push((
-            RecurringRun {
-                job_id: job.job_id().to_string(),
-                start_time: job.start_time(),
-                duration_ms: job.duration().unwrap_or(0),
-                status: job.state().status_word(),
-                scheduler_id: job.scheduler_id().map(str::to_string),
-            },
-            job.job_name(),
-        ));
+        let run = RecurringRun {
+            job_id: job.job_id().to_string(),
+            start_time: job.start_time(),
+            duration_ms: job.duration().unwrap_or(0),
+            status: job.state().status_word(),
+            scheduler_id: job.scheduler_id().map(str::to_string),
+        };
+        (groups.entry(job.query_hash()).or_default()).add(run, job.job_name());
     }
-    let mut rows: Vec<QueryRow> = groups
-        .into_iter()
-        .map(|(hash, mut runs)| {
-            runs.sort_by(|a, b| (a.0.start_time, &a.0.job_id).cmp(&(b.0.start_time, &b.0.job_id)));
-            let mut durations: Vec<u64> = runs.iter().map(|r| r.0.duration_ms).collect();
-            durations.sort_unstable();
-            let (last, name) = runs.last().expect("a group has a run").clone();
-            let recent: Vec<RecurringRun> = runs
-                .iter()
-                .skip(runs.len().saturating_sub(RECENT_RUNS))
-                .map(|r| r.0.clone())
-                .collect();
-            let (trend, trend_ratio) = trend(&recent);
-            let scheduler_ids: std::collections::BTreeSet<&str> = runs
-                .iter()
-                .filter_map(|r| r.0.scheduler_id.as_deref())
-                .collect();
-            let scheduler_ids = scheduler_ids.into_iter().map(str::to_string).collect();
-            QueryRow {
-                query_hash: hash_text(hash),
-                job_name: name.to_string(),
-                query_label: bjh_store::labels::get(hash).map(|l| l.to_string()),
-                runs: runs.len(),
-                unsuccessful_runs: runs.iter().filter(|r| r.0.status != "Completed").count(),
-                last_job_id: last.job_id,
-                last_run: last.start_time,
-                last_status: last.status,
-                p50_duration_ms: quantile(&durations, 0.5),
-                p95_duration_ms: quantile(&durations, 0.95),
-                trend,
-                trend_ratio,
-                recent,
-                scheduler_ids,
-            }
-        })
-        .collect();
+    let mut rows: Vec<QueryRow> = groups.into_iter().map(|(hash, g)| g.row(hash)).collect();
     rows.sort_by(|a, b| (b.last_run, &b.query_hash).cmp(&(a.last_run, &a.query_hash)));
     rows
 }
@@ -206,5 +243,17 @@ mod tests {
         assert_eq!(nightly.trend, "slower");
         assert_eq!(nightly.trend_ratio, Some(2.09));
         assert_eq!(nightly.query_hash, "0000000000000001");
+        assert_eq!(nightly.job_name, "name of n20");
+        // Walked in any order (a store's walk merges segments), the rows
+        // are the same: each run is looked at once and let go.
+        let json = |rows: &[QueryRow]| serde_json::to_string(rows).unwrap();
+        for step in [7, 11, 13] {
+            let n = jobs.len();
+            let shuffled = (0..n).map(|i| &jobs[(i * step) % n]);
+            let again = recurring(shuffled.map(|j| j as &dyn JobFacts));
+            assert_eq!(json(&again), json(&rows), "step {step}");
+        }
+        let reversed = recurring(jobs.iter().rev().map(|j| j as &dyn JobFacts));
+        assert_eq!(json(&reversed), json(&rows));
     }
 }

@@ -368,7 +368,7 @@ impl Columnar {
             changed |= self.add_from_logs(state, store, &due).await?;
         } else {
             let completed: HashSet<String> = store.with_completed(|jobs| {
-                jobs.map(|j| bjh_store::query::JobFacts::job_id(j).to_string())
+                jobs.map(|j| bjh_store::query::JobFacts::job_id(&*j).to_string())
                     .collect()
             });
             // A job the store no longer lists is not tried again.

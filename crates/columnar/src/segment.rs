@@ -62,17 +62,20 @@ pub(super) fn props() -> WriterProperties {
     props.build()
 }
 
-/// Writes `batch` as Parquet to `out`, with the columnar files'
+/// Writes `batches` as Parquet to `out`, each taken as the one before
+/// is written (a row group's rows at most held), with the columnar files'
 /// properties, and nothing synced: for a file derived from what is kept
 /// elsewhere and built again whenever it is missing (the SQL `jobs`
 /// table's file).
 pub fn write_parquet(
     out: impl std::io::Write + Send,
     schema: &SchemaRef,
-    batch: &RecordBatch,
+    batches: impl IntoIterator<Item = RecordBatch>,
 ) -> Result<(), ColumnarError> {
     let mut writer = ArrowWriter::try_new(out, schema.clone(), Some(props()))?;
-    writer.write(batch)?;
+    for batch in batches {
+        writer.write(&batch)?;
+    }
     writer.close()?;
     Ok(())
 }

@@ -253,13 +253,13 @@ pub(crate) async fn recurring_queries(
     };
     tokio::task::spawn_blocking(move || {
         store.with_completed(|jobs| {
-            let ran = |j: &&dyn JobFacts| match &schedulers {
+            let ran = |j: &Arc<bjh_store::JobSummary>| match &schedulers {
                 None => true,
                 Some(ids) => j
                     .scheduler_id()
                     .is_some_and(|id| ids.iter().any(|i| i == id)),
             };
-            recurring(jobs.map(|j| j as &dyn JobFacts).filter(ran))
+            recurring(jobs.filter(ran))
         })
     })
     .await

@@ -349,7 +349,7 @@ impl QueryGauges {
         let spawned = std::thread::Builder::new()
             .name("history-metrics".into())
             .spawn(move || {
-                let rows = store.with_completed(|jobs| recurring(jobs.map(|j| j as &dyn JobFacts)));
+                let rows = store.with_completed(|jobs| recurring(jobs));
                 this.publish(top_by_runs(rows, top));
                 let mut state = this.state.lock();
                 state.version = Some(version);

@@ -338,8 +338,7 @@ pub(crate) async fn accuracy_kept(
     // (hash, start, id) of every completed run with a query hash.
     let mut runs: Vec<Run> = tokio::task::spawn_blocking(move || {
         store.with_completed(|jobs| {
-            jobs.map(|j| j as &dyn JobFacts)
-                .filter(|j| j.state() == JobState::Completed && j.query_hash() != 0)
+            jobs.filter(|j| j.state() == JobState::Completed && j.query_hash() != 0)
                 .filter(|j| only.is_none_or(|h| h == j.query_hash()))
                 .map(|j| (j.query_hash(), j.start_time(), j.job_id().to_string()))
                 .collect()

@@ -75,7 +75,7 @@ pub async fn predictions(
         store.with_completed(|jobs| {
             let mut seen = HashSet::new();
             let mut out = Vec::new();
-            for job in jobs.map(|j| j as &dyn JobFacts) {
+            for job in jobs {
                 if job.state() == JobState::Completed
                     && job.query_hash() != 0
                     && seen.insert(job.query_hash())

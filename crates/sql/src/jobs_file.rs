@@ -47,8 +47,12 @@ fn written(meta: &std::fs::Metadata) -> Written {
 }
 
 impl JobsFile {
-    /// Writes `batch` as a new file under `root`'s [`JOBS_DIR`].
-    pub(crate) fn write(root: &Path, batch: &RecordBatch) -> Result<Self, String> {
+    /// Writes `batches` as a new file under `root`'s [`JOBS_DIR`], each
+    /// taken as the one before is written.
+    pub(crate) fn write(
+        root: &Path,
+        batches: impl IntoIterator<Item = RecordBatch>,
+    ) -> Result<Self, String> {
         // Executors of the cluster engine read the files too.
         let dir = crate::cluster::shared_folder(root, JOBS_DIR)?;
         let mut file = tempfile::Builder::new()
@@ -58,7 +62,7 @@ impl JobsFile {
             .tempfile_in(&dir)
             .map_err(|e| e.to_string())?;
         let mut out = std::io::BufWriter::new(file.as_file_mut());
-        bjh_columnar::write_parquet(&mut out, &bjh_columnar::tables::JOBS, batch)
+        bjh_columnar::write_parquet(&mut out, &bjh_columnar::tables::JOBS, batches)
             .map_err(|e| e.to_string())?;
         std::io::Write::flush(&mut out).map_err(|e| e.to_string())?;
         drop(out);
@@ -96,7 +100,7 @@ mod tests {
     #[test]
     fn a_file_goes_with_its_last_holder_and_a_planted_folder_is_refused() {
         let root = tempfile::tempdir().unwrap();
-        let file = std::sync::Arc::new(JobsFile::write(root.path(), &batch()).unwrap());
+        let file = std::sync::Arc::new(JobsFile::write(root.path(), [batch()]).unwrap());
         let path = root.path().join(&file.relative);
         assert!(file.is_there() && path.is_file());
         assert!(file.relative.starts_with(JOBS_DIR));
@@ -108,7 +112,7 @@ mod tests {
 
         // Swapped under us for a file of the same length: not it (the
         // caller builds it again).
-        let file = JobsFile::write(root.path(), &batch()).unwrap();
+        let file = JobsFile::write(root.path(), [batch()]).unwrap();
         let path = root.path().join(&file.relative);
         let swapped = root.path().join("swapped");
         std::fs::write(
@@ -121,7 +125,7 @@ mod tests {
         drop(file);
 
         // Left by a process that died: swept at an engine's start once old.
-        let left = JobsFile::write(root.path(), &batch())
+        let left = JobsFile::write(root.path(), [batch()])
             .unwrap()
             .path
             .keep()
@@ -141,7 +145,7 @@ mod tests {
         let elsewhere = tempfile::tempdir().unwrap();
         let planted = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(elsewhere.path(), planted.path().join(JOBS_DIR)).unwrap();
-        let refused = JobsFile::write(planted.path(), &batch()).unwrap_err();
+        let refused = JobsFile::write(planted.path(), [batch()]).unwrap_err();
         assert!(refused.contains("not a folder"), "{refused}");
         assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
     }

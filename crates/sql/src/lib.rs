@@ -194,8 +194,13 @@ struct KeptJobs {
 #[derive(Debug, Clone)]
 enum Completed {
     File(Arc<jobs_file::JobsFile>),
-    Rows(RecordBatch),
+    Rows(Vec<RecordBatch>),
 }
+
+/// Rows of the `jobs` table built at a time from the store's walk (the
+/// Parquet writer's row group): what a build holds of it at most. A few
+/// in unit tests, so theirs are built in many batches.
+const JOBS_BATCH: usize = if cfg!(test) { 3 } else { 64 * 1024 };
 
 /// How long the `jobs` rows are kept without a query asking for them.
 const KEPT_JOBS_IDLE: Duration = Duration::from_secs(300);
@@ -319,11 +324,12 @@ impl SqlEngine {
     pub async fn jobs(&self, generation: &Arc<Generation>) -> Result<Vec<RecordBatch>, SqlError> {
         let (store, held) = (self.store.clone(), generation.clone());
         let built = tokio::task::spawn_blocking(move || completed_rows(&store, &held));
-        let completed = built
+        let mut batches = built
             .await
             .map_err(|e| SqlError::Internal(format!("the jobs table cannot be built: {e}")))?;
-        // Two batches, not one: joining them would copy every row.
-        Ok(vec![completed, self.other_jobs(generation).await?])
+        // Batches, not one: joining them would copy every row.
+        batches.push(self.other_jobs(generation).await?);
+        Ok(batches)
     }
 
     /// The `jobs` table for a query: the completed jobs' rows, kept
@@ -464,7 +470,10 @@ impl SqlEngine {
             true => match self.jobs_table(&generation).await? {
                 (Completed::File(file), others) => (Some(file), vec![others]),
                 // Two batches, not one: joining them would copy every row.
-                (Completed::Rows(rows), others) => (None, vec![rows, others]),
+                (Completed::Rows(mut rows), others) => {
+                    rows.push(others);
+                    (None, rows)
+                }
             },
         };
         let with_usage = lower.contains("usage");
@@ -687,12 +696,16 @@ fn completed_jobs(
     }
     // The replaced file goes once no query holds it.
     *kept = None;
-    let batch = completed_rows(store, generation);
-    let rows = match jobs_file::JobsFile::write(root, &batch) {
+    // Written as the store's walk reads the jobs: a batch's rows at a
+    // time in memory, however many jobs the store keeps on disk.
+    let written = store.with_completed(|jobs| {
+        jobs_file::JobsFile::write(root, completed_batches(jobs, generation))
+    });
+    let rows = match written {
         Ok(file) => Completed::File(Arc::new(file)),
         Err(e) => {
             log::warn!("history: the SQL jobs table is sent to each query: no file of it: {e}");
-            Completed::Rows(batch)
+            Completed::Rows(completed_rows(store, generation))
         }
     };
     *kept = Some(KeptJobs {
@@ -704,20 +717,38 @@ fn completed_jobs(
     rows
 }
 
-/// The completed jobs' rows, built from the store's summaries.
-fn completed_rows(store: &bjh_store::LogStore, generation: &Generation) -> RecordBatch {
-    store.with_completed(|jobs| {
-        let lines: Vec<JobLine<'_>> = jobs
+/// The completed jobs' rows, built from the store's summaries, in
+/// batches.
+fn completed_rows(store: &bjh_store::LogStore, generation: &Generation) -> Vec<RecordBatch> {
+    store.with_completed(|jobs| completed_batches(jobs, generation).collect())
+}
+
+/// The rows of the jobs a walk gives, in batches of [`JOBS_BATCH`] (the
+/// last shorter, and one even when there are none), each built when it
+/// is asked for.
+fn completed_batches<'a>(
+    jobs: &'a mut dyn Iterator<Item = Arc<bjh_store::JobSummary>>,
+    generation: &'a Generation,
+) -> impl Iterator<Item = RecordBatch> + 'a {
+    let mut done = false;
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        let chunk: Vec<_> = (&mut *jobs).take(JOBS_BATCH).collect();
+        done = chunk.len() < JOBS_BATCH;
+        let lines: Vec<JobLine<'_>> = chunk
+            .iter()
             .map(|s| JobLine {
-                facts: s as &dyn JobFacts,
+                facts: &**s as &dyn JobFacts,
                 job_status: s.job_status(),
                 stages: s.num_stages,
                 completed_stages: s.completed_stages,
                 log_size: Some(s.log_len()),
-                totals: generation.totals.get(JobFacts::job_id(s)),
+                totals: generation.totals.get(JobFacts::job_id(&**s)),
             })
             .collect();
-        jobs_batch(&lines)
+        Some(jobs_batch(&lines))
     })
 }
 
@@ -845,6 +876,79 @@ mod tests {
         assert!(thread.join().unwrap().unwrap());
     }
 
+    /// The `jobs` rows (as the file and as rows) are the store's jobs,
+    /// newest queued first, built a batch at a time ([`JOBS_BATCH`] is 3
+    /// here: ten jobs are four batches).
+    #[test]
+    fn the_jobs_rows_are_built_a_batch_at_a_time_in_the_walks_order() {
+        use datafusion::arrow::array::AsArray;
+        let dir = tempfile::tempdir().unwrap();
+        let logs = dir.path().join("logs");
+        std::fs::create_dir(&logs).unwrap();
+        // Queued in an order their ids do not follow.
+        let queued = |i: u64| 1_000 + (i * 7) % 10;
+        let write = |ids: std::ops::Range<u64>| {
+            for i in ids {
+                let (id, q) = (format!("job-{i}"), queued(i));
+                let line = format!(
+                    r#"{{"ev":"JobEnd","version":1,"data":{{"status":"Succeeded","queued_at":{q},"started_at":{q},"completed_at":{e},"index":{{"job_id":"{id}","job_name":"n","status":"Completed","job_status":"Completed.","start_time":{q},"end_time":{e},"num_stages":1,"completed_stages":1,"percent_complete":100}},"job":{{}},"stages":{{}},"config":{{}},"dot":"","dropped_records":0}}}}"#,
+                    e = q + 5
+                );
+                std::fs::write(logs.join(format!("{id}.eventlog")), line + "\n").unwrap();
+            }
+        };
+        // Six moved to segments on disk, four in memory: the walk merges
+        // them.
+        write(0..6);
+        let index = dir.path().join("index");
+        let store =
+            bjh_store::LogStore::new(&logs, Arc::new(bjh_metrics::HistoryMetrics::unregistered()))
+                .with_index_file(Some(index.clone()))
+                .with_memory_jobs(Some(5), Some(&index));
+        store.rescan();
+        write(6..10);
+        store.rescan();
+        assert_eq!((store.spilled(), store.len()), (6, 10));
+        let mut want: Vec<u64> = (0..10).collect();
+        want.sort_by_key(|&i| std::cmp::Reverse(queued(i)));
+        let want: Vec<String> = want.iter().map(|i| format!("job-{i}")).collect();
+        let ids = |batches: &[RecordBatch]| -> Vec<String> {
+            (batches.iter())
+                .flat_map(|b| {
+                    let ids = b.column(0).as_string_view();
+                    ids.iter()
+                        .map(|id| id.unwrap().to_string())
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        };
+        let generation = Generation {
+            files: Default::default(),
+            totals: Default::default(),
+        };
+        let rows = completed_rows(&store, &generation);
+        assert_eq!(rows.len(), 4);
+        assert_eq!(ids(&rows), want);
+        let root = dir.path().join("columnar");
+        std::fs::create_dir(&root).unwrap();
+        let kept = parking_lot::Mutex::new(None);
+        let Completed::File(file) = completed_jobs(&kept, &store, &Arc::new(generation), &root)
+        else {
+            panic!("rows, not a file");
+        };
+        let opened = std::fs::File::open(root.join(&file.relative)).unwrap();
+        let read =
+            datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+                opened,
+            )
+            .unwrap()
+            .build()
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        assert_eq!(ids(&read), want);
+    }
+
     #[test]
     fn the_jobs_file_is_kept_while_nothing_changes_and_rows_are_sent_without_one() {
         let dir = tempfile::tempdir().unwrap();
@@ -890,6 +994,8 @@ mod tests {
         std::os::unix::fs::symlink(dir.path(), planted.join(jobs_file::JOBS_DIR)).unwrap();
         let kept = parking_lot::Mutex::new(None);
         let rows = completed_jobs(&kept, &store, &generation, &planted);
-        assert!(matches!(rows, Completed::Rows(b) if b.num_rows() == 0));
+        assert!(
+            matches!(rows, Completed::Rows(b) if b.iter().map(|b| b.num_rows()).sum::<usize>() == 0)
+        );
     }
 }

@@ -14,11 +14,21 @@
 //! them and reads no log; a manifest damaged, lying, of another index or
 //! naming a missing segment is refused and the directory indexed again.
 //!
-//! Still read whole while they run (#45): the walks over every job
-//! (`with_completed`: the SQL `jobs` file, the Clusters page, the
-//! recurring queries of the metrics, the columnar refresh) collect the
-//! segments' jobs in memory; `ran_between` and `completed_files` stream
-//! them.
+//! A move writes the catalog's jobs as a run of segments of its own,
+//! merged with the runs on disk a binary counter's carries pick
+//! ([`to_merge`]): a job is rewritten about log2(all / moved) times over
+//! its life, not at every move. A job is on disk once: a run holding an
+//! older copy of a job the move writes is merged with it.
+//!
+//! A pass with more logs to read than `PASS_CHUNK` (a first pass over a
+//! large directory) reads, takes in and moves them a chunk at a time.
+//!
+//! The walk over every job (`with_completed`: the SQL `jobs` file, the
+//! Clusters page, the recurring queries, the columnar refresh) merges
+//! the catalog's jobs with a copy of the segments opened again, in
+//! order, one block of each segment at a time, holding no lock while
+//! its caller reads (`itertools::kmerge_by`, the merge of sorted
+//! streams, rather than one of our own).
 //!
 //! **Invariant:** lock order is the catalog's, then the segments'; a spill
 //! writes from a copy of the segments (opened again) with no lock held,
@@ -35,6 +45,8 @@ pub(crate) struct Spill {
     pub(crate) dir: PathBuf,
     at: usize,
     per_segment: usize,
+    /// Logs a pass reads before it moves what it read (`PASS_CHUNK`).
+    chunk: usize,
     generation: AtomicU64,
     /// One spill at a time.
     running: parking_lot::Mutex<()>,
@@ -53,6 +65,65 @@ struct Written {
     copy: crate::ondisk::Layered,
     /// The new segments.
     fresh: crate::ondisk::Layered,
+}
+
+/// More runs than this on disk and a move rewrites them all.
+const MAX_RUNS: usize = 32;
+/// The segments hiding more jobs than this (and than a move writes) and
+/// the move rewrites them all (about 13 MB of hidden summaries).
+const MAX_HIDDEN: usize = 64 * 1024;
+
+/// The run a segment file belongs to: the files one move wrote
+/// (`spill-{tag}-{generation}-{i}`) share its name less `-{i}`.
+fn run_of(path: &Path) -> &str {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name.rsplit_once('-').map_or(name, |(run, _)| run)
+}
+
+/// Which segment files (by index) a move writing `new` jobs rewrites
+/// with them. A binary counter's carries: from the smallest run up, each
+/// run no larger than what the move writes so far joins it, so a job is
+/// rewritten about log2(all / new) times over its life rather than at
+/// every move. Besides: the runs holding an older copy of a job the move
+/// writes (`forced`; a job is on disk once), and every run when the
+/// segments hide more jobs than the move writes and [`MAX_HIDDEN`]
+/// (hidden jobs are held in memory until their segment is rewritten) or there are more than
+/// [`MAX_RUNS`].
+fn to_merge(
+    paths: &[PathBuf],
+    sizes: &[usize],
+    hidden: usize,
+    new: usize,
+    forced: &HashSet<usize>,
+) -> Vec<usize> {
+    let mut runs: Vec<(&str, usize, Vec<usize>)> = Vec::new();
+    for (i, path) in paths.iter().enumerate() {
+        let run = run_of(path);
+        match runs.iter_mut().find(|(r, ..)| *r == run) {
+            Some((_, size, files)) => {
+                *size += sizes[i];
+                files.push(i);
+            }
+            None => runs.push((run, sizes[i], vec![i])),
+        }
+    }
+    if hidden > new.max(MAX_HIDDEN) || runs.len() > MAX_RUNS {
+        return (0..paths.len()).collect();
+    }
+    let (mut taken, mut rest): (Vec<_>, Vec<_>) =
+        (runs.into_iter()).partition(|(_, _, files)| files.iter().any(|i| forced.contains(i)));
+    let mut writes = new + taken.iter().map(|(_, size, _)| size).sum::<usize>();
+    rest.sort_by_key(|(run, size, _)| (*size, *run));
+    for run in rest {
+        if run.1 > writes {
+            break;
+        }
+        writes += run.1;
+        taken.push(run);
+    }
+    let mut out: Vec<usize> = taken.into_iter().flat_map(|(_, _, files)| files).collect();
+    out.sort_unstable();
+    out
 }
 
 /// The magic of the file naming the spilled segments.
@@ -136,6 +207,10 @@ fn decode_manifest(bytes: &[u8]) -> Result<Manifest, IndexError> {
 
 /// Jobs a spilled segment holds at most.
 const PER_SEGMENT: usize = 1 << 20;
+/// Logs a pass of a spilling store reads at most before it moves what it
+/// read to the segments (a spill's threshold when larger): a first pass
+/// over a large directory holds about this many summaries, not all.
+const PASS_CHUNK: usize = 1 << 18;
 
 impl LogStore {
     /// This store, spilling its completed jobs to segments under `dir`
@@ -145,6 +220,7 @@ impl LogStore {
             dir,
             at,
             per_segment: PER_SEGMENT,
+            chunk: at.max(PASS_CHUNK),
             generation: AtomicU64::new(0),
             running: parking_lot::Mutex::new(()),
             #[cfg(test)]
@@ -293,7 +369,16 @@ impl LogStore {
         // A name no earlier spill took, whatever the process id (a
         // container's scheduler is process 1 at every start).
         let prefix = format!("spill-{}-{generation}", bjh_files::random_tag());
-        let (fresh, _) = copy.rewrite_with(&jobs, &spill.dir, &prefix, spill.per_segment)?;
+        let forced = copy.holders(jobs.iter().map(|j| j.job_id()))?;
+        let merge = to_merge(
+            copy.paths(),
+            &copy.sizes(),
+            copy.hidden_len(),
+            jobs.len(),
+            &forced,
+        );
+        let (fresh, _) =
+            copy.rewrite_some(&jobs, &merge, &spill.dir, &prefix, spill.per_segment)?;
         Ok(Some(Written {
             jobs,
             version,
@@ -436,6 +521,41 @@ impl LogStore {
         Ok(Some(crate::ondisk::Layered::with_hidden(segments, hidden)))
     }
 
+    /// How many logs a pass reads before it moves what it read to the
+    /// segments, when the store spills.
+    pub(crate) fn pass_chunk(&self) -> Option<usize> {
+        self.spill.as_ref().map(|s| s.chunk.max(1))
+    }
+
+    /// A pass with more logs to read than [`LogStore::pass_chunk`] (a
+    /// first pass over a large directory): read and taken in `chunk` at a
+    /// time, each moved to the segments before the next is read. What a
+    /// pass removes (logs gone) goes with the first; the jobs of earlier
+    /// chunks still in the catalog (a move that failed) are kept by the
+    /// later ones as the logs are there (`still_there`).
+    pub(crate) fn take_in_chunks(
+        &self,
+        pass: &mut Pass,
+        mut published: HashMap<String, JobSummary>,
+        chunk: usize,
+    ) -> crate::scan::ScanReport {
+        let all = std::mem::take(&mut pass.to_read);
+        let mut report = crate::scan::ScanReport::default();
+        for part in all.chunks(chunk) {
+            pass.to_read = part.to_vec();
+            let results = self.read_new(pass);
+            let took = self.take_in(pass, results, std::mem::take(&mut published));
+            report.read += took.read;
+            report.removed += took.removed;
+            report.bad += took.bad;
+            pass.gone.clear();
+            pass.cold_gone.clear();
+            self.spill_logged();
+        }
+        pass.to_read = all;
+        report
+    }
+
     /// [`LogStore::spill`], its failure logged (the jobs stay in memory).
     pub(crate) fn spill_logged(&self) {
         if let Err(e) = self.spill() {
@@ -474,11 +594,15 @@ impl LogStore {
         }
     }
 
-    /// Every completed job the segments hold (not hidden), read whole.
-    pub(crate) fn cold_jobs(&self) -> Vec<Arc<JobSummary>> {
-        let mut out = Vec::with_capacity(self.spilled());
-        self.each_cold(|j| out.push(j));
-        out
+    /// A copy of the segments to walk while they change (opened again,
+    /// their files kept open however a move retires them), or none when
+    /// there are none or they cannot be opened (logged).
+    pub(crate) fn cold_copy(&self) -> Option<crate::ondisk::Layered> {
+        let cold = self.cold.read();
+        if cold.is_empty() {
+            return None;
+        }
+        cold.reopen().map_err(|e| self.cold_failed(&e)).ok()
     }
 
     /// The segments' page of `q` (less `skip`), or none when they cannot
@@ -659,12 +783,129 @@ mod tests {
             assert!(s.spilled() > 0, "round {round}");
             the_same(&oracle, &s, &ids, &mut r, round);
         }
-        // Every file a spill wrote and replaced is gone: one generation
-        // is left.
+        // Every file a move wrote and replaced is gone: those serving are
+        // left.
         let left = std::fs::read_dir(spill.path().join("segments"))
             .unwrap()
             .count();
-        assert_eq!(left, 1);
+        assert_eq!(left, s.cold.read().paths().len());
+    }
+
+    /// Moves of the same size carry as a binary counter does: after `k`
+    /// of them the runs on disk are the bits of `k` (and a job was
+    /// rewritten at most log2(k) + 1 times); a run holding a job the move
+    /// writes anew is rewritten whatever its size; too many hidden jobs,
+    /// or too many runs, and everything is.
+    #[test]
+    fn moves_merge_runs_as_a_binary_counter_carries() {
+        let n = 1_000;
+        // Each run: (name, size); two files a run past `n`.
+        let mut runs: Vec<(String, usize)> = Vec::new();
+        let files = |runs: &[(String, usize)]| -> (Vec<PathBuf>, Vec<usize>) {
+            let mut out = (Vec::new(), Vec::new());
+            for (name, size) in runs {
+                let parts = if *size > n { 2 } else { 1 };
+                for i in 0..parts {
+                    out.0.push(PathBuf::from(format!("/d/{name}-{i}")));
+                    out.1
+                        .push(size / parts + usize::from(i == 0) * (size % parts));
+                }
+            }
+            out
+        };
+        let mut rewritten = 0;
+        for k in 1..=40usize {
+            let (paths, sizes) = files(&runs);
+            let merge = to_merge(&paths, &sizes, 0, n, &HashSet::new());
+            let merged: HashSet<&str> = merge.iter().map(|&i| run_of(&paths[i])).collect();
+            let size = n
+                + (runs.iter())
+                    .filter(|(name, _)| merged.contains(&**name))
+                    .map(|(_, size)| size)
+                    .sum::<usize>();
+            rewritten += size;
+            runs.retain(|(name, _)| !merged.contains(&**name));
+            runs.push((format!("spill-t-{k}"), size));
+            let mut got: Vec<usize> = runs.iter().map(|(_, s)| s / n).collect();
+            got.sort_unstable();
+            let bits: Vec<usize> = (0..8).filter(|b| k >> b & 1 == 1).map(|b| 1 << b).collect();
+            assert_eq!(got, bits, "after {k} moves");
+        }
+        // 40 moves of 1,000: each job written at most 6 times (1 + log2 40).
+        assert!(rewritten <= 40 * n * 6, "{rewritten}");
+        let (paths, sizes) = files(&runs);
+        // Runs of 8,000 and 32,000, neither a move of 1,000 takes, unless
+        // it writes anew a job of one: that run (both its files), and no
+        // larger one.
+        assert_eq!(to_merge(&paths, &sizes, 0, n, &HashSet::new()).len(), 0);
+        let smaller = sizes.iter().enumerate().min_by_key(|(_, s)| **s).unwrap().0;
+        let merge = to_merge(&paths, &sizes, 0, n, &HashSet::from([smaller]));
+        let merged: HashSet<&str> = merge.iter().map(|&i| run_of(&paths[i])).collect();
+        assert_eq!(merged, HashSet::from([run_of(&paths[smaller])]));
+        assert_eq!(merge.len(), 2, "both files of the run");
+        let every: Vec<usize> = (0..paths.len()).collect();
+        assert_eq!(
+            to_merge(&paths, &sizes, MAX_HIDDEN + 1, n, &HashSet::new()),
+            every
+        );
+        assert_eq!(
+            to_merge(&paths, &sizes, MAX_HIDDEN, n, &HashSet::new()).len(),
+            0
+        );
+        let many: Vec<PathBuf> = (0..=MAX_RUNS)
+            .map(|i| PathBuf::from(format!("/d/r{i}-0")))
+            .collect();
+        let big = vec![10 * n; many.len()];
+        assert_eq!(
+            to_merge(&many, &big, 0, n, &HashSet::new()).len(),
+            many.len()
+        );
+        assert_eq!(
+            to_merge(&many[1..], &big[1..], 0, n, &HashSet::new()).len(),
+            0
+        );
+    }
+
+    /// A first pass over a directory with more logs than a pass reads
+    /// at once moves them to segments as it goes (a chunk at a time, not
+    /// all at the end), and answers as the catalog does; the unreadable
+    /// and unfinished logs of every chunk are kept, and the next rescan
+    /// reads nothing.
+    #[test]
+    fn a_first_pass_moves_what_it_read_a_chunk_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill = tempfile::tempdir().unwrap();
+        let mut r = below(79);
+        let mut ids = Vec::new();
+        write_logs(dir.path(), 300, "a", &mut ids, &mut r);
+        for i in 0..7 {
+            std::fs::write(dir.path().join(format!("bad-{i}.eventlog")), "not a log\n").unwrap();
+            std::fs::write(
+                dir.path().join(format!("run-{i}.eventlog.running")),
+                "{\"ev\":\"JobStart\",\"version\":1,\"data\":{}}\n",
+            )
+            .unwrap();
+        }
+        let mut s = plain(dir.path()).with_spill(spill.path().join("segments"), 40);
+        s.spill.as_mut().unwrap().chunk = 50;
+        let report = s.rescan();
+        let oracle = plain(dir.path());
+        assert_eq!(report, oracle.rescan());
+        // 314 logs, 50 at a time: a move after each chunk that left 40
+        // completed jobs or more in memory (one move, without chunks);
+        // what the last left, under 40, stays in memory.
+        assert!(s.cold_version() >= 5, "{}", s.cold_version());
+        assert_eq!(s.len(), 300);
+        assert!(s.spilled() > 300 - 40, "{}", s.spilled());
+        // The moves carried as a counter does: more than one run is left,
+        // and the answers are the same over them.
+        let runs: HashSet<String> = (s.cold.read().paths().iter())
+            .map(|p| run_of(p).to_string())
+            .collect();
+        assert!(runs.len() > 1, "{runs:?}");
+        the_same(&oracle, &s, &ids, &mut r, 0);
+        assert_eq!(s.rescan(), crate::scan::ScanReport::default());
+        the_same(&oracle, &s, &ids, &mut r, 1);
     }
 
     /// `n` new logs under `dir`, their ids added to `ids`.
@@ -722,6 +963,54 @@ mod tests {
         the_same(&oracle, &s, &ids, &mut r, 0);
         assert_eq!(s.rescan().read, 0);
         the_same(&oracle, &s, &ids, &mut r, 1);
+    }
+
+    /// A walk over every job holds no lock while its caller reads (a
+    /// rescan, a move to new segments and the save that deletes the old
+    /// ones all go on meanwhile), and reads the jobs as they were when it
+    /// began, in order, to the end.
+    #[test]
+    fn a_walk_holds_no_lock_and_reads_the_jobs_as_they_were() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = dir.path().join("index");
+        let mut r = below(73);
+        let mut ids = Vec::new();
+        write_logs(dir.path(), 300, "a", &mut ids, &mut r);
+        let s = plain(dir.path())
+            .with_index_file(Some(index.clone()))
+            .with_spill(spill_dir_of(&index), 100);
+        s.rescan();
+        write_logs(dir.path(), 60, "b", &mut ids, &mut r);
+        s.rescan();
+        s.persist(true);
+        assert_eq!((s.spilled(), s.len()), (300, 360));
+        let before: Vec<bytes::Bytes> = {
+            let oracle = plain(dir.path());
+            oracle.rescan();
+            oracle.with_completed(|jobs| jobs.map(|j| j.entry()).collect())
+        };
+        let segments = |s: &LogStore| s.cold.read().paths().to_vec();
+        let old = segments(&s);
+        let walked: Vec<bytes::Bytes> = s.with_completed(|jobs| {
+            let mut out: Vec<bytes::Bytes> = jobs.take(10).map(|j| j.entry()).collect();
+            assert!(s.catalog.try_write().is_some() && s.cold.try_write().is_some());
+            for id in &ids[..20] {
+                std::fs::remove_file(dir.path().join(format!("{id}.eventlog"))).unwrap();
+            }
+            // More than the run on disk: the move rewrites it.
+            write_logs(dir.path(), 400, "c", &mut ids, &mut r);
+            s.rescan();
+            s.persist(true);
+            assert!(
+                old.iter().all(|p| !p.exists()),
+                "the walk's segments deleted"
+            );
+            assert_ne!(segments(&s), old);
+            out.extend(jobs.map(|j| j.entry()));
+            out
+        });
+        assert_eq!(walked, before);
+        assert_eq!(s.len(), 740);
     }
 
     /// A restart opens the segments the manifest beside the index names
@@ -810,13 +1099,21 @@ mod tests {
         third.rescan();
         third.persist(true);
         let (_, names, hidden) = decode_manifest(&std::fs::read(&manifest).unwrap()).unwrap();
-        assert!(hidden.is_empty());
+        // The move of the 50 jobs in memory left the run of 290 as it was
+        // (larger): it still hides the ten deleted.
+        let mut hidden: Vec<&str> = hidden.iter().map(|j| j.job_id()).collect();
+        hidden.sort_unstable();
+        let mut deleted: Vec<&str> = ids[..10].iter().map(String::as_str).collect();
+        deleted.sort_unstable();
+        assert_eq!(hidden, deleted);
         let mut on_disk: Vec<String> = std::fs::read_dir(spill_dir_of(&index))
             .unwrap()
             .flatten()
             .filter_map(|e| e.file_name().to_str().map(str::to_string))
             .filter(|n| n != "MANIFEST")
             .collect();
+        let mut names = names;
+        names.sort();
         on_disk.sort();
         assert_eq!(on_disk, names);
         assert_eq!(with_index().load_persisted(), 340);
@@ -882,11 +1179,9 @@ mod tests {
             "{}",
             what("by scheduler")
         );
-        let all: Vec<Arc<JobSummary>> =
-            oracle.with_completed(|jobs| jobs.map(|j| Arc::new(j.clone())).collect());
-        let mine: Vec<String> =
-            s.with_completed(|jobs| jobs.map(|j| j.job_id().to_string()).collect());
-        let theirs: Vec<String> = all.iter().map(|j| j.job_id().to_string()).collect();
+        let all: Vec<Arc<JobSummary>> = oracle.with_completed(|jobs| jobs.collect());
+        let mine: Vec<bytes::Bytes> = s.with_completed(|jobs| jobs.map(|j| j.entry()).collect());
+        let theirs: Vec<bytes::Bytes> = all.iter().map(|j| j.entry()).collect();
         assert_eq!(mine, theirs, "{}", what("every job"));
         for i in 0..80 {
             let (q, cursor) = random_query(r, &all);

@@ -519,26 +519,35 @@ impl LogStore {
     }
 
     /// Runs `f` over every completed job's summary, newest queued first,
-    /// under the catalog's read lock (so `f` should be quick: a rescan
-    /// waits for it).
+    /// as the store held them when the walk began. No lock is held while
+    /// `f` runs (a rescan or a move goes on meanwhile): the walk holds
+    /// the catalog's jobs (shared, not copied) and reads the segments'
+    /// again, one block of each at a time, so what it keeps in memory
+    /// besides what `f` keeps does not grow with the jobs on disk. A
+    /// segment's block that cannot be read is logged and left out.
     pub fn with_completed<T>(
         &self,
-        f: impl FnOnce(&mut dyn Iterator<Item = &JobSummary>) -> T,
+        f: impl FnOnce(&mut dyn Iterator<Item = Arc<JobSummary>>) -> T,
     ) -> T {
-        let index = self.catalog.read();
-        if self.has_cold() {
-            // Collected and ordered (the segments' jobs are read whole).
-            let mut all = self.cold_jobs();
-            all.extend(index.order.iter().map(|ByPosition(s)| s.clone()));
-            drop(index);
-            all.sort_unstable_by(|a, b| {
-                (Reverse(a.position_key()), a.job_id())
-                    .cmp(&(Reverse(b.position_key()), b.job_id()))
-            });
-            return f(&mut all.iter().map(|s| &**s));
-        }
-        let mut jobs = index.order.iter().map(|ByPosition(s)| &**s);
-        f(&mut jobs)
+        let (hot, cold) = {
+            // Both under the catalog's lock: a move's swap cannot fall
+            // between them.
+            let index = self.catalog.read();
+            let hot: Vec<Arc<JobSummary>> =
+                index.order.iter().map(|ByPosition(s)| s.clone()).collect();
+            (hot, self.cold_copy())
+        };
+        let Some(cold) = cold else {
+            return f(&mut hot.into_iter());
+        };
+        let below = cold
+            .jobs_in_order()
+            .filter_map(|j| j.map_err(|e| self.cold_failed(&e)).ok());
+        use itertools::Itertools;
+        let mut all = hot.into_iter().merge_by(below, |a, b| {
+            (Reverse(a.position_key()), a.job_id()) < (Reverse(b.position_key()), b.job_id())
+        });
+        f(&mut all)
     }
 
     /// The facts of a job, completed or unfinished (for a list cursor).

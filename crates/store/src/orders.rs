@@ -564,8 +564,7 @@ mod tests {
                     s.catalog.write().remove(&format!("j{:04}", next(1500)));
                 }
             }
-            let all: Vec<Arc<JobSummary>> =
-                s.with_completed(|jobs| jobs.map(|j| Arc::new(j.clone())).collect());
+            let all: Vec<Arc<JobSummary>> = s.with_completed(|jobs| jobs.collect());
             let rows = crate::tests::rows_for(&all);
             let id = |i: u64| all[i as usize].job_id().to_string();
             let cursor_id = (next(3) > 0).then(|| id(next(all.len() as u64)));

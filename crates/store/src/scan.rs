@@ -330,9 +330,14 @@ impl LogStore {
             .collect();
         let mut pass = self.sort_out(entries, &mut published, covered);
         pass.gone = gone;
-        let results = self.read_new(&pass);
         let read = pass.to_read.len();
-        let report = self.take_in(&mut pass, results, published);
+        let report = match self.pass_chunk() {
+            Some(chunk) if read > chunk => self.take_in_chunks(&mut pass, published, chunk),
+            _ => {
+                let results = self.read_new(&pass);
+                self.take_in(&mut pass, results, published)
+            }
+        };
         drop(pass);
         if read >= crate::heap::SLACK_AFTER_LOGS {
             crate::heap::release_slack();
@@ -491,7 +496,7 @@ impl LogStore {
 
     /// Reads the new and changed logs of a pass: a completed log's summary,
     /// the new lines of a `.running` one.
-    fn read_new(&self, pass: &Pass) -> Vec<Result<Found, StoreError>> {
+    pub(super) fn read_new(&self, pass: &Pass) -> Vec<Result<Found, StoreError>> {
         let read_one = |(name, stamp): &(String, Stamp)| {
             self.read_log(name, *stamp, pass.known_unfinished.get(&**name))
         };
@@ -664,7 +669,7 @@ impl LogStore {
 
     /// Brings the catalog in line with a pass: what was read goes in, what
     /// was not listed goes out, unreadable logs are remembered by stamp.
-    fn take_in(
+    pub(super) fn take_in(
         &self,
         pass: &mut Pass,
         results: Vec<Result<Found, StoreError>>,

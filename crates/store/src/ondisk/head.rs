@@ -21,6 +21,19 @@ fn order_key(j: &JobSummary) -> (Reverse<u64>, &str) {
     (Reverse(j.position_key()), j.job_id())
 }
 
+/// Whether `a` comes before `b` in a merge of streams in the default
+/// order: an error first, so that a caller hears of it as soon as it is
+/// met.
+fn sooner(
+    a: &Result<Arc<JobSummary>, IndexError>,
+    b: &Result<Arc<JobSummary>, IndexError>,
+) -> bool {
+    match (a, b) {
+        (Ok(a), Ok(b)) => order_key(a) < order_key(b),
+        (a, _) => a.is_err(),
+    }
+}
+
 /// Segments and the changes made since they were written.
 #[derive(Debug, Default)]
 pub struct Layered {
@@ -67,6 +80,11 @@ impl Layered {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// How many of the segments' jobs are hidden.
+    pub fn hidden_len(&self) -> usize {
+        self.hidden.len()
     }
 
     /// How many changes the head holds (jobs added or replaced, and the
@@ -120,6 +138,34 @@ impl Layered {
             head: self.head.clone(),
             hidden: self.hidden.clone(),
         })
+    }
+
+    /// How many jobs each segment file holds (hidden ones included), in
+    /// the order of [`Layered::paths`].
+    pub fn sizes(&self) -> Vec<usize> {
+        self.segments.iter().map(Segment::len).collect()
+    }
+
+    /// The segments (by index) holding a hidden job of these ids: those
+    /// a move writing their jobs anew must rewrite (a lookup by id in
+    /// each segment, for the hidden ones only).
+    pub fn holders<'a>(
+        &self,
+        ids: impl IntoIterator<Item = &'a str>,
+    ) -> Result<HashSet<usize>, IndexError> {
+        let mut out = HashSet::new();
+        for id in ids {
+            if !self.hidden.contains_key(id) {
+                continue;
+            }
+            for (i, s) in self.segments.iter().enumerate() {
+                if s.get(id)?.is_some() {
+                    out.insert(i);
+                    break;
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// The files of the segments.
@@ -209,7 +255,7 @@ impl Layered {
 
     /// Every job as it is now, in the default order, written as new
     /// segments of at most `per_segment` jobs each (`dir/{prefix}-{i}`,
-    /// newest first), and opened with no change: the head merged into the
+    /// newest sooner), and opened with no change: the head merged into the
     /// segments, read block by block (a segment's jobs at most in memory).
     /// The old segments' files are the caller's to remove.
     pub fn rewrite(
@@ -231,21 +277,45 @@ impl Layered {
         prefix: &str,
         per_segment: usize,
     ) -> Result<(Self, Vec<PathBuf>), IndexError> {
-        let mut head: Vec<&Arc<JobSummary>> = self.head.values().chain(extra).collect();
+        let every: Vec<usize> = (0..self.segments.paths().len()).collect();
+        self.rewrite_some(extra, &every, dir, prefix, per_segment)
+    }
+
+    /// The segments `merge` (by index) merged with the head's jobs and
+    /// `extra` into new segments (as [`Layered::rewrite_with`]), the
+    /// others kept as they are with the jobs they hide: a move that
+    /// rewrites part of what is on disk. Each job must be written once:
+    /// a segment holding a job of the head or of `extra` (hidden by it)
+    /// must be among `merge` (see [`Layered::holders`]).
+    pub fn rewrite_some(
+        &self,
+        extra: &[Arc<JobSummary>],
+        merge: &[usize],
+        dir: &Path,
+        prefix: &str,
+        per_segment: usize,
+    ) -> Result<(Self, Vec<PathBuf>), IndexError> {
+        use itertools::Itertools;
+        let mut head: Vec<Arc<JobSummary>> = self.head.values().chain(extra).cloned().collect();
         head.sort_unstable_by(|a, b| order_key(a).cmp(&order_key(b)));
-        let mut streams: Vec<Box<dyn Iterator<Item = Result<Arc<JobSummary>, IndexError>> + '_>> =
-            vec![Box::new(head.into_iter().cloned().map(Ok))];
-        for s in self.segments.iter() {
-            let shown = s.jobs().filter(|j| {
-                j.as_ref()
-                    .map_or(true, |j| !self.hidden.contains_key(j.job_id()))
-            });
-            streams.push(Box::new(shown));
-        }
-        let mut heads = Vec::with_capacity(streams.len());
-        for s in &mut streams {
-            heads.push(s.next().transpose()?);
-        }
+        let merged: HashSet<usize> = merge.iter().copied().collect();
+        // The hidden jobs the merged segments held: written no more, nor
+        // hidden after.
+        let dropped: std::cell::RefCell<HashSet<Arc<str>>> = Default::default();
+        let shown = |j: &Result<Arc<JobSummary>, IndexError>| {
+            let Ok(j) = j else { return true };
+            match self.hidden.get_key_value(j.job_id()) {
+                Some((id, _)) => {
+                    dropped.borrow_mut().insert(id.clone());
+                    false
+                }
+                None => true,
+            }
+        };
+        let below = (self.segments.iter().enumerate())
+            .filter(|(i, _)| merged.contains(i))
+            .map(|(_, s)| s.jobs().filter(shown));
+        let all = (head.into_iter().map(Ok)).merge_by(itertools::kmerge_by(below, sooner), sooner);
         let (mut paths, mut chunk) = (Vec::new(), Vec::new());
         let mut flush = |chunk: &mut Vec<Arc<JobSummary>>| -> Result<(), IndexError> {
             let path = dir.join(format!("{prefix}-{}", paths.len()));
@@ -255,18 +325,8 @@ impl Layered {
             chunk.clear();
             Ok(())
         };
-        loop {
-            let next = heads
-                .iter()
-                .enumerate()
-                .filter_map(|(i, h)| h.as_ref().map(|j| (i, order_key(j))))
-                .min_by(|a, b| a.1.cmp(&b.1))
-                .map(|(i, _)| i);
-            let Some(i) = next else { break };
-            if let Some(job) = heads[i].take() {
-                chunk.push(job);
-            }
-            heads[i] = streams[i].next().transpose()?;
+        for job in all {
+            chunk.push(job?);
             if chunk.len() >= per_segment.max(1) {
                 flush(&mut chunk)?;
             }
@@ -274,7 +334,22 @@ impl Layered {
         if !chunk.is_empty() {
             flush(&mut chunk)?;
         }
-        Ok((Self::new(Segments::open(&paths)?), paths))
+        let kept: Vec<&PathBuf> = (self.segments.paths().iter().enumerate())
+            .filter(|(i, _)| !merged.contains(i))
+            .map(|(_, p)| p)
+            .collect();
+        let serving: Vec<&PathBuf> = kept.into_iter().chain(&paths).collect();
+        let dropped = dropped.into_inner();
+        let hidden = (self.hidden.iter())
+            .filter(|(id, _)| !dropped.contains(*id))
+            .map(|(id, j)| (id.clone(), j.clone()))
+            .collect();
+        let rewritten = Self {
+            segments: Segments::open(&serving)?,
+            head: HashMap::new(),
+            hidden,
+        };
+        Ok((rewritten, paths))
     }
 
     /// How many jobs are in each state (by [`bjh_format::JobState::index`]):
@@ -331,6 +406,23 @@ impl Layered {
     /// by block.
     pub fn jobs(&self) -> impl Iterator<Item = Result<Arc<JobSummary>, IndexError>> + '_ {
         self.jobs_in(|_| true)
+    }
+
+    /// Every job in the default order (newest queued sooner): the head's
+    /// and each segment's (not hidden), merged as they are read, one
+    /// block of each segment at a time in memory. A block that cannot
+    /// be read is an error in its place, and the walk goes on after it.
+    pub fn jobs_in_order(&self) -> impl Iterator<Item = Result<Arc<JobSummary>, IndexError>> + '_ {
+        let mut head: Vec<Arc<JobSummary>> = self.head.values().cloned().collect();
+        head.sort_unstable_by(|a, b| order_key(a).cmp(&order_key(b)));
+        let shown = |j: &Result<Arc<JobSummary>, IndexError>| {
+            j.as_ref()
+                .map_or(true, |j| !self.hidden.contains_key(j.job_id()))
+        };
+        let below = self.segments.iter().map(move |s| s.jobs().filter(shown));
+        use itertools::Itertools;
+        let below = itertools::kmerge_by(below, sooner);
+        head.into_iter().map(Ok).merge_by(below, sooner)
     }
 
     /// The jobs that ran at some time in `[from, to)` (started before
@@ -515,6 +607,16 @@ mod tests {
         every.sort();
         want.sort();
         assert_eq!(every, want, "round {round}");
+        // In order: newest queued first, then by id.
+        let mut sorted = jobs.clone();
+        sorted.sort_by(|a, b| {
+            (Reverse(a.position_key()), a.job_id()).cmp(&(Reverse(b.position_key()), b.job_id()))
+        });
+        let in_order: Vec<bytes::Bytes> = (layered.jobs_in_order())
+            .map(|j| j.unwrap().entry())
+            .collect();
+        let want: Vec<bytes::Bytes> = sorted.iter().map(|j| j.entry()).collect();
+        assert_eq!(in_order, want, "round {round}: in order");
         let names: Vec<String> = jobs.iter().map(|j| j.file_name().to_string()).collect();
         let mut listed = listing(&jobs, r);
         // Logs of jobs removed (or renamed by a replacement) listed again:
@@ -556,12 +658,39 @@ mod tests {
     /// every page and total is the one the list's pass gives over the
     /// jobs as they are (the oracle: `ListQuery::select` over a map kept
     /// beside), and every lookup finds what the map holds.
+    /// A walk in order meets a damaged block as one error in its place
+    /// and goes on: every other job, in order.
+    #[test]
+    fn a_walk_in_order_goes_on_past_a_damaged_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let all = jobs(1_000, 41);
+        let set = segments(dir.path(), &all, 2, Some(43));
+        let first = &set.segments[0];
+        let lost: HashSet<String> = (first.jobs().take(super::super::BLOCK))
+            .map(|j| j.unwrap().job_id().to_string())
+            .collect();
+        // A row of the first segment's first block flipped, under it.
+        let at = first.at[0] + 8;
+        let mut bytes = std::fs::read(&set.paths()[0]).unwrap();
+        bytes[at as usize] ^= 1;
+        std::fs::write(&set.paths()[0], bytes).unwrap();
+        let layered = Layered::new(set);
+        let walked: Vec<_> = layered.jobs_in_order().collect();
+        assert_eq!(walked.iter().filter(|j| j.is_err()).count(), 1);
+        let got: Vec<bytes::Bytes> = walked.into_iter().flatten().map(|j| j.entry()).collect();
+        let mut want: Vec<&Arc<JobSummary>> =
+            all.iter().filter(|j| !lost.contains(j.job_id())).collect();
+        want.sort_by(|a, b| order_key(a).cmp(&order_key(b)));
+        let want: Vec<bytes::Bytes> = want.into_iter().map(|j| j.entry()).collect();
+        assert_eq!(got, want);
+    }
+
     #[test]
     fn the_head_over_segments_answers_as_a_pass_over_the_jobs_as_they_are() {
         let dir = tempfile::tempdir().unwrap();
         let all = jobs(2_000, 21);
         let (written, fresh) = all.split_at(1_500);
-        let mut layered = Layered::new(segments(dir.path(), written, 3, None));
+        let mut layered = Layered::new(segments(dir.path(), written, 3, Some(25)));
         let mut now: BTreeMap<String, Arc<JobSummary>> = written
             .iter()
             .map(|j| (j.job_id().to_string(), j.clone()))
