@@ -255,7 +255,7 @@ impl Layered {
 
     /// Every job as it is now, in the default order, written as new
     /// segments of at most `per_segment` jobs each (`dir/{prefix}-{i}`,
-    /// newest sooner), and opened with no change: the head merged into the
+    /// newest first), and opened with no change: the head merged into the
     /// segments, read block by block (a segment's jobs at most in memory).
     /// The old segments' files are the caller's to remove.
     pub fn rewrite(
@@ -408,7 +408,7 @@ impl Layered {
         self.jobs_in(|_| true)
     }
 
-    /// Every job in the default order (newest queued sooner): the head's
+    /// Every job in the default order (newest queued first): the head's
     /// and each segment's (not hidden), merged as they are read, one
     /// block of each segment at a time in memory. A block that cannot
     /// be read is an error in its place, and the walk goes on after it.
