@@ -226,6 +226,16 @@ pub fn summaries(n: usize) -> Vec<bjh_store::JobSummary> {
 /// [`summaries`] of the jobs `first..first + n` (later ones are newer).
 #[allow(dead_code)]
 pub fn summaries_from(first: usize, n: usize) -> Vec<bjh_store::JobSummary> {
+    summaries_hashed(first, n, |i| 1 + u64::from(i % 977 == 0))
+}
+
+/// [`summaries_from`], job `i` running query `hash(i)`.
+#[allow(dead_code)]
+pub fn summaries_hashed(
+    first: usize,
+    n: usize,
+    hash: impl Fn(usize) -> u64,
+) -> Vec<bjh_store::JobSummary> {
     let mut rng = Rng::new(11 + first as u64);
     (first..first + n)
         .map(|i| {
@@ -246,7 +256,7 @@ pub fn summaries_from(first: usize, n: usize) -> Vec<bjh_store::JobSummary> {
                     queued_time: start.saturating_sub(rng.below(1_000)),
                     start_time: start,
                     end_time: start + 200 + rng.below(60_000),
-                    query_hash: 1 + u64::from(i % 977 == 0),
+                    query_hash: hash(i),
                 },
                 job_status: "Completed. Produced 4 partitions containing 1000 rows. \
                              Elapsed time: 812 ms.",

@@ -7,7 +7,8 @@
 //! `cargo bench --bench scale` runs everything; `SCALE_JOBS` changes the
 //! 1,000,000; `SCALE_RSS_JOBS` the 100,000 of the memory cases.
 //! `SCALE_ONLY=memory` runs the memory cases alone, `SCALE_ONLY=moves` a
-//! move to segments alone; `SCALE_RSS_DIR` keeps the memory cases' logs
+//! move to segments alone, `SCALE_ONLY=walks` the walks over every job
+//! (of 20 runs a query) alone; `SCALE_RSS_DIR` keeps the memory cases' logs
 //! in a directory (written when it is empty, reused after).
 
 #![allow(clippy::disallowed_methods)] // scratch files and test channels
@@ -120,7 +121,7 @@ fn process_restart(n: usize) {
 /// done; beside it, that grouping (what a scrape would cost if it grouped
 /// the queries itself, as `/api/queries` does).
 fn metrics_scrape(store: Arc<LogStore>, n: usize) {
-    use bjh_analysis::queries::recurring;
+    use bjh_analysis::queries::{most_runs, recurring_top};
     use prometheus::Encoder as _;
     let gauges = bjh_serving::job_metrics::gauges(store.clone(), 20);
     let scrape = || {
@@ -162,7 +163,8 @@ fn metrics_scrape(store: Arc<LogStore>, n: usize) {
     let samples: Vec<Duration> = (0..5)
         .map(|_| {
             let started = Instant::now();
-            let rows = store.with_completed(|jobs| recurring(jobs));
+            let (_, rows) = store
+                .with_completed_by_query(1..=u64::MAX, |jobs| recurring_top(jobs, 20, most_runs));
             assert!(!rows.is_empty());
             started.elapsed()
         })
@@ -221,15 +223,108 @@ fn walks(what: &str, walk: &dyn Fn()) {
 }
 
 /// The walks over every job (the SQL `jobs` file's, the recurring
-/// queries'): counted, and grouped.
+/// queries', the what-if pairs'): counted, and grouped as the product
+/// groups them, beside the grouping before the walk by query (every
+/// query's state in a map, as a walk newest first meets its runs).
 fn walks_over(store: &LogStore, n: usize) {
-    use bjh_analysis::queries::recurring;
+    use bjh_analysis::accuracy::newest_pairs;
+    use bjh_analysis::queries::{most_recent, recurring_top};
     walks("a walk over every job, newest first, counted", &|| {
         assert_eq!(store.with_completed(|jobs| jobs.count()), n);
     });
-    walks("the recurring queries grouped over that walk", &|| {
-        assert!(!store.with_completed(|jobs| recurring(jobs)).is_empty());
+    let all = 1..=u64::MAX;
+    walks("a walk over every job, by query, counted", &|| {
+        assert_eq!(
+            store.with_completed_by_query(all.clone(), |jobs| jobs.count()),
+            n
+        );
     });
+    walks(
+        "the recurring queries over the walk by query, 100 kept",
+        &|| {
+            let (total, rows) = store
+                .with_completed_by_query(all.clone(), |jobs| recurring_top(jobs, 100, most_recent));
+            assert!(total > 0 && !rows.is_empty());
+        },
+    );
+    walks(
+        "before: every query in a map over the walk newest first",
+        &|| {
+            assert!(store.with_completed(every_query_in_a_map) > 0);
+        },
+    );
+    walks(
+        "the newest 50 pairs of runs over the walk by query",
+        &|| {
+            let pairs = store.with_completed_by_query(all.clone(), |jobs| newest_pairs(jobs, 50));
+            assert_eq!(pairs.len(), 50);
+        },
+    );
+    walks(
+        "before: every completed run's (hash, start, id), sorted",
+        &|| {
+            let mut runs: Vec<(u64, u64, String)> = store.with_completed(|jobs| {
+                jobs.filter(|j| j.state() == bjh_format::JobState::Completed)
+                    .map(|j| (j.query_hash(), j.start_time(), j.job_id().to_string()))
+                    .collect()
+            });
+            runs.sort_unstable();
+            assert!(runs.len() > n / 2);
+        },
+    );
+}
+
+/// The recurring queries' grouping before the walk by query, for the
+/// comparison (less than it held: no name, status or scheduler a run):
+/// each query's count, a duration a run and its last ten runs' ids, in a
+/// map. Returns the number of queries.
+fn every_query_in_a_map(jobs: &mut dyn Iterator<Item = Arc<JobSummary>>) -> usize {
+    type Group = (usize, Vec<u64>, Vec<(u64, String)>);
+    let mut groups: std::collections::HashMap<u64, Group> = Default::default();
+    for j in jobs.filter(|j| j.query_hash() != 0 && !j.state().is_unfinished()) {
+        let g = groups.entry(j.query_hash()).or_default();
+        g.0 += 1;
+        g.1.push(j.duration().unwrap_or(0));
+        g.2.push((j.start_time(), j.job_id().to_string()));
+        if g.2.len() > 10 {
+            let oldest = (0..g.2.len()).min_by_key(|&i| &g.2[i]).unwrap();
+            g.2.swap_remove(oldest);
+        }
+    }
+    groups.len()
+}
+
+/// `SCALE_ONLY=walks`: the walks over `n` jobs of `n / 20` queries (20
+/// runs each, as a fleet's many scheduled queries), held by the catalog
+/// and moved to segments (`--history-memory-jobs 0`).
+fn walks_alone(n: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let queries = (n / 20).max(1);
+    let jobs = corpus::summaries_hashed(0, n, |i| 1 + (i % queries) as u64);
+    std::fs::write(&index, bjh_store::snapshot::encode(jobs.iter())).unwrap();
+    drop(jobs);
+    let open = |memory: Option<usize>| {
+        LogStore::new(
+            dir.path().join("empty"),
+            Arc::new(HistoryMetrics::unregistered()),
+        )
+        .with_index_file(Some(index.clone()))
+        .with_memory_jobs(memory, Some(&index))
+    };
+    println!("\n## Walks over {n} jobs of {queries} queries\n");
+    println!("| walk | p50 | p99 | max | runs |");
+    println!("| --- | --- | --- | --- | --- |");
+    println!("| **the catalog in memory** | | | | |");
+    let catalog = open(None);
+    assert_eq!(catalog.load_persisted(), n);
+    walks_over(&catalog, n);
+    drop(catalog);
+    println!("| **the store, `--history-memory-jobs 0`** | | | | |");
+    let store = open(Some(0));
+    assert_eq!(store.load_persisted(), n);
+    assert_eq!(store.spill().unwrap(), n);
+    walks_over(&store, n);
 }
 
 /// Child mode: index `dir` with `which` and print the RSS growth in KiB.
@@ -261,6 +356,7 @@ fn main() {
     }
     match std::env::var("SCALE_ONLY").as_deref() {
         Ok("moves") => return moves(env_usize("SCALE_JOBS", 1_000_000)),
+        Ok("walks") => return walks_alone(env_usize("SCALE_JOBS", 1_000_000)),
         Ok("memory") => {}
         _ => lists_and_restarts(),
     }
@@ -285,7 +381,7 @@ fn moves(n: usize) {
     println!("| --- | --- | --- | --- |");
     let started = Instant::now();
     let (tiered, written) = layered
-        .rewrite_some(&extra, &[], dir.path(), "run", 1 << 20)
+        .rewrite_some(&extra, &[], dir.path(), "run", 1 << 20, &|| false)
         .unwrap();
     let run = started.elapsed();
     assert_eq!(tiered.len(), n + extra.len());

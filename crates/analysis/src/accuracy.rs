@@ -21,6 +21,9 @@
 //! so.
 
 use crate::whatif::Shape;
+use bjh_format::JobState;
+use bjh_store::query::JobFacts;
+use itertools::Itertools;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -215,6 +218,38 @@ pub fn grade(pairs: Vec<Pair>) -> Accuracy {
     }
 }
 
+/// A completed run as the pairs name it: its query hash, start and id.
+pub type Run = (u64, u64, String);
+
+/// The newest `limit` pairs of consecutive completed runs of one query
+/// (consecutive by start, then id), the newest later run first, from
+/// `jobs` walked by query hash (each query's runs one after another, in
+/// any order among themselves, as `LogStore::with_completed_by_query`
+/// walks them). What stays in memory is one query's runs and the pairs
+/// kept, whatever the number of runs (`itertools`' bounded heap).
+pub fn newest_pairs<J>(jobs: impl Iterator<Item = J>, limit: usize) -> Vec<(Run, Run)>
+where
+    J: std::ops::Deref,
+    J::Target: JobFacts,
+{
+    let completed = jobs.filter(|j| j.state() == JobState::Completed && j.query_hash() != 0);
+    let by_query = completed.chunk_by(|j| j.query_hash());
+    (&by_query)
+        .into_iter()
+        .flat_map(|(hash, runs)| {
+            let mut runs: Vec<Run> = runs
+                .map(|j| (hash, j.start_time(), j.job_id().to_string()))
+                .collect();
+            runs.sort_unstable();
+            let pairs: Vec<(Run, Run)> = (runs.windows(2))
+                .map(|w| (w[0].clone(), w[1].clone()))
+                .collect();
+            pairs
+        })
+        .k_largest_by(limit, |(_, x), (_, y)| (x.1, &x.2).cmp(&(y.1, &y.2)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -352,5 +387,51 @@ mod tests {
         let q = &graded.queries[0];
         assert_eq!((q.all.pairs, q.partitions_changed.pairs), (5, 3));
         assert!(!q.unreliable, "two pairs on one partitioning say nothing");
+    }
+
+    /// The newest pairs, found query by query a few at a time, are those
+    /// of every completed run sorted at once (hash, start, id), paired
+    /// within a hash and the newest later runs kept: the route's way
+    /// before the walk by query, made here.
+    #[test]
+    fn the_newest_pairs_are_those_of_every_run_sorted_at_once() {
+        use bjh_store::query::Facts;
+        let mut seed = 3u64;
+        let mut r = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            (seed >> 33) % n
+        };
+        let states = [JobState::Completed, JobState::Completed, JobState::Failed];
+        let jobs: Vec<Facts> = (0..2_000)
+            .map(|i| {
+                let start = r(5_000);
+                Facts {
+                    job_id: format!("j{:04}", r(10_000) * 10 + i % 10).into(),
+                    job_name: "".into(),
+                    state: states[r(3) as usize],
+                    queued_time: start,
+                    start_time: start,
+                    end_time: start + 1,
+                    query_hash: r(150),
+                }
+            })
+            .collect();
+        let mut runs: Vec<Run> = (jobs.iter())
+            .filter(|j| j.state == JobState::Completed && j.query_hash != 0)
+            .map(|j| (j.query_hash, j.start_time, j.job_id.to_string()))
+            .collect();
+        runs.sort_unstable();
+        let mut want: Vec<(Run, Run)> = (runs.windows(2))
+            .filter(|w| w[0].0 == w[1].0)
+            .map(|w| (w[0].clone(), w[1].clone()))
+            .collect();
+        want.sort_by(|(_, x), (_, y)| (y.1, &y.2).cmp(&(x.1, &x.2)));
+        // Walked by hash, each query's runs in the order given.
+        let mut walked: Vec<&Facts> = jobs.iter().collect();
+        walked.sort_by_key(|j| j.query_hash);
+        for limit in [1, 7, 50, 10_000] {
+            let got = newest_pairs(walked.iter().copied(), limit);
+            assert_eq!(got, want[..limit.min(want.len())], "limit {limit}");
+        }
     }
 }

@@ -6,8 +6,9 @@ use crate::stats::{quantile, ratio};
 use bjh_format::JobState;
 use bjh_format::query_hash::hash_text;
 use bjh_store::query::JobFacts;
+use itertools::Itertools;
 use serde::Serialize;
-use std::collections::HashMap;
+use std::cmp::Ordering;
 
 /// Runs shown per query, and looked at for the trend.
 pub const RECENT_RUNS: usize = 10;
@@ -133,37 +134,71 @@ impl Group {
     }
 }
 
-/// Groups `jobs` (finished ones with a query hash; the rest are left out)
-/// by query hash, most recently run first. Each job is looked at once and
-/// let go: what stays in memory is a group's last runs and a duration a
-/// run (for exact percentiles), so a walk over jobs read from disk keeps
-/// 8 bytes a run, not the runs.
-pub fn recurring<J>(jobs: impl Iterator<Item = J>) -> Vec<QueryRow>
+/// The recurring queries of `jobs` (finished ones with a query hash; the
+/// rest are left out), walked by query hash: each query's runs one after
+/// another, in any order among themselves, as
+/// `LogStore::with_completed_by_query` walks them. Returns how many
+/// queries there are and the `keep` greatest by `rank`, greatest first.
+/// What stays in memory is the query being grouped (a duration a run, for
+/// exact percentiles, and its last runs) and the rows kept, whatever the
+/// number of queries: the top rows through `itertools`' bounded heap
+/// (`k_largest_by`), not every row sorted.
+pub fn recurring_top<J>(
+    jobs: impl Iterator<Item = J>,
+    keep: usize,
+    rank: impl FnMut(&QueryRow, &QueryRow) -> Ordering,
+) -> (usize, Vec<QueryRow>)
 where
     J: std::ops::Deref,
     J::Target: JobFacts,
 {
-    let mut groups: HashMap<u64, Group> = HashMap::new();
-    for job in jobs {
-        let finished = matches!(
+    let finished = jobs.filter(|job| {
+        let done = matches!(
             job.state(),
             JobState::Completed | JobState::Failed | JobState::Cancelled
         );
-        if job.query_hash() == 0 || !finished {
-            continue;
-        }
-        let run = RecurringRun {
-            job_id: job.job_id().to_string(),
-            start_time: job.start_time(),
-            duration_ms: job.duration().unwrap_or(0),
-            status: job.state().status_word(),
-            scheduler_id: job.scheduler_id().map(str::to_string),
-        };
-        (groups.entry(job.query_hash()).or_default()).add(run, job.job_name());
-    }
-    let mut rows: Vec<QueryRow> = groups.into_iter().map(|(hash, g)| g.row(hash)).collect();
-    rows.sort_by(|a, b| (b.last_run, &b.query_hash).cmp(&(a.last_run, &a.query_hash)));
-    rows
+        done && job.query_hash() != 0
+    });
+    let mut last = 0;
+    let by_query = finished
+        .inspect(|job| {
+            debug_assert!(job.query_hash() >= last, "walked by query hash");
+            last = job.query_hash();
+        })
+        .chunk_by(|job| job.query_hash());
+    let mut total = 0;
+    let rows = (&by_query)
+        .into_iter()
+        .map(|(hash, runs)| {
+            let mut group = Group::default();
+            for job in runs {
+                let run = RecurringRun {
+                    job_id: job.job_id().to_string(),
+                    start_time: job.start_time(),
+                    duration_ms: job.duration().unwrap_or(0),
+                    status: job.state().status_word(),
+                    scheduler_id: job.scheduler_id().map(str::to_string),
+                };
+                group.add(run, job.job_name());
+            }
+            total += 1;
+            group.row(hash)
+        })
+        .k_largest_by(keep, rank)
+        .collect();
+    (total, rows)
+}
+
+/// The rank of `GET /api/queries`: the most recently run first (then the
+/// greater hash).
+pub fn most_recent(a: &QueryRow, b: &QueryRow) -> Ordering {
+    (a.last_run, &a.query_hash).cmp(&(b.last_run, &b.query_hash))
+}
+
+/// The rank of the job-level metrics: the most runs first (then the most
+/// recently run, then the greater hash).
+pub fn most_runs(a: &QueryRow, b: &QueryRow) -> Ordering {
+    (a.runs, a.last_run, &a.query_hash).cmp(&(b.runs, b.last_run, &b.query_hash))
 }
 
 fn trend(recent: &[RecurringRun]) -> (&'static str, Option<f64>) {
@@ -190,6 +225,8 @@ fn trend(recent: &[RecurringRun]) -> (&'static str, Option<f64>) {
 mod tests {
     use super::*;
     use bjh_store::query::Facts;
+    use std::cmp::Reverse;
+    use std::collections::HashMap;
 
     fn run(id: &str, hash: u64, state: JobState, start: u64, ms: u64) -> Facts {
         Facts {
@@ -201,6 +238,17 @@ mod tests {
             end_time: start + ms,
             query_hash: hash,
         }
+    }
+
+    /// Every query of `jobs`, the most recently run first: the jobs
+    /// sorted by hash (a stable sort: each query's runs in the order
+    /// given), as a store's walk by query gives them.
+    fn grouped<'a>(jobs: impl Iterator<Item = &'a Facts>) -> Vec<QueryRow> {
+        let mut jobs: Vec<&Facts> = jobs.collect();
+        jobs.sort_by_key(|j| j.query_hash);
+        let (total, rows) = recurring_top(jobs.into_iter(), usize::MAX, most_recent);
+        assert_eq!(total, rows.len());
+        rows
     }
 
     #[test]
@@ -221,7 +269,7 @@ mod tests {
         jobs.push(run("adhoc", 2, JobState::Completed, 60_000, 5));
         jobs.push(run("running", 2, JobState::Running, 70_000, 0));
         jobs.push(run("unplanned", 0, JobState::Failed, 80_000, 1));
-        let rows = recurring(jobs.iter().map(|j| j as &dyn JobFacts));
+        let rows = grouped(jobs.iter());
         assert_eq!(rows.len(), 2);
         let (adhoc, nightly) = (&rows[0], &rows[1]);
         assert_eq!((adhoc.runs, adhoc.trend), (1, "too_few_runs"));
@@ -244,16 +292,75 @@ mod tests {
         assert_eq!(nightly.trend_ratio, Some(2.09));
         assert_eq!(nightly.query_hash, "0000000000000001");
         assert_eq!(nightly.job_name, "name of n20");
-        // Walked in any order (a store's walk merges segments), the rows
-        // are the same: each run is looked at once and let go.
+        // A query's runs walked in any order among themselves (a store's
+        // walk merges segments), the rows are the same.
         let json = |rows: &[QueryRow]| serde_json::to_string(rows).unwrap();
         for step in [7, 11, 13] {
             let n = jobs.len();
             let shuffled = (0..n).map(|i| &jobs[(i * step) % n]);
-            let again = recurring(shuffled.map(|j| j as &dyn JobFacts));
+            let again = grouped(shuffled);
             assert_eq!(json(&again), json(&rows), "step {step}");
         }
-        let reversed = recurring(jobs.iter().rev().map(|j| j as &dyn JobFacts));
+        let reversed = grouped(jobs.iter().rev());
         assert_eq!(json(&reversed), json(&rows));
+    }
+
+    /// The top rows of many queries, kept a few at a time, are those a
+    /// grouping of every run in a map finds (made here: each query's
+    /// runs, unsuccessful runs, last run and nearest-rank median), ranked
+    /// by either rank; the count is the map's.
+    #[test]
+    fn the_top_queries_are_those_every_run_grouped_in_a_map_ranks_first() {
+        let mut seed = 7u64;
+        let mut r = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            (seed >> 33) % n
+        };
+        let states = [JobState::Completed, JobState::Failed, JobState::Running];
+        let jobs: Vec<Facts> = (0..3_000)
+            .map(|i| {
+                let state = states[r(3) as usize];
+                let (start, ms) = (r(50_000), r(10_000));
+                run(&format!("j{i:04}"), r(400), state, start, ms)
+            })
+            .collect();
+        type Oracle = (usize, usize, (u64, String), Vec<u64>);
+        let mut map: HashMap<u64, Oracle> = HashMap::new();
+        for j in jobs
+            .iter()
+            .filter(|j| j.query_hash != 0 && j.state != JobState::Running)
+        {
+            let e = map.entry(j.query_hash).or_default();
+            e.0 += 1;
+            e.1 += usize::from(j.state != JobState::Completed);
+            e.2 = e.2.clone().max((j.start_time, j.job_id.to_string()));
+            e.3.push(j.end_time - j.start_time);
+        }
+        let mut sorted: Vec<&Facts> = jobs.iter().collect();
+        sorted.sort_by_key(|j| j.query_hash);
+        let row_of = |hash: u64| {
+            let (runs, unsuccessful, last, mut ds) = map[&hash].clone();
+            ds.sort_unstable();
+            let p50 = ds[ds.len().div_ceil(2) - 1];
+            (hash_text(hash), runs, unsuccessful, last.1, p50)
+        };
+        let seen = |rows: &[QueryRow]| -> Vec<_> {
+            (rows.iter())
+                .map(|q| {
+                    let (id, p50) = (q.last_job_id.clone(), q.p50_duration_ms);
+                    (q.query_hash.clone(), q.runs, q.unsuccessful_runs, id, p50)
+                })
+                .collect()
+        };
+        let mut hashes: Vec<u64> = map.keys().copied().collect();
+        hashes.sort_by_key(|h| Reverse((map[h].2.0, hash_text(*h))));
+        let (total, rows) = recurring_top(sorted.iter().copied(), 25, most_recent);
+        assert_eq!(total, map.len());
+        let want: Vec<_> = hashes.iter().take(25).map(|&h| row_of(h)).collect();
+        assert_eq!(seen(&rows), want);
+        hashes.sort_by_key(|h| Reverse((map[h].0, map[h].2.0, hash_text(*h))));
+        let (_, rows) = recurring_top(sorted.iter().copied(), 25, most_runs);
+        let want: Vec<_> = hashes.iter().take(25).map(|&h| row_of(h)).collect();
+        assert_eq!(seen(&rows), want);
     }
 }

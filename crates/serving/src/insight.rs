@@ -14,7 +14,7 @@ use ballista_api_types::dto::PlanFormat;
 use bjh_analysis::advice::{advise, check_next_run};
 use bjh_analysis::compare::{ComparedRun, compare};
 use bjh_analysis::diagnosis::{Diagnosis, Thresholds, diagnose, operator_memory};
-use bjh_analysis::queries::recurring;
+use bjh_analysis::queries::{most_recent, recurring_top};
 use bjh_analysis::whatif::{Layout, Work};
 use bjh_store::LogStore;
 use bjh_store::query::{JobFacts, ListQuery, Order, Sort};
@@ -233,33 +233,31 @@ pub(crate) async fn get_queries(
             .map(str::to_string)
             .collect()
     });
-    let mut rows = recurring_queries(store.as_ref(), schedulers).await?;
-    let total = rows.len();
-    rows.truncate(limit);
-    Ok(Json(Queries {
-        total,
-        queries: rows,
-    }))
+    let (total, queries) = recurring_queries(store.as_ref(), schedulers, limit).await?;
+    Ok(Json(Queries { total, queries }))
 }
 
-/// The recurring queries of the log directory `store`, most recently run
-/// first; with `schedulers`, of their runs alone.
+/// How many recurring queries the log directory `store` holds, and the
+/// `keep` most recently run, most recent first; with `schedulers`, of
+/// their runs alone. Walked query by query: what stays in memory is one
+/// query's runs and the rows kept.
 pub(crate) async fn recurring_queries(
     store: Option<&Arc<LogStore>>,
     schedulers: Option<Vec<String>>,
-) -> Result<Vec<bjh_analysis::queries::QueryRow>, ApiError> {
+    keep: usize,
+) -> Result<(usize, Vec<bjh_analysis::queries::QueryRow>), ApiError> {
     let Some(store) = store.cloned() else {
         return Err(ApiError::Missing("no log directory here".into()));
     };
     tokio::task::spawn_blocking(move || {
-        store.with_completed(|jobs| {
+        store.with_completed_by_query(1..=u64::MAX, |jobs| {
             let ran = |j: &Arc<bjh_store::JobSummary>| match &schedulers {
                 None => true,
                 Some(ids) => j
                     .scheduler_id()
                     .is_some_and(|id| ids.iter().any(|i| i == id)),
             };
-            recurring(jobs.filter(ran))
+            recurring_top(jobs.filter(ran), keep, most_recent)
         })
     })
     .await

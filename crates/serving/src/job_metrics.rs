@@ -38,7 +38,7 @@
 //! scheduler's and the process's counters) and the server's own gauges
 //! (`router::metrics`), in both modes.
 
-use bjh_analysis::queries::{QueryRow, recurring};
+use bjh_analysis::queries::{QueryRow, most_runs, recurring_top};
 use bjh_format::JobState;
 use bjh_store::LogStore;
 use bjh_store::query::JobFacts;
@@ -349,8 +349,10 @@ impl QueryGauges {
         let spawned = std::thread::Builder::new()
             .name("history-metrics".into())
             .spawn(move || {
-                let rows = store.with_completed(|jobs| recurring(jobs));
-                this.publish(top_by_runs(rows, top));
+                let (_, rows) = store.with_completed_by_query(1..=u64::MAX, |jobs| {
+                    recurring_top(jobs, top, most_runs)
+                });
+                this.publish(rows);
                 let mut state = this.state.lock();
                 state.version = Some(version);
                 state.running = false;
@@ -383,14 +385,6 @@ impl QueryGauges {
             self.runs.with_label_values(&labels).set(row.runs as i64);
         }
     }
-}
-
-/// The `top` rows with the most runs (the most recently run first among
-/// equals).
-pub(crate) fn top_by_runs(mut rows: Vec<QueryRow>, top: usize) -> Vec<QueryRow> {
-    rows.sort_by(|a, b| b.runs.cmp(&a.runs).then(b.last_run.cmp(&a.last_run)));
-    rows.truncate(top);
-    rows
 }
 
 impl JobGauges {

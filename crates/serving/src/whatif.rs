@@ -10,13 +10,11 @@ use crate::source::{JobSource, Resource, read_log};
 use axum::Json;
 use axum::extract::{Path, State};
 use ballista_api_types::dto::PlanFormat;
-use bjh_analysis::accuracy::{Accuracy, Pair, QueryGrades, grade};
+use bjh_analysis::accuracy::{Accuracy, Pair, QueryGrades, Run, grade, newest_pairs};
 use bjh_analysis::whatif::{Layout, MAX_EXECUTORS, MAX_SLOTS, Point, Shape, Work, knee};
-use bjh_format::JobState;
 use bjh_format::query_hash::{hash_text, parse_hash};
 use bjh_format::stages::{StagesAnswer, stage_edges, task_slots};
 use bjh_store::LogStore;
-use bjh_store::query::JobFacts;
 use bjh_store::records::JobHeader;
 use bjh_store::records::JobRecords;
 use http::StatusCode;
@@ -271,9 +269,6 @@ pub const MAX_PAIRS: usize = 200;
 /// that lists the completed runs.
 pub(crate) type Graded = (Arc<dyn JobSource>, Option<Arc<LogStore>>);
 
-/// A completed run: its query hash, start time and job id.
-type Run = (u64, u64, String);
-
 /// `GET /api/whatif/accuracy`.
 #[utoipa::path(
     get,
@@ -335,26 +330,14 @@ pub(crate) async fn accuracy_kept(
     limit: usize,
     kept: Option<&KeptPairs>,
 ) -> Result<Accuracy, ApiError> {
-    // (hash, start, id) of every completed run with a query hash.
-    let mut runs: Vec<Run> = tokio::task::spawn_blocking(move || {
-        store.with_completed(|jobs| {
-            jobs.filter(|j| j.state() == JobState::Completed && j.query_hash() != 0)
-                .filter(|j| only.is_none_or(|h| h == j.query_hash()))
-                .map(|j| (j.query_hash(), j.start_time(), j.job_id().to_string()))
-                .collect()
-        })
+    // The newest pairs, walked query by query: one query's runs in
+    // memory at a time.
+    let hashes = only.map_or(1..=u64::MAX, |h| h..=h);
+    let pairs: Vec<(Run, Run)> = tokio::task::spawn_blocking(move || {
+        store.with_completed_by_query(hashes, |jobs| newest_pairs(jobs, limit))
     })
     .await
     .map_err(|e| ApiError::Internal(format!("listing the runs failed: {e}")))?;
-    runs.sort_unstable();
-    // Consecutive runs of one query, the newest pairs first.
-    let mut pairs: Vec<(&Run, &Run)> = runs
-        .windows(2)
-        .filter(|w| w[0].0 == w[1].0)
-        .map(|w| (&w[0], &w[1]))
-        .collect();
-    pairs.sort_by_key(|(_, b)| std::cmp::Reverse((b.1, b.2.clone())));
-    pairs.truncate(limit);
     let mut works: HashMap<String, Option<Work>> = HashMap::new();
     let mut graded = Vec::with_capacity(pairs.len());
     for (a, b) in pairs {

@@ -21,7 +21,8 @@
 //! older copy of a job the move writes is merged with it.
 //!
 //! A pass with more logs to read than `PASS_CHUNK` (a first pass over a
-//! large directory) reads, takes in and moves them a chunk at a time.
+//! large directory) reads, takes in and moves them a chunk at a time
+//! (`stop.rs`, which also stops a pass when asked).
 //!
 //! The walk over every job (`with_completed`: the SQL `jobs` file, the
 //! Clusters page, the recurring queries, the columnar refresh) merges
@@ -377,8 +378,11 @@ impl LogStore {
             jobs.len(),
             &forced,
         );
+        // A move heard to stop leaves the jobs in memory (the index saved
+        // on the way out holds them).
+        let stop = || self.stopping();
         let (fresh, _) =
-            copy.rewrite_some(&jobs, &merge, &spill.dir, &prefix, spill.per_segment)?;
+            copy.rewrite_some(&jobs, &merge, &spill.dir, &prefix, spill.per_segment, &stop)?;
         Ok(Some(Written {
             jobs,
             version,
@@ -527,37 +531,13 @@ impl LogStore {
         self.spill.as_ref().map(|s| s.chunk.max(1))
     }
 
-    /// A pass with more logs to read than [`LogStore::pass_chunk`] (a
-    /// first pass over a large directory): read and taken in `chunk` at a
-    /// time, each moved to the segments before the next is read. What a
-    /// pass removes (logs gone) goes with the first; the jobs of earlier
-    /// chunks still in the catalog (a move that failed) are kept by the
-    /// later ones as the logs are there (`still_there`).
-    pub(crate) fn take_in_chunks(
-        &self,
-        pass: &mut Pass,
-        mut published: HashMap<String, JobSummary>,
-        chunk: usize,
-    ) -> crate::scan::ScanReport {
-        let all = std::mem::take(&mut pass.to_read);
-        let mut report = crate::scan::ScanReport::default();
-        for part in all.chunks(chunk) {
-            pass.to_read = part.to_vec();
-            let results = self.read_new(pass);
-            let took = self.take_in(pass, results, std::mem::take(&mut published));
-            report.read += took.read;
-            report.removed += took.removed;
-            report.bad += took.bad;
-            pass.gone.clear();
-            pass.cold_gone.clear();
-            self.spill_logged();
-        }
-        pass.to_read = all;
-        report
-    }
-
-    /// [`LogStore::spill`], its failure logged (the jobs stay in memory).
+    /// [`LogStore::spill`], its failure logged (the jobs stay in memory);
+    /// none once passes are to stop (a move may merge runs for long; the
+    /// index saved on the way out holds the jobs).
     pub(crate) fn spill_logged(&self) {
+        if self.stopping() {
+            return;
+        }
         if let Err(e) = self.spill() {
             log::warn!("history: cannot move job summaries to disk: {e}; they stay in memory");
         }
@@ -732,8 +712,14 @@ mod tests {
         let name = ["Nightly ETL", "adhoc", "nightly report", "Ünïcode"][r(4) as usize];
         let scheduler = ["", r#","scheduler_id":"east""#, r#","scheduler_id":"west""#];
         let scheduler = scheduler[r(3) as usize];
+        // One of five queries, or none (no plan), by the id.
+        let query = id.bytes().map(u64::from).sum::<u64>() % 6;
+        let job = match query {
+            0 => String::new(),
+            q => format!(r#""logical_plan":"TableScan: t{q}""#),
+        };
         format!(
-            r#"{{"ev":"JobEnd","version":1,"data":{{"status":{status},"queued_at":{queued},"started_at":{start},"completed_at":{end},"index":{{"job_id":"{id}","job_name":"{name}","status":"{word}","job_status":"{word}.","start_time":{start},"end_time":{end},"num_stages":2,"completed_stages":2,"percent_complete":100}},"job":{{}},"stages":{{}},"config":{{}},"dot":"","dropped_records":0{scheduler}}}}}"#
+            r#"{{"ev":"JobEnd","version":1,"data":{{"status":{status},"queued_at":{queued},"started_at":{start},"completed_at":{end},"index":{{"job_id":"{id}","job_name":"{name}","status":"{word}","job_status":"{word}.","start_time":{start},"end_time":{end},"num_stages":2,"completed_stages":2,"percent_complete":100}},"job":{{{job}}},"stages":{{}},"config":{{}},"dot":"","dropped_records":0{scheduler}}}}}"#
         ) + "\n"
     }
 
@@ -908,6 +894,144 @@ mod tests {
         the_same(&oracle, &s, &ids, &mut r, 1);
     }
 
+    /// A pass asked to stop before it starts reads one slice of its logs
+    /// and takes them in (moved to segments, when the store spills), and
+    /// leaves the rest: an unfinished job whose log it did not read again
+    /// stays listed. Saved and restarted from the index, the next pass
+    /// reads only the rest, and the store answers as one that read every
+    /// log in one pass (the oracle).
+    #[test]
+    fn a_pass_asked_to_stop_takes_in_a_slice_and_the_next_reads_the_rest() {
+        use crate::stop::SLICE;
+        for spilling in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let index = dir.path().join("index");
+            let (mut r, mut ids) = (below(83), Vec::new());
+            let open = || {
+                let s = plain(dir.path()).with_index_file(Some(index.clone()));
+                match spilling {
+                    true => s.with_spill(spill_dir_of(&index), 0),
+                    false => s,
+                }
+            };
+            let start = |i: usize| {
+                let start = bjh_format::record::JobStart {
+                    job_id: format!("run-{i}"),
+                    ..Default::default()
+                };
+                let kind = bjh_format::record::kind::JOB_START;
+                bjh_format::record::encode_line(kind, &start).unwrap()
+            };
+            for i in 0..4 {
+                std::fs::write(
+                    dir.path().join(format!("run-{i}.eventlog.running")),
+                    start(i),
+                )
+                .unwrap();
+            }
+            let s = open();
+            s.rescan();
+            write_logs(dir.path(), 100, "a", &mut ids, &mut r);
+            for i in 0..4 {
+                let grown = start(i).repeat(2);
+                std::fs::write(dir.path().join(format!("run-{i}.eventlog.running")), grown)
+                    .unwrap();
+            }
+            s.stop_passes();
+            assert_eq!(s.rescan().read, SLICE);
+            for i in 0..4 {
+                assert!(
+                    s.facts(&format!("run-{i}")).is_some(),
+                    "run-{i} still listed"
+                );
+            }
+            assert!(s.len() <= SLICE && s.len() + 4 >= SLICE);
+            // No move once stopping: the index saved holds them.
+            assert_eq!(s.spilled(), 0);
+            s.persist(true);
+            drop(s);
+            for i in 0..4 {
+                std::fs::remove_file(dir.path().join(format!("run-{i}.eventlog.running"))).unwrap();
+            }
+            let again = open();
+            let taken = again.load_persisted();
+            assert!(taken > 0 && taken <= SLICE);
+            assert_eq!(again.rescan().read, 100 - taken);
+            let oracle = plain(dir.path());
+            oracle.rescan();
+            the_same(&oracle, &again, &ids, &mut r, usize::from(spilling));
+        }
+    }
+
+    /// A server stopped during its first pass (its stop already come
+    /// when the pass starts) does not wait for the pass: the rescans end
+    /// with part of the logs taken in and saved, and a restart reads the
+    /// rest.
+    #[tokio::test]
+    async fn the_rescans_stopped_during_the_first_pass_save_what_it_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = dir.path().join("index");
+        let (mut r, mut ids) = (below(89), Vec::new());
+        write_logs(dir.path(), 200, "a", &mut ids, &mut r);
+        let open = || Arc::new(plain(dir.path()).with_index_file(Some(index.clone())));
+        let s = open();
+        let every = std::time::Duration::from_secs(3600);
+        s.clone().rescan_every(every, std::future::ready(())).await;
+        drop(s);
+        let again = open();
+        let taken = again.load_persisted();
+        assert!(taken > 0 && taken < 200, "{taken}");
+        assert_eq!(again.rescan().read, 200 - taken);
+        assert_eq!(again.len(), 200);
+    }
+
+    /// A move asked to stop (the server stopping) ends before it writes
+    /// a segment: the jobs stay in memory, the segments serve as before
+    /// and no file is added beside them; saved and restarted, the store
+    /// answers as one that read every log (the oracle).
+    #[test]
+    fn a_move_heard_to_stop_leaves_the_jobs_in_memory_and_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = dir.path().join("index");
+        let (mut r, mut ids) = (below(97), Vec::new());
+        write_logs(dir.path(), 100, "a", &mut ids, &mut r);
+        let open = || {
+            (plain(dir.path()).with_index_file(Some(index.clone())))
+                .with_spill(spill_dir_of(&index), 50)
+        };
+        let mut s = open();
+        s.rescan();
+        s.persist(true);
+        let spilled = s.spilled();
+        assert!(spilled >= 50, "{spilled}");
+        let files = || -> Vec<String> {
+            let mut names: Vec<String> = (std::fs::read_dir(spill_dir_of(&index)).unwrap())
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        let before = files();
+        s.spill.as_mut().unwrap().at = 1_000;
+        write_logs(dir.path(), 60, "b", &mut ids, &mut r);
+        s.rescan();
+        s.spill.as_mut().unwrap().at = 50;
+        s.stop_passes();
+        let Err(IndexError::Io(e)) = s.spill() else {
+            panic!("the move went on");
+        };
+        assert_eq!(e.kind(), std::io::ErrorKind::Interrupted);
+        assert_eq!((s.spilled(), s.len()), (spilled, 160));
+        assert_eq!(files(), before);
+        s.persist(true);
+        drop(s);
+        let again = open();
+        assert_eq!(again.load_persisted(), 160);
+        let oracle = plain(dir.path());
+        oracle.rescan();
+        the_same(&oracle, &again, &ids, &mut r, 0);
+    }
+
     /// `n` new logs under `dir`, their ids added to `ids`.
     fn write_logs(
         dir: &Path,
@@ -1011,6 +1135,61 @@ mod tests {
         });
         assert_eq!(walked, before);
         assert_eq!(s.len(), 740);
+        // By query, the catalog's jobs (new ones, not moved yet) and the
+        // segments' merged: every job once, the hashes never falling (the
+        // oracle: a store over the same logs, every job in memory, sorted
+        // here).
+        write_logs(dir.path(), 50, "d", &mut ids, &mut r);
+        s.rescan();
+        assert_eq!(s.len() - s.spilled(), 50);
+        let hashed = |j: Arc<JobSummary>| (j.query_hash(), j.entry());
+        let by_query: Vec<(u64, bytes::Bytes)> =
+            s.with_completed_by_query(0..=u64::MAX, |jobs| jobs.map(hashed).collect());
+        assert!(by_query.windows(2).all(|w| w[0].0 <= w[1].0));
+        let oracle = plain(dir.path());
+        oracle.rescan();
+        let mut want: Vec<(u64, bytes::Bytes)> =
+            oracle.with_completed(|jobs| jobs.map(hashed).collect());
+        assert!(want.iter().filter(|j| j.0 != 0).count() > 500);
+        want.sort();
+        let mut got = by_query;
+        got.sort();
+        assert_eq!(got, want);
+        let some = s.with_completed_by_query(2..=u64::MAX, |jobs| jobs.count());
+        assert_eq!(some, want.iter().filter(|j| j.0 >= 2).count());
+    }
+
+    /// Paged a few at a time from the catalog and the segments, the
+    /// completed jobs' ids are those of the walk over every job, in its
+    /// order, each once.
+    #[test]
+    fn completed_ids_page_through_every_job_in_the_walks_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = dir.path().join("index");
+        let mut r = below(79);
+        let mut ids = Vec::new();
+        write_logs(dir.path(), 200, "a", &mut ids, &mut r);
+        let s = plain(dir.path())
+            .with_index_file(Some(index.clone()))
+            .with_spill(spill_dir_of(&index), 50);
+        s.rescan();
+        write_logs(dir.path(), 30, "b", &mut ids, &mut r);
+        s.rescan();
+        assert!(s.spilled() > 0 && s.spilled() < s.len());
+        let walked: Vec<String> =
+            s.with_completed(|jobs| jobs.map(|j| j.job_id().to_string()).collect());
+        let (mut paged, mut after) = (Vec::new(), None);
+        loop {
+            let (ids, next) = s.completed_ids(after.as_ref(), 7);
+            assert!(ids.len() <= 7);
+            paged.extend(ids);
+            match next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        assert_eq!(paged, walked);
+        assert_eq!(paged.len(), 230);
     }
 
     /// A restart opens the segments the manifest beside the index names

@@ -74,6 +74,7 @@ mod orders;
 mod parallel;
 mod read;
 mod scan;
+mod stop;
 mod summary;
 mod tail;
 mod unfinished;
@@ -204,6 +205,8 @@ pub struct LogStore {
     /// Whether segments were loaded from beside the index (its manifest
     /// is then kept up to date even with nothing spilled).
     spilled_before: AtomicBool,
+    /// Whether passes are to stop (`stop`).
+    stopping: AtomicBool,
 }
 
 /// The least time between two saves of the persistent index (a save of a
@@ -254,6 +257,7 @@ impl LogStore {
             cold_error: parking_lot::Mutex::new(None),
             retired: parking_lot::Mutex::new(Vec::new()),
             spilled_before: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
         };
         #[cfg(test)]
         let store = store.spill_under_test();
@@ -548,6 +552,55 @@ impl LogStore {
             (Reverse(a.position_key()), a.job_id()) < (Reverse(b.position_key()), b.job_id())
         });
         f(&mut all)
+    }
+
+    /// Runs `f` over the completed jobs whose query hash is in `hashes`,
+    /// by query hash (lowest first; one query's runs together, in no
+    /// promised order), as the store held them when the walk began: as
+    /// [`LogStore::with_completed`] walks, holding no lock while `f`
+    /// runs, reading each segment's order by query a block at a time. A
+    /// caller grouping by query keeps one query's runs at a time.
+    pub fn with_completed_by_query<T>(
+        &self,
+        hashes: std::ops::RangeInclusive<u64>,
+        f: impl FnOnce(&mut dyn Iterator<Item = Arc<JobSummary>>) -> T,
+    ) -> T {
+        let (mut hot, cold) = {
+            let index = self.catalog.read();
+            let hot: Vec<Arc<JobSummary>> = (index.order.iter())
+                .map(|ByPosition(s)| s)
+                .filter(|s| hashes.contains(&s.query_hash()))
+                .cloned()
+                .collect();
+            (hot, self.cold_copy())
+        };
+        hot.sort_unstable_by_key(|s| s.query_hash());
+        let Some(cold) = cold else {
+            return f(&mut hot.into_iter());
+        };
+        let below =
+            (cold.jobs_by_query(hashes)).filter_map(|j| j.map_err(|e| self.cold_failed(&e)).ok());
+        use itertools::Itertools;
+        let mut all = (hot.into_iter()).merge_by(below, |a, b| a.query_hash() <= b.query_hash());
+        f(&mut all)
+    }
+
+    /// The ids of up to `n` completed jobs, newest queued first, after
+    /// the job of `after` (from the first when none), and the cursor of
+    /// the next call (none after the last job): a caller that must let
+    /// go of the store between pages (an export sending each job)
+    /// pages through every job as `GET /api/jobs` does, holding a page.
+    pub fn completed_ids(&self, after: Option<&Facts>, n: usize) -> (Vec<String>, Option<Facts>) {
+        let q = ListQuery {
+            limit: Some(n),
+            ..ListQuery::default()
+        };
+        let page = self.page(&q, after, &HashSet::new());
+        let next = (page.rows.len() == n && n > 0)
+            .then(|| page.rows.last().map(|r| Facts::of(&*r.facts)))
+            .flatten();
+        let ids = page.rows.iter().map(|r| r.facts.job_id().to_string());
+        (ids.collect(), next)
     }
 
     /// The facts of a job, completed or unfinished (for a list cursor).

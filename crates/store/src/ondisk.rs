@@ -72,6 +72,7 @@ mod duration;
 mod head;
 mod layout;
 mod names;
+mod walks;
 use duration::merge_by_duration;
 pub use head::Layered;
 use layout::{Fixed, Stats, decode_header, encode};

@@ -66,11 +66,11 @@ pub struct ScanReport {
 #[derive(Default)]
 pub(super) struct Pass {
     /// Unfinished jobs known before the pass, by file name.
-    known_unfinished: HashMap<Arc<str>, Unfinished>,
+    pub(super) known_unfinished: HashMap<Arc<str>, Unfinished>,
     /// Completed jobs listed unchanged.
     seen: HashSet<ById>,
     /// Unfinished jobs listed (unchanged, or read again).
-    seen_unfinished: HashSet<Arc<str>>,
+    pub(super) seen_unfinished: HashSet<Arc<str>>,
     /// Unreadable logs listed.
     pub(super) seen_bad: HashSet<String>,
     /// New or changed logs, to read.
@@ -331,13 +331,7 @@ impl LogStore {
         let mut pass = self.sort_out(entries, &mut published, covered);
         pass.gone = gone;
         let read = pass.to_read.len();
-        let report = match self.pass_chunk() {
-            Some(chunk) if read > chunk => self.take_in_chunks(&mut pass, published, chunk),
-            _ => {
-                let results = self.read_new(&pass);
-                self.take_in(&mut pass, results, published)
-            }
-        };
+        let report = self.read_and_take_in(&mut pass, published);
         drop(pass);
         if read >= crate::heap::SLACK_AFTER_LOGS {
             crate::heap::release_slack();
@@ -494,9 +488,13 @@ impl LogStore {
         pass.to_read.push((name, stamp));
     }
 
-    /// Reads the new and changed logs of a pass: a completed log's summary,
-    /// the new lines of a `.running` one.
-    pub(super) fn read_new(&self, pass: &Pass) -> Vec<Result<Found, StoreError>> {
+    /// Reads new and changed logs of a pass (`names`): a completed log's
+    /// summary, the new lines of a `.running` one.
+    pub(super) fn read_new(
+        &self,
+        pass: &Pass,
+        names: &[(String, Stamp)],
+    ) -> Vec<Result<Found, StoreError>> {
         let read_one = |(name, stamp): &(String, Stamp)| {
             self.read_log(name, *stamp, pass.known_unfinished.get(&**name))
         };
@@ -504,11 +502,11 @@ impl LogStore {
         // microseconds: new objects are read many at a time. Files too,
         // when there are many: every core parses, and the reads overlap.
         if self.remote.is_some() {
-            parallel_map(&pass.to_read, REMOTE_READERS, read_one)
-        } else if pass.to_read.len() >= PARALLEL_FROM {
-            parallel_map(&pass.to_read, local_readers(), read_one)
+            parallel_map(names, REMOTE_READERS, read_one)
+        } else if names.len() >= PARALLEL_FROM {
+            parallel_map(names, local_readers(), read_one)
         } else {
-            pass.to_read.iter().map(read_one).collect()
+            names.iter().map(read_one).collect()
         }
     }
 
@@ -851,46 +849,6 @@ impl LogStore {
         // Its thread waits for this pass's write lock to go.
         self.build_orders_later();
         rest
-    }
-
-    /// Rescans every `interval` until `stop` resolves. An interval of zero
-    /// scans once (the list is pinned to startup).
-    pub async fn rescan_every(
-        self: Arc<Self>,
-        interval: Duration,
-        stop: impl std::future::Future<Output = ()>,
-    ) {
-        let this = self.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            this.load_persisted();
-            this.rescan();
-            this.persist(true);
-        })
-        .await;
-        if interval.is_zero() {
-            return;
-        }
-        tokio::pin!(stop);
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticker.tick().await;
-        loop {
-            tokio::select! {
-                _ = ticker.tick() => {
-                    let this = self.clone();
-                    let _ = tokio::task::spawn_blocking(move || {
-                        this.rescan();
-                        this.persist(false);
-                    })
-                    .await;
-                }
-                () = &mut stop => {
-                    let this = self.clone();
-                    let _ = tokio::task::spawn_blocking(move || this.persist(true)).await;
-                    return;
-                }
-            }
-        }
     }
 }
 

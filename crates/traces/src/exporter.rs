@@ -230,6 +230,40 @@ impl Sending {
     }
 }
 
+/// The jobs an export asks the store for at a time.
+const EXPORT_PAGE: usize = 1_000;
+
+/// The ids of every completed job of a store, newest first, asked
+/// [`EXPORT_PAGE`] at a time on a blocking thread (`LogStore::completed_ids`).
+struct Pages {
+    store: Arc<LogStore>,
+    ids: std::vec::IntoIter<String>,
+    next: Option<bjh_store::query::Facts>,
+    started: bool,
+}
+
+impl Pages {
+    async fn next(&mut self) -> Result<Option<String>, String> {
+        loop {
+            if let Some(id) = self.ids.next() {
+                return Ok(Some(id));
+            }
+            if self.started && self.next.is_none() {
+                return Ok(None);
+            }
+            self.started = true;
+            let (store, after) = (self.store.clone(), self.next.take());
+            let page = tokio::task::spawn_blocking(move || {
+                store.completed_ids(after.as_ref(), EXPORT_PAGE)
+            });
+            let (ids, next) = page
+                .await
+                .map_err(|e| format!("listing the jobs failed: {e}"))?;
+            (self.ids, self.next) = (ids.into_iter(), next);
+        }
+    }
+}
+
 /// Sends the trace of every completed job `store` lists to `endpoint`;
 /// says how many jobs and spans were sent. A log that cannot be read is
 /// skipped and named; a job the receiver refuses is named and the others
@@ -237,11 +271,17 @@ impl Sending {
 /// status says the export is not whole).
 pub async fn export_store(store: Arc<LogStore>, endpoint: &str) -> Result<String, String> {
     let exporter = exporter(endpoint)?;
-    let ids: Vec<String> =
-        store.with_completed(|jobs| jobs.map(|j| j.job_id().to_string()).collect());
     let (mut jobs, mut sent, mut skipped) = (0usize, 0usize, Vec::new());
     let mut refused: Vec<(String, String)> = Vec::new();
-    for id in ids {
+    // A page of ids at a time, newest first, as the list pages: what the
+    // export holds does not grow with the jobs.
+    let mut pages = Pages {
+        store: store.clone(),
+        ids: Vec::new().into_iter(),
+        next: None,
+        started: false,
+    };
+    while let Some(id) = pages.next().await? {
         let (Some(summary), Some(log)) = (store.summary(&id), store.log_of(&id)) else {
             continue;
         };

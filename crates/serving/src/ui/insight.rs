@@ -19,14 +19,14 @@ pub const QUERY_ROWS: usize = 200;
 
 /// `GET /ui/queries`.
 pub async fn queries_page(State(ui): State<Ui>) -> Response {
-    let rows = match recurring_queries(ui.store.as_ref(), None).await {
+    let (total, rows) = match recurring_queries(ui.store.as_ref(), None, QUERY_ROWS).await {
         Ok(r) => r,
         Err(e) => return api_error(&ui, e),
     };
     // The schedulers that ran the queries, as a column only when it tells
     // rows apart: more than one id, or ids beside logs that do not say.
     // One cluster's history keeps the page narrow (the header names it).
-    let shown = &rows[..rows.len().min(QUERY_ROWS)];
+    let shown = &rows;
     let ids: std::collections::BTreeSet<&str> = shown
         .iter()
         .flat_map(|q| q.scheduler_ids.iter().map(String::as_str))
@@ -36,7 +36,7 @@ pub async fn queries_page(State(ui): State<Ui>) -> Response {
     let body = html! {
         h1 { "Recurring queries" }
         p.summary {
-            (exact(rows.len())) " distinct queries among finished jobs, most recently run first. "
+            (exact(total)) " distinct queries among finished jobs, most recently run first. "
             "Runs of one query share a hash of its logical plan; the trend compares the last run \
              with the median of the runs before it."
         }
@@ -85,7 +85,7 @@ pub async fn queries_page(State(ui): State<Ui>) -> Response {
                     }
                 }
             }
-            @if rows.len() > QUERY_ROWS {
+            @if total > QUERY_ROWS {
                 p.muted { "The " (QUERY_ROWS) " most recently run are shown; " code { "/api/queries?limit=" } " gives more." }
             }
         }

@@ -13,6 +13,7 @@ use crate::snapshot::IndexError;
 use crate::summary::JobSummary;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -30,6 +31,18 @@ fn sooner(
 ) -> bool {
     match (a, b) {
         (Ok(a), Ok(b)) => order_key(a) < order_key(b),
+        (a, _) => a.is_err(),
+    }
+}
+
+/// Whether `a` comes before `b` in a merge of streams by query hash (an
+/// error first, as in [`sooner`]).
+fn lower_hash(
+    a: &Result<Arc<JobSummary>, IndexError>,
+    b: &Result<Arc<JobSummary>, IndexError>,
+) -> bool {
+    match (a, b) {
+        (Ok(a), Ok(b)) => a.query_hash() < b.query_hash(),
         (a, _) => a.is_err(),
     }
 }
@@ -278,7 +291,7 @@ impl Layered {
         per_segment: usize,
     ) -> Result<(Self, Vec<PathBuf>), IndexError> {
         let every: Vec<usize> = (0..self.segments.paths().len()).collect();
-        self.rewrite_some(extra, &every, dir, prefix, per_segment)
+        self.rewrite_some(extra, &every, dir, prefix, per_segment, &|| false)
     }
 
     /// The segments `merge` (by index) merged with the head's jobs and
@@ -286,7 +299,11 @@ impl Layered {
     /// others kept as they are with the jobs they hide: a move that
     /// rewrites part of what is on disk. Each job must be written once:
     /// a segment holding a job of the head or of `extra` (hidden by it)
-    /// must be among `merge` (see [`Layered::holders`]).
+    /// must be among `merge` (see [`Layered::holders`]). `stop` is asked
+    /// every 4,096 jobs written: when it says so, the rewrite ends with an
+    /// error of kind `Interrupted` (the files written so far are the
+    /// caller's to remove, as after any error: a manifest saved names
+    /// none of them).
     pub fn rewrite_some(
         &self,
         extra: &[Arc<JobSummary>],
@@ -294,6 +311,7 @@ impl Layered {
         dir: &Path,
         prefix: &str,
         per_segment: usize,
+        stop: &dyn Fn() -> bool,
     ) -> Result<(Self, Vec<PathBuf>), IndexError> {
         use itertools::Itertools;
         let mut head: Vec<Arc<JobSummary>> = self.head.values().chain(extra).cloned().collect();
@@ -325,7 +343,11 @@ impl Layered {
             chunk.clear();
             Ok(())
         };
-        for job in all {
+        for (n, job) in all.enumerate() {
+            if n % 4096 == 0 && stop() {
+                let stopping = std::io::ErrorKind::Interrupted;
+                return Err(std::io::Error::new(stopping, "the server is stopping").into());
+            }
             chunk.push(job?);
             if chunk.len() >= per_segment.max(1) {
                 flush(&mut chunk)?;
@@ -423,6 +445,31 @@ impl Layered {
         use itertools::Itertools;
         let below = itertools::kmerge_by(below, sooner);
         head.into_iter().map(Ok).merge_by(below, sooner)
+    }
+
+    /// The jobs whose query hash is in `hashes`, by query hash (lowest
+    /// first; one query's runs in no promised order): the head's and
+    /// each segment's (not hidden), merged as they are read, one block of
+    /// each segment at a time in memory. A read that fails is an error in
+    /// its place, and the walk goes on after it.
+    pub fn jobs_by_query(
+        &self,
+        hashes: RangeInclusive<u64>,
+    ) -> impl Iterator<Item = Result<Arc<JobSummary>, IndexError>> + '_ {
+        let mut head: Vec<Arc<JobSummary>> = (self.head.values())
+            .filter(|j| hashes.contains(&j.query_hash()))
+            .cloned()
+            .collect();
+        head.sort_unstable_by_key(|j| j.query_hash());
+        let shown = |j: &Result<Arc<JobSummary>, IndexError>| {
+            j.as_ref()
+                .map_or(true, |j| !self.hidden.contains_key(j.job_id()))
+        };
+        let below =
+            (self.segments.iter()).map(move |s| s.jobs_by_query(hashes.clone()).filter(shown));
+        use itertools::Itertools;
+        let below = itertools::kmerge_by(below, lower_hash);
+        head.into_iter().map(Ok).merge_by(below, lower_hash)
     }
 
     /// The jobs that ran at some time in `[from, to)` (started before
@@ -617,6 +664,25 @@ mod tests {
             .collect();
         let want: Vec<bytes::Bytes> = sorted.iter().map(|j| j.entry()).collect();
         assert_eq!(in_order, want, "round {round}: in order");
+        // By query hash, over a range of hashes (0 to 4 in these jobs):
+        // the range's jobs, each once, the hashes never falling.
+        let (a, b) = (r(6), r(6));
+        let hashes = a.min(b)..=a.max(b);
+        let by_query: Vec<Arc<JobSummary>> = (layered.jobs_by_query(hashes.clone()))
+            .map(Result::unwrap)
+            .collect();
+        assert!(
+            (by_query.windows(2)).all(|w| w[0].query_hash() <= w[1].query_hash()),
+            "round {round}: by query"
+        );
+        let mut got: Vec<bytes::Bytes> = by_query.iter().map(|j| j.entry()).collect();
+        let mut want: Vec<bytes::Bytes> = (jobs.iter())
+            .filter(|j| hashes.contains(&j.query_hash()))
+            .map(|j| j.entry())
+            .collect();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "round {round}: by query {hashes:?}");
         let names: Vec<String> = jobs.iter().map(|j| j.file_name().to_string()).collect();
         let mut listed = listing(&jobs, r);
         // Logs of jobs removed (or renamed by a replacement) listed again:
