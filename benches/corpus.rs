@@ -293,6 +293,20 @@ pub fn percentiles(
     (at(0.5), at(0.99), samples[samples.len() - 1])
 }
 
+/// Prints a table row of timings: `what`, the p50, p99 and maximum of
+/// `samples`, and how many there were.
+#[allow(dead_code)]
+pub fn row(what: &str, samples: Vec<std::time::Duration>) {
+    let runs = samples.len();
+    let (p50, p99, max) = percentiles(samples);
+    println!(
+        "| {what} | {} | {} | {} | {runs} |",
+        ms(p50),
+        ms(p99),
+        ms(max)
+    );
+}
+
 /// `d` in milliseconds, three decimals.
 #[allow(dead_code)]
 pub fn ms(d: std::time::Duration) -> String {

@@ -105,13 +105,12 @@ fn process_restart(n: usize) {
         let _ = child.kill();
         let _ = child.wait();
     }
-    let (p50, p99, max) = corpus::percentiles(samples);
-    println!(
-        "| restart of the binary over {n} logs: process start to the first full \
-         `/api/jobs?limit=100` | {} | {} | {} | 5 |",
-        corpus::ms(p50),
-        corpus::ms(p99),
-        corpus::ms(max)
+    corpus::row(
+        &format!(
+            "restart of the binary over {n} logs: process start to the first full \
+             `/api/jobs?limit=100`"
+        ),
+        samples,
     );
 }
 
@@ -153,12 +152,9 @@ fn metrics_scrape(store: Arc<LogStore>, n: usize) {
             started.elapsed()
         })
         .collect();
-    let (p50, p99, max) = corpus::percentiles(samples);
-    println!(
-        "| `/api/metrics`: gather and encode, job-level series included ({n} jobs) | {} | {} | {} | 200 |",
-        corpus::ms(p50),
-        corpus::ms(p99),
-        corpus::ms(max)
+    corpus::row(
+        &format!("`/api/metrics`: gather and encode, job-level series included ({n} jobs)"),
+        samples,
     );
     let samples: Vec<Duration> = (0..5)
         .map(|_| {
@@ -169,13 +165,12 @@ fn metrics_scrape(store: Arc<LogStore>, n: usize) {
             started.elapsed()
         })
         .collect();
-    let (p50, p99, max) = corpus::percentiles(samples);
-    println!(
-        "| of which never on a scrape: grouping the recurring queries (background; first one took {}) | {} | {} | {} | 5 |",
-        corpus::ms(grouped),
-        corpus::ms(p50),
-        corpus::ms(p99),
-        corpus::ms(max)
+    corpus::row(
+        &format!(
+            "of which never on a scrape: grouping the recurring queries (background; first one took {})",
+            corpus::ms(grouped)
+        ),
+        samples,
     );
 }
 
@@ -212,13 +207,12 @@ fn walks(what: &str, walk: &dyn Fn()) {
             took
         })
         .collect();
-    let (p50, p99, max) = corpus::percentiles(samples);
-    println!(
-        "| {what} (its heap's peak: {:.1} MiB) | {} | {} | {} | 3 |",
-        added as f64 / (1024.0 * 1024.0),
-        corpus::ms(p50),
-        corpus::ms(p99),
-        corpus::ms(max)
+    corpus::row(
+        &format!(
+            "{what} (its heap's peak: {:.1} MiB)",
+            added as f64 / (1024.0 * 1024.0)
+        ),
+        samples,
     );
 }
 
@@ -458,19 +452,13 @@ fn lists_and_restarts() {
         grown.get_or_insert(rss_kib().saturating_sub(before));
         store = Some(s);
     }
-    let (p50, p99, max) = corpus::percentiles(restarts);
-    println!(
-        "| restart: load the index and answer `/api/jobs?limit=100` | {} | {} | {} | 5 |",
-        corpus::ms(p50),
-        corpus::ms(p99),
-        corpus::ms(max)
+    corpus::row(
+        "restart: load the index and answer `/api/jobs?limit=100`",
+        restarts,
     );
-    let (p50, p99, max) = corpus::percentiles(ordered);
-    println!(
-        "| the same restart until its orders by duration and by query are built (in the background) | {} | {} | {} | 5 |",
-        corpus::ms(p50),
-        corpus::ms(p99),
-        corpus::ms(max)
+    corpus::row(
+        "the same restart until its orders by duration and by query are built (in the background)",
+        ordered,
     );
     let grown = grown.unwrap_or(0);
     println!(
@@ -489,21 +477,14 @@ fn lists_and_restarts() {
         }),
     ];
     for (what, phase) in phases {
-        let (p50, p99, max) = corpus::percentiles(
-            (0..5)
-                .map(|_| {
-                    let started = Instant::now();
-                    phase();
-                    started.elapsed()
-                })
-                .collect(),
-        );
-        println!(
-            "| {what} | {} | {} | {} | 5 |",
-            corpus::ms(p50),
-            corpus::ms(p99),
-            corpus::ms(max)
-        );
+        let samples = (0..5)
+            .map(|_| {
+                let started = Instant::now();
+                phase();
+                started.elapsed()
+            })
+            .collect();
+        corpus::row(what, samples);
     }
     let store = store.unwrap();
     // Parsed as the route parses them.
@@ -626,13 +607,7 @@ fn lists_and_restarts() {
                 started.elapsed()
             })
             .collect();
-        let (p50, p99, max) = corpus::percentiles(samples);
-        println!(
-            "| {what} | {} | {} | {} | {runs} |",
-            corpus::ms(p50),
-            corpus::ms(p99),
-            corpus::ms(max)
-        );
+        corpus::row(what, samples);
     }
     walks_over(&store, n);
     on_disk(&segment_paths, n, &cases);
@@ -696,12 +671,9 @@ fn on_disk(paths: &[std::path::PathBuf], n: usize, cases: &[Case<'_>]) {
         set = Some(s);
     }
     let set = set.unwrap();
-    let (p50, p99, max) = corpus::percentiles(restarts);
-    println!(
-        "| restart: open the segments and answer `/api/jobs?limit=100` | {} | {} | {} | 5 |",
-        corpus::ms(p50),
-        corpus::ms(p99),
-        corpus::ms(max)
+    corpus::row(
+        "restart: open the segments and answer `/api/jobs?limit=100`",
+        restarts,
     );
     let before = rss_kib();
     every_row(cases, &|q, cursor| {
@@ -748,12 +720,11 @@ fn head_of_changes(set: bjh_store::ondisk::Segments, n: usize) {
         );
     }
     assert_eq!(layered.len(), n - changes / 10);
-    let (p50, p99, max) = corpus::percentiles(inserts);
-    println!(
-        "| a change into the head over the segments (replacing a written job: it is looked up and hidden), {changes} of them | {} | {} | {} | {changes} |",
-        corpus::ms(p50),
-        corpus::ms(p99),
-        corpus::ms(max)
+    corpus::row(
+        &format!(
+            "a change into the head over the segments (replacing a written job: it is looked up and hidden), {changes} of them"
+        ),
+        inserts,
     );
     let first_page = ListQuery {
         limit: Some(100),
@@ -776,13 +747,7 @@ fn head_of_changes(set: bjh_store::ondisk::Segments, n: usize) {
                 started.elapsed()
             })
             .collect();
-        let (p50, p99, max) = corpus::percentiles(samples);
-        println!(
-            "| {what} | {} | {} | {} | 100 |",
-            corpus::ms(p50),
-            corpus::ms(p99),
-            corpus::ms(max)
-        );
+        corpus::row(what, samples);
     }
 }
 
@@ -806,13 +771,7 @@ fn every_row(cases: &[Case<'_>], ask: &Ask<'_>) {
                 started.elapsed()
             })
             .collect();
-        let (p50, p99, max) = corpus::percentiles(samples);
-        println!(
-            "| {what} | {} | {} | {} | {runs} |",
-            corpus::ms(p50),
-            corpus::ms(p99),
-            corpus::ms(max),
-        );
+        corpus::row(what, samples);
     }
 }
 
@@ -863,12 +822,9 @@ fn spilled_store(index: &std::path::Path, n: usize, cases: &[Case<'_>]) {
         store = Some(s);
     }
     let store = store.unwrap();
-    let (p50, p99, max) = corpus::percentiles(restarts);
-    println!(
-        "| restart: load the index and its manifest, answer `/api/jobs?limit=100` | {} | {} | {} | 5 |",
-        corpus::ms(p50),
-        corpus::ms(p99),
-        corpus::ms(max)
+    corpus::row(
+        "restart: load the index and its manifest, answer `/api/jobs?limit=100`",
+        restarts,
     );
     walks_over(&store, n);
     let before = rss_kib();
@@ -919,13 +875,7 @@ fn sort_out_listing(
                 started.elapsed()
             })
             .collect();
-        let (p50, p99, max) = corpus::percentiles(samples);
-        println!(
-            "| {what} | {} | {} | {} | 3 |",
-            corpus::ms(p50),
-            corpus::ms(p99),
-            corpus::ms(max)
-        );
+        corpus::row(what, samples);
     };
     println!("\n## A rescan's verification of a listing of all {n} logs\n");
     println!("| what | p50 | p99 | max | runs |");
