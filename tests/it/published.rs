@@ -118,7 +118,7 @@ async fn relay(
 }
 
 /// A completed log of job `id`: its one `JobEnd` line.
-fn tiny_log(id: &str) -> Vec<u8> {
+pub(crate) fn tiny_log(id: &str) -> Vec<u8> {
     format!(
         r#"{{"ev":"JobEnd","version":1,"data":{{"status":"Succeeded","queued_at":1,"started_at":2,"completed_at":3,"index":{{"job_id":"{id}","job_name":"generated {id}","status":"Completed","job_status":"Completed","start_time":1700000000000,"end_time":1700000001000,"num_stages":1,"completed_stages":1,"percent_complete":100}},"job":{{}},"stages":{{}},"config":{{}},"dot":"","dropped_records":0,"scheduler_id":"fleet-generated"}}}}"#
     )

@@ -133,3 +133,45 @@ async fn a_rolling_restart_ends_the_scheduler_and_records_the_job_in_flight_whol
     assert!(!logs.join(format!("{job_id}.eventlog.running")).exists());
     let _ = heavy.await;
 }
+
+/// SIGTERM while the first pass reads a large directory: the server does
+/// not wait for the pass. It stops after the slice of logs it is reading,
+/// saves what it read with the persistent index, and the next start lists
+/// every job. The pass is seen under way (`/readyz` not 200 yet) before
+/// the signal; the index the stopped server saved holds some of the jobs
+/// and not all (before, the shutdown waited for the whole pass).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_during_the_first_pass_saves_what_it_read_and_the_next_start_reads_the_rest() {
+    const LOGS: usize = 100_000;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    for i in 0..LOGS {
+        let id = format!("job-{i:06}");
+        let log = crate::published::tiny_log(&id);
+        std::fs::write(dir.join(format!("{id}.eventlog")), log).unwrap();
+    }
+    let mut server = Proc::history(dir, &[]);
+    server.wait_healthy().await;
+    let ready = http_client().get(server.url("/readyz")).send().await;
+    assert_ne!(ready.unwrap().status(), 200, "the first pass is under way");
+    server.signal_term();
+    let status = server
+        .exits("SIGTERM ends the server during its first pass")
+        .await;
+    assert!(status.success(), "{status:?}");
+    let index = dir.join(".ballista-job-history.index");
+    let saved = bjh_store::snapshot::load(&index).unwrap().len();
+    assert!(saved > 0 && saved < LOGS, "{saved} of {LOGS} saved");
+    // Ready once the saved index is loaded; the rest is read after.
+    let mut again = Proc::history(dir, &[]);
+    again.wait_ready().await;
+    eventually("the next start lists every job", || async {
+        let page = http_client()
+            .get(again.url("/api/jobs?limit=1"))
+            .send()
+            .await;
+        page.is_ok_and(|p| p.headers()["x-total-count"] == LOGS.to_string().as_str())
+    })
+    .await;
+    assert!(again.terminate().success());
+}
