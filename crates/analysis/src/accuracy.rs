@@ -396,11 +396,7 @@ mod tests {
     #[test]
     fn the_newest_pairs_are_those_of_every_run_sorted_at_once() {
         use bjh_store::query::Facts;
-        let mut seed = 3u64;
-        let mut r = |n: u64| {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-            (seed >> 33) % n
-        };
+        let mut r = crate::below(3);
         let states = [JobState::Completed, JobState::Completed, JobState::Failed];
         let jobs: Vec<Facts> = (0..2_000)
             .map(|i| {

@@ -22,3 +22,12 @@ pub mod queries;
 pub mod stats;
 pub mod usage;
 pub mod whatif;
+
+/// A seeded generator of numbers below `n`, for the tests' random jobs.
+#[cfg(test)]
+pub(crate) fn below(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |n: u64| {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+        (seed >> 33) % n
+    }
+}

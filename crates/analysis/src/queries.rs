@@ -311,11 +311,7 @@ mod tests {
     /// by either rank; the count is the map's.
     #[test]
     fn the_top_queries_are_those_every_run_grouped_in_a_map_ranks_first() {
-        let mut seed = 7u64;
-        let mut r = |n: u64| {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-            (seed >> 33) % n
-        };
+        let mut r = crate::below(7);
         let states = [JobState::Completed, JobState::Failed, JobState::Running];
         let jobs: Vec<Facts> = (0..3_000)
             .map(|i| {

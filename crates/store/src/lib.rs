@@ -533,14 +533,7 @@ impl LogStore {
         &self,
         f: impl FnOnce(&mut dyn Iterator<Item = Arc<JobSummary>>) -> T,
     ) -> T {
-        let (hot, cold) = {
-            // Both under the catalog's lock: a move's swap cannot fall
-            // between them.
-            let index = self.catalog.read();
-            let hot: Vec<Arc<JobSummary>> =
-                index.order.iter().map(|ByPosition(s)| s.clone()).collect();
-            (hot, self.cold_copy())
-        };
+        let (hot, cold) = self.walk_copies(|_| true);
         let Some(cold) = cold else {
             return f(&mut hot.into_iter());
         };
@@ -565,15 +558,7 @@ impl LogStore {
         hashes: std::ops::RangeInclusive<u64>,
         f: impl FnOnce(&mut dyn Iterator<Item = Arc<JobSummary>>) -> T,
     ) -> T {
-        let (mut hot, cold) = {
-            let index = self.catalog.read();
-            let hot: Vec<Arc<JobSummary>> = (index.order.iter())
-                .map(|ByPosition(s)| s)
-                .filter(|s| hashes.contains(&s.query_hash()))
-                .cloned()
-                .collect();
-            (hot, self.cold_copy())
-        };
+        let (mut hot, cold) = self.walk_copies(|s| hashes.contains(&s.query_hash()));
         hot.sort_unstable_by_key(|s| s.query_hash());
         let Some(cold) = cold else {
             return f(&mut hot.into_iter());
@@ -583,6 +568,22 @@ impl LogStore {
         use itertools::Itertools;
         let mut all = (hot.into_iter()).merge_by(below, |a, b| a.query_hash() <= b.query_hash());
         f(&mut all)
+    }
+
+    /// What a walk reads: the catalog's jobs `keep` accepts (shared, in
+    /// the default order) and a copy of the segments, both taken under
+    /// the catalog's lock, so that a move's swap cannot fall between them.
+    fn walk_copies(
+        &self,
+        keep: impl Fn(&JobSummary) -> bool,
+    ) -> (Vec<Arc<JobSummary>>, Option<ondisk::Layered>) {
+        let index = self.catalog.read();
+        let hot = (index.order.iter())
+            .map(|ByPosition(s)| s)
+            .filter(|s| keep(s))
+            .cloned()
+            .collect();
+        (hot, self.cold_copy())
     }
 
     /// The ids of up to `n` completed jobs, newest queued first, after

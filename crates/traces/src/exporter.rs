@@ -238,8 +238,10 @@ const EXPORT_PAGE: usize = 1_000;
 struct Pages {
     store: Arc<LogStore>,
     ids: std::vec::IntoIter<String>,
-    next: Option<bjh_store::query::Facts>,
-    started: bool,
+    /// The cursor of the next page.
+    after: Option<bjh_store::query::Facts>,
+    /// Whether the last page was asked for.
+    done: bool,
 }
 
 impl Pages {
@@ -248,18 +250,18 @@ impl Pages {
             if let Some(id) = self.ids.next() {
                 return Ok(Some(id));
             }
-            if self.started && self.next.is_none() {
+            if self.done {
                 return Ok(None);
             }
-            self.started = true;
-            let (store, after) = (self.store.clone(), self.next.take());
+            let (store, after) = (self.store.clone(), self.after.take());
             let page = tokio::task::spawn_blocking(move || {
                 store.completed_ids(after.as_ref(), EXPORT_PAGE)
             });
             let (ids, next) = page
                 .await
                 .map_err(|e| format!("listing the jobs failed: {e}"))?;
-            (self.ids, self.next) = (ids.into_iter(), next);
+            (self.ids, self.done) = (ids.into_iter(), next.is_none());
+            self.after = next;
         }
     }
 }
@@ -278,8 +280,8 @@ pub async fn export_store(store: Arc<LogStore>, endpoint: &str) -> Result<String
     let mut pages = Pages {
         store: store.clone(),
         ids: Vec::new().into_iter(),
-        next: None,
-        started: false,
+        after: None,
+        done: false,
     };
     while let Some(id) = pages.next().await? {
         let (Some(summary), Some(log)) = (store.summary(&id), store.log_of(&id)) else {
