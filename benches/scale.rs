@@ -8,7 +8,9 @@
 //! 1,000,000; `SCALE_RSS_JOBS` the 100,000 of the memory cases.
 //! `SCALE_ONLY=memory` runs the memory cases alone, `SCALE_ONLY=moves` a
 //! move to segments alone, `SCALE_ONLY=walks` the walks over every job
-//! (of 20 runs a query) alone; `SCALE_RSS_DIR` keeps the memory cases' logs
+//! (of 20 runs a query) alone, `SCALE_ONLY=columnar` the columnar
+//! history's index of the jobs it holds, read beside the store, alone;
+//! `SCALE_RSS_DIR` keeps the memory cases' logs
 //! in a directory (written when it is empty, reused after).
 
 #![allow(clippy::disallowed_methods)] // scratch files and test channels
@@ -321,6 +323,74 @@ fn walks_alone(n: usize) {
     walks_over(&store, n);
 }
 
+/// `SCALE_ONLY=columnar`: what the columnar history knows of `n` jobs (the
+/// store's, on disk): its index read beside the store's walk by id (a
+/// refresh with nothing new; the SQL `jobs` table's totals), and, for the
+/// comparison, the maps it held before the index, built over the same
+/// jobs (each job's id and totals in the manifest, and again in the
+/// generation; a refresh's set of every completed id).
+fn columnar_alone(n: usize) {
+    use peakmem_alloc::PeakMemAllocTrait;
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    let jobs = corpus::summaries_hashed(0, n, |i| 1 + (i % 1000) as u64);
+    std::fs::write(&index, bjh_store::snapshot::encode(jobs.iter())).unwrap();
+    drop(jobs);
+    let store = LogStore::new(
+        dir.path().join("empty"),
+        Arc::new(HistoryMetrics::unregistered()),
+    )
+    .with_index_file(Some(index.clone()))
+    .with_memory_jobs(Some(0), Some(&index));
+    assert_eq!(store.load_persisted(), n);
+    assert_eq!(store.spill().unwrap(), n);
+    let held = dir.path().join("held.parquet");
+    assert_eq!(bjh_columnar::bench::write_index(&store, &held).unwrap(), n);
+    let size = std::fs::metadata(&held).unwrap().len();
+    println!(
+        "\n## The columnar history's jobs, {n} of them (the index: {:.1} MB)\n",
+        size as f64 / 1e6
+    );
+    println!("| read | p50 | p99 | max | runs |");
+    println!("| --- | --- | --- | --- | --- |");
+    walks(
+        "a refresh, nothing new: the store by id beside the index",
+        &|| {
+            assert_eq!(bjh_columnar::bench::round(&store, &held).unwrap(), (0, 0));
+        },
+    );
+    walks("the `jobs` table's totals: by id beside the index", &|| {
+        assert_eq!(bjh_columnar::bench::totals_by_id(&store, &held), n);
+    });
+    // Before: every job's id and totals in the manifest's map and the
+    // generation's (held for as long as the process ran), and a refresh's
+    // set of every completed id.
+    type Totals = (i64, i64, i64, Option<String>, Option<[u64; 2]>);
+    HEAP.reset_peak_memory();
+    let base = HEAP.get_peak_memory();
+    let manifest: std::collections::BTreeMap<String, Totals> = store.with_completed(|jobs| {
+        jobs.map(|j| (j.job_id().to_string(), (1, 0, 0, None, None)))
+            .collect()
+    });
+    let generation: std::collections::HashMap<String, bjh_columnar::tables::JobTotals> = manifest
+        .keys()
+        .map(|id| (id.clone(), bjh_columnar::tables::JobTotals::default()))
+        .collect();
+    let resident = HEAP.get_peak_memory() - base;
+    walks("before: a refresh's set of every completed id", &|| {
+        let completed: HashSet<String> =
+            store.with_completed(|jobs| jobs.map(|j| j.job_id().to_string()).collect());
+        assert_eq!(completed.len(), manifest.len());
+    });
+    println!(
+        "\nBefore, held while the process ran: {:.1} MiB ({:.0} bytes a job); now: none a job \
+         (the manifest names segments only).",
+        resident as f64 / (1024.0 * 1024.0),
+        resident as f64 / n as f64
+    );
+    std::hint::black_box((&manifest, &generation));
+}
+
 /// Child mode: index `dir` with `which` and print the RSS growth in KiB.
 fn rss_child(which: &str, dir: &str) {
     let before = rss_kib();
@@ -351,6 +421,7 @@ fn main() {
     match std::env::var("SCALE_ONLY").as_deref() {
         Ok("moves") => return moves(env_usize("SCALE_JOBS", 1_000_000)),
         Ok("walks") => return walks_alone(env_usize("SCALE_JOBS", 1_000_000)),
+        Ok("columnar") => return columnar_alone(env_usize("SCALE_JOBS", 1_000_000)),
         Ok("memory") => {}
         _ => lists_and_restarts(),
     }

@@ -479,10 +479,7 @@ fn main() {
     let mut bytes = 0;
     for _ in 0..5 {
         let t = Instant::now();
-        let batches = runtime.block_on(engine.jobs(&std::sync::Arc::new(Generation {
-            files: Default::default(),
-            totals: Default::default(),
-        })));
+        let batches = runtime.block_on(engine.jobs(&std::sync::Arc::new(Generation::default())));
         builds.push(t.elapsed());
         let batches = batches.unwrap();
         assert_eq!(

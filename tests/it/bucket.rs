@@ -583,12 +583,13 @@ async fn columnar_history_is_shared(
         }
     };
     // Published by the background refresh (never on a query's path):
-    // every file named by the hash of its bytes, one per table.
+    // every file named by the hash of its bytes, one per table and the
+    // index of the segment's jobs.
     let published_whole = || async {
         eventually("the columnar history is published whole", || async {
             let keys = moto.keys(FOLDER).await;
             let files: Vec<&String> = keys.iter().filter(|k| k.ends_with(".parquet")).collect();
-            let mut whole = keys.contains(&format!("{FOLDER}/manifest.json")) && files.len() == 3;
+            let mut whole = keys.contains(&format!("{FOLDER}/manifest.json")) && files.len() == 4;
             for key in files {
                 let name = key.rsplit('/').next().unwrap().trim_end_matches(".parquet");
                 whole &= blake3::hash(&moto.bytes(key).await).to_hex().as_str() == name;
@@ -605,7 +606,16 @@ async fn columnar_history_is_shared(
             .into_iter()
             .filter(|k| k.ends_with(".parquet"))
             .collect();
-        assert_eq!(files.len(), 3, "one segment, three tables: {files:?}");
+        assert_eq!(
+            files.len(),
+            4,
+            "one segment, three tables, the index: {files:?}"
+        );
+        assert_eq!(
+            files.iter().filter(|k| k.contains("/index/")).count(),
+            1,
+            "{files:?}"
+        );
         for key in &files {
             let name = key.rsplit('/').next().unwrap().trim_end_matches(".parquet");
             let bytes = moto.bytes(key).await;

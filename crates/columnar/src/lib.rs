@@ -5,16 +5,18 @@
 //! read-only log directory stays untouched):
 //!
 //! ```text
-//! manifest.json                 segments, and each one's jobs and totals
+//! manifest.json                 the segments and the index (no job: version 2)
+//! index/index-00000002.parquet  every job the segments hold, by id (`held`)
 //! stages/seg-00000001.parquet   one file per segment and table
 //! tasks/seg-00000001.parquet
 //! operators/seg-00000001.parquet
 //! ```
 //!
-//! A refresh appends one segment for the completed jobs no segment holds
-//! (rows sorted by job id, then stage, in row groups of 64 Ki rows, so a
-//! predicate on the job id or on time skips row groups); rewrites the
-//! segments that hold jobs the store no longer lists (retention); merges
+//! A refresh (in rounds, `rounds`) appends segments for the completed
+//! jobs no segment holds (rows sorted by job id, then stage, in row groups
+//! of 64 Ki rows, so a predicate on the job id or on time skips row
+//! groups); rewrites the segments that hold jobs the store no longer
+//! lists (retention); merges
 //! small segments into one; and drops a segment whose file is missing or
 //! unreadable, so its jobs are read from their logs again (its files are
 //! deleted). A log that cannot be read is tried again later (after 1 s,
@@ -22,8 +24,8 @@
 //! a file unreadable for a moment costs its jobs a moment; a refresh tries
 //! at most [`RETRIES_PER_REFRESH`] of them, so a directory of many
 //! unreadable logs does not make every query read them all again. The
-//! manifest is
-//! replaced atomically (written aside, then renamed). Files a refresh
+//! manifest is replaced atomically (written aside, then renamed), after
+//! the index it names. Files a refresh
 //! replaces are deleted once no query holds the generation that listed
 //! them.
 //!
@@ -63,10 +65,13 @@ use std::sync::{Arc, Weak};
 use tables::{JobRows, JobTotals, OPERATORS, STAGES, TASKS, job_rows};
 
 pub mod fresh;
+mod held;
+mod rounds;
 mod segment;
 pub mod shared;
 pub mod tables;
 
+pub use held::Totals;
 use segment::{intact, merge_segments, readable, seg_path, write_manifest, write_segment};
 pub use segment::{write_file, write_parquet};
 
@@ -163,28 +168,49 @@ pub(crate) struct Segment {
     /// Its files' BLAKE3 hashes, by table (their names in an object store).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) sums: Vec<String>,
-    /// Each job it holds, with the totals `jobs` shows.
-    pub(crate) jobs: BTreeMap<String, Totals>,
+    /// How many jobs it holds (the index names them).
+    #[serde(default)]
+    pub(crate) held: u64,
+    /// Each job it holds, with its totals: manifests of version 1 only,
+    /// read to write their index ([`Manifest::upgrade`]), never written.
+    #[serde(default, skip_serializing)]
+    pub(crate) jobs: Option<BTreeMap<String, OldTotals>>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
-pub(crate) struct Totals {
+/// A job's totals as version 1 manifests held them.
+#[derive(Debug, Clone, Deserialize, Default, PartialEq, Eq)]
+pub(crate) struct OldTotals {
     tasks: i64,
     failed: i64,
     rows: i64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     scheduler: Option<String>,
-    /// Busy and failed slot-milliseconds; absent in manifests written
-    /// before they were kept.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     slot_ms: Option<[u64; 2]>,
 }
+
+/// The index file of a manifest (`held`).
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub(crate) struct IndexFile {
+    /// Its number: `index/index-NNNNNNNN.parquet`.
+    pub(crate) seq: u64,
+    pub(crate) size: u64,
+    /// Its BLAKE3 hash (its name in an object store).
+    pub(crate) sum: String,
+}
+
+/// The manifest's version: 2 names an index file and no job; 1 listed
+/// every job in each segment.
+const VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub(crate) struct Manifest {
     version: u32,
     next_seq: u64,
     pub(crate) segments: Vec<Segment>,
+    /// The jobs the segments hold; `None` when they hold none.
+    #[serde(default)]
+    pub(crate) index: Option<IndexFile>,
 }
 
 impl Manifest {
@@ -193,17 +219,75 @@ impl Manifest {
         self.next_seq += 1;
         self.next_seq - 1
     }
+
+    /// The segments' numbers.
+    fn live(&self) -> HashSet<u64> {
+        self.segments.iter().map(|s| s.seq).collect()
+    }
+
+    /// A version 1 manifest (every job listed in its segment) made one of
+    /// version 2: the jobs written to an index file under `dir`, their
+    /// lists let go. Whether it was one; an index that cannot be written
+    /// lets every segment go (their jobs are read from their logs).
+    fn upgrade(&mut self, dir: &Path) -> bool {
+        if self.segments.iter().all(|s| s.jobs.is_none()) {
+            return false;
+        }
+        let mut rows: Vec<held::Held> = Vec::new();
+        for s in &mut self.segments {
+            let jobs = s.jobs.take().unwrap_or_default();
+            s.held = jobs.len() as u64;
+            rows.extend(jobs.into_iter().map(|(id, t)| held::Held {
+                id,
+                seq: s.seq,
+                totals: JobTotals {
+                    tasks: t.tasks,
+                    failed_tasks: t.failed,
+                    output_rows: t.rows,
+                    scheduler_id: t.scheduler,
+                    usage: t.slot_ms.map(|[busy_slot_ms, failed_slot_ms]| {
+                        bjh_format::usage::SlotUsage {
+                            busy_slot_ms,
+                            failed_slot_ms,
+                        }
+                    }),
+                },
+            }));
+        }
+        rows.sort_by(|a, b| a.id.cmp(&b.id));
+        let seq = self.take_seq();
+        match held::write(&held::index_path(dir, seq), rows.into_iter().map(Ok)) {
+            Ok((size, sum)) => self.index = Some(IndexFile { seq, size, sum }),
+            Err(e) => {
+                log::warn!("history: the columnar index cannot be written ({e}); reading the logs");
+                self.segments.clear();
+                self.index = None;
+            }
+        }
+        self.version = VERSION;
+        true
+    }
 }
 
 /// What a query reads: the files of one generation, kept on disk while
 /// the query holds this.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Generation {
     /// Per table (in the order of the tables), its segment files.
     pub files: [Vec<PathBuf>; 3],
-    /// Per job, its totals (`tasks`, `failed_tasks`, `output_rows`,
-    /// `scheduler_id` of `jobs`).
-    pub totals: std::collections::HashMap<String, JobTotals>,
+    /// The index of the jobs the segments hold, when they hold any.
+    index: Option<PathBuf>,
+    /// Task attempts the segments hold.
+    pub task_rows: u64,
+}
+
+impl Generation {
+    /// The totals of the jobs the segments hold (`tasks`, `failed_tasks`,
+    /// `output_rows`, `scheduler_id` and slot time of `jobs`), asked for
+    /// by increasing id.
+    pub fn totals(&self) -> Totals {
+        Totals::of(self.index.as_deref())
+    }
 }
 
 /// The columnar history in one folder.
@@ -226,8 +310,9 @@ struct State {
     unreadable: HashMap<String, (u32, std::time::Instant)>,
     /// The store's version the files were last brought up to.
     seen: Option<u64>,
-    /// A merge failed in the last refresh: the next one is not skipped.
-    merge_failed: bool,
+    /// A merge failed in the last refresh, or it left jobs for later: the
+    /// next one is not skipped.
+    again: bool,
     /// Whether the files as they are were published (object stores).
     published: bool,
     /// The published files known whole: fetched and checked, or uploaded
@@ -307,6 +392,12 @@ impl Columnar {
             }),
             None => Manifest::default(),
         };
+        let mut manifest = manifest;
+        if manifest.upgrade(&dir)
+            && let Err(e) = write_manifest(&dir, &manifest)
+        {
+            log::warn!("history: the columnar manifest cannot be written ({e})");
+        }
         let current = Arc::new(generation(&dir, &manifest));
         Self {
             dir,
@@ -317,7 +408,7 @@ impl Columnar {
                 manifest,
                 current,
                 unreadable: HashMap::new(),
-                merge_failed: false,
+                again: false,
                 seen: None,
                 published: false,
                 remote_files: HashSet::new(),
@@ -358,31 +449,30 @@ impl Columnar {
             // Nothing changed but logs that failed before are due: those
             // alone are read again (no pass over every job).
             let now = std::time::Instant::now();
-            let due: HashSet<String> = state
+            let mut due: Vec<String> = state
                 .unreadable
                 .iter()
                 .filter(|(id, (_, at))| *at <= now && store.contains(id))
                 .map(|(id, _)| id.clone())
                 .take(RETRIES_PER_REFRESH)
                 .collect();
-            changed |= self.add_from_logs(state, store, &due).await?;
+            due.sort();
+            let mut round = held::Rewrite::new();
+            if self.add_from_logs(state, store, &due, &mut round).await? {
+                changed = true;
+                self.write_index(state, round).await;
+            }
         } else {
-            let completed: HashSet<String> = store.with_completed(|jobs| {
-                jobs.map(|j| bjh_store::query::JobFacts::job_id(&*j).to_string())
-                    .collect()
-            });
             // A job the store no longer lists is not tried again.
-            state.unreadable.retain(|id, _| completed.contains(id));
+            state.unreadable.retain(|id, _| store.contains(id));
             if let Some(shared) = &shared {
                 changed |= self.start_from_published(state, shared).await;
             }
-            state.merge_failed = false;
+            state.again = false;
             changed |= self.forget_damaged(state);
-            changed |= self.rewrite_and_merge(state, &completed).await?;
-            changed |= self.add_written(state, &completed).await?;
-            changed |= self.add_from_logs(state, store, &completed).await?;
+            changed |= self.catch_up(state, store).await?;
         }
-        state.seen = version.filter(|_| !state.merge_failed);
+        state.seen = version.filter(|_| !state.again);
         if changed {
             state.published = false;
         }
@@ -392,7 +482,7 @@ impl Columnar {
             changed |= self.publish(state, shared).await;
         }
         if changed {
-            state.manifest.version = 1;
+            state.manifest.version = VERSION;
             write_manifest(&self.dir, &state.manifest)?;
             state.current = Arc::new(generation(&self.dir, &state.manifest));
         }
@@ -408,6 +498,10 @@ impl Columnar {
             && version == state.seen
             && (!shared || state.published || !publish)
             && state.manifest.segments.iter().all(|s| intact(&self.dir, s))
+            && (state.manifest.index.as_ref()).is_none_or(|i| {
+                std::fs::symlink_metadata(held::index_path(&self.dir, i.seq))
+                    .is_ok_and(|m| m.len() == i.size)
+            })
     }
 
     /// An object store: a new spool starts from what another server
@@ -421,15 +515,32 @@ impl Columnar {
             .fetch(&self.dir, &mut next, &mut state.remote_files)
             .await;
         state.manifest.next_seq = next;
-        let changed = !fetched.is_empty();
-        state.manifest.segments.extend(fetched);
-        changed
+        let Some((segments, index)) = fetched else {
+            return false;
+        };
+        if let Some(old) = state.manifest.index.replace(index) {
+            self.retire(&state.current, held::index_path(&self.dir, old.seq));
+        }
+        state.manifest.segments.extend(segments);
+        true
     }
 
     /// Damaged or missing files: forget their segments (their files go
     /// once no query holds them, so a file unreadable for a moment is not
-    /// left behind for ever).
+    /// left behind for ever). A damaged or missing index forgets every
+    /// segment: which jobs they hold is not known.
     fn forget_damaged(&self, state: &mut State) -> bool {
+        let index_ok = match &state.manifest.index {
+            None => state.manifest.segments.is_empty(),
+            Some(i) => readable(&held::index_path(&self.dir, i.seq)),
+        };
+        if !index_ok {
+            log::warn!(
+                "history: the columnar index is missing or damaged; every job is read from its \
+                 log again"
+            );
+            return self.forget_all(state);
+        }
         let before = state.manifest.segments.len();
         let mut damaged = Vec::new();
         state.manifest.segments.retain(|s| {
@@ -458,170 +569,21 @@ impl Columnar {
         state.manifest.segments.len() != before
     }
 
-    /// Rewrites each segment holding jobs gone from the store, alone, and
-    /// merges each group of small ones.
-    async fn rewrite_and_merge(
-        &self,
-        state: &mut State,
-        completed: &HashSet<String>,
-    ) -> Result<bool, ColumnarError> {
-        let segments = &state.manifest.segments;
-        let rewrite = (0..segments.len())
-            .filter(|&i| segments[i].jobs.keys().any(|id| !completed.contains(id)));
-        let merge = small_groups(segments);
-        let merged: HashSet<usize> = merge.iter().flatten().copied().collect();
-        let groups: Vec<Vec<usize>> = rewrite
-            .filter(|i| !merged.contains(i))
-            .map(|i| vec![i])
-            .chain(merge)
-            .collect();
-        let mut slots: Vec<Option<Segment>> = state.manifest.segments.drain(..).map(Some).collect();
-        let taken: Vec<Vec<Segment>> = groups
-            .iter()
-            .map(|g| g.iter().filter_map(|&i| slots[i].take()).collect())
-            .collect();
-        state.manifest.segments = slots.into_iter().flatten().collect();
-        let changed = !taken.is_empty();
-        for old in taken {
-            let seq = state.manifest.take_seq();
-            let (keep, dir, olds) = (completed.clone(), self.dir.clone(), old.clone());
-            let merged =
-                tokio::task::spawn_blocking(move || merge_segments(&dir, &olds, &keep, seq))
-                    .await?;
-            match merged {
-                Ok(merged) => {
-                    state.manifest.segments.extend(merged);
-                    for s in &old {
-                        for (table, _) in TABLES {
-                            self.retire(&state.current, seg_path(&self.dir, table, s.seq));
-                        }
-                    }
-                }
-                Err(e) => {
-                    // Kept as they were: the next refresh tries again, or
-                    // drops the ones that are damaged (their jobs are read
-                    // from the logs), never losing their jobs meanwhile.
-                    log::warn!("history: columnar segments not merged ({e}); tried again later");
-                    state.manifest.segments.extend(old);
-                    state.merge_failed = true;
-                }
+    /// Lets every segment and the index go (their files once no query
+    /// holds them): every job is read from its log again. Whether there
+    /// was anything.
+    fn forget_all(&self, state: &mut State) -> bool {
+        let segments = std::mem::take(&mut state.manifest.segments);
+        let index = state.manifest.index.take();
+        for s in &segments {
+            for (table, _) in TABLES {
+                self.retire(&state.current, seg_path(&self.dir, table, s.seq));
             }
         }
-        Ok(changed)
-    }
-
-    /// Jobs the writer handed over: their rows from its records.
-    async fn add_written(
-        &self,
-        state: &mut State,
-        completed: &HashSet<String>,
-    ) -> Result<bool, ColumnarError> {
-        let written = {
-            let held = held_jobs(&state.manifest);
-            self.fresh
-                .take(|id| completed.contains(id) && !held.contains(id))
-        };
-        if written.is_empty() {
-            return Ok(false);
+        if let Some(i) = &index {
+            self.retire(&state.current, held::index_path(&self.dir, i.seq));
         }
-        let n = written.len() as u64;
-        let seq = state.manifest.take_seq();
-        let dir = self.dir.clone();
-        let seg = tokio::task::spawn_blocking(move || {
-            // The one copy, unless another taker (the trace exporter)
-            // still holds it.
-            let rows = written
-                .into_iter()
-                .map(|job| rows_of_written(Arc::unwrap_or_clone(job)))
-                .collect();
-            write_segment(&dir, seq, rows)
-        })
-        .await??;
-        self.metrics.columnar_jobs_from_writer.inc_by(n);
-        state.manifest.segments.push(seg);
-        Ok(true)
-    }
-
-    /// New jobs: read their logs, write a segment per chunk of them, so
-    /// memory stays bounded however many jobs are new.
-    async fn add_from_logs(
-        &self,
-        state: &mut State,
-        store: &Arc<LogStore>,
-        completed: &HashSet<String>,
-    ) -> Result<bool, ColumnarError> {
-        let held = held_jobs(&state.manifest);
-        let (mut retries, now) = (0, std::time::Instant::now());
-        let mut new: Vec<String> = completed
-            .iter()
-            .filter(|id| !held.contains(id.as_str()))
-            .filter(|id| match state.unreadable.get(id.as_str()) {
-                None => true,
-                Some((_, at)) if *at > now => false,
-                Some(_) => {
-                    retries += 1;
-                    retries <= RETRIES_PER_REFRESH
-                }
-            })
-            .cloned()
-            .collect();
-        new.sort();
-        let mut changed = false;
-        for chunk in new.chunks(CHUNK) {
-            let rows = self.read_rows(state, store, chunk).await;
-            if rows.is_empty() {
-                continue;
-            }
-            let seq = state.manifest.take_seq();
-            let dir = self.dir.clone();
-            let seg = tokio::task::spawn_blocking(move || write_segment(&dir, seq, rows)).await??;
-            state.manifest.segments.push(seg);
-            changed = true;
-        }
-        Ok(changed)
-    }
-
-    /// The rows of `ids` from their logs; a log that does not read is left
-    /// out (and not tried again).
-    async fn read_rows(
-        &self,
-        state: &mut State,
-        store: &Arc<LogStore>,
-        ids: &[String],
-    ) -> Vec<(String, JobRows)> {
-        let rows: Vec<(String, Result<JobRows, ColumnarError>)> =
-            futures::stream::iter(ids.iter().cloned())
-                .map(|id| async move {
-                    let rows = rows_of(store, &id).await;
-                    (id, rows)
-                })
-                .buffer_unordered(READERS)
-                .collect()
-                .await;
-        let mut read = Vec::with_capacity(rows.len());
-        for (id, rows) in rows {
-            match rows {
-                Ok(r) => {
-                    self.metrics.columnar_logs_read.inc();
-                    state.unreadable.remove(&id);
-                    read.push((id, r));
-                }
-                Err(e) => {
-                    let tries = state.unreadable.get(&id).map_or(0, |(n, _)| *n) + 1;
-                    let wait = retry_wait(tries);
-                    if tries == 1 {
-                        log::warn!(
-                            "history: job {id:?} left out of the SQL tables for now ({e}); \
-                             its log is read again in {wait:?}"
-                        );
-                    }
-                    state
-                        .unreadable
-                        .insert(id, (tries, std::time::Instant::now() + wait));
-                }
-            }
-        }
-        read
+        !segments.is_empty() || index.is_some()
     }
 
     /// Publishes the files beside the logs after every file is written; a
@@ -698,14 +660,6 @@ impl State {
     }
 }
 
-/// The jobs the segments of `m` hold.
-fn held_jobs(m: &Manifest) -> HashSet<&str> {
-    m.segments
-        .iter()
-        .flat_map(|s| s.jobs.keys().map(String::as_str))
-        .collect()
-}
-
 /// Groups of two or more small segments (by index) whose rows together stay
 /// within [`SMALL`], when more than four segments are small.
 fn small_groups(segments: &[Segment]) -> Vec<Vec<usize>> {
@@ -738,29 +692,11 @@ fn generation(dir: &Path, m: &Manifest) -> Generation {
             .map(|s| seg_path(dir, TABLES[t].0, s.seq))
             .collect()
     });
-    let totals = m
-        .segments
-        .iter()
-        .flat_map(|s| s.jobs.iter())
-        .map(|(id, t)| {
-            (
-                id.clone(),
-                JobTotals {
-                    tasks: t.tasks,
-                    failed_tasks: t.failed,
-                    output_rows: t.rows,
-                    scheduler_id: t.scheduler.clone(),
-                    usage: t.slot_ms.map(|[busy_slot_ms, failed_slot_ms]| {
-                        bjh_format::usage::SlotUsage {
-                            busy_slot_ms,
-                            failed_slot_ms,
-                        }
-                    }),
-                },
-            )
-        })
-        .collect();
-    Generation { files, totals }
+    Generation {
+        files,
+        index: (m.index.as_ref()).map(|i| held::index_path(dir, i.seq)),
+        task_rows: m.segments.iter().map(|s| s.rows).sum(),
+    }
 }
 
 /// The rows of one completed job, from its log and its stored
@@ -815,6 +751,59 @@ fn rows_from(job_id: &str, records: &JobRecords, metrics: &[u8]) -> JobRows {
     let operators = plan_metrics(stages.iter().map(|s| (s.stage_id, s.plan())));
     let slots = bjh_format::stages::task_slots(&stages);
     job_rows(job_id, records, &status, &slots, &operators)
+}
+
+/// The index's reads over a store, for the benches (no logs, no
+/// segment files): not an interface.
+#[doc(hidden)]
+pub mod bench {
+    use super::*;
+
+    /// Writes an index at `path` holding every completed job of `store`
+    /// (in segment 0, one task each); gives how many.
+    pub fn write_index(store: &LogStore, path: &Path) -> Result<usize, ColumnarError> {
+        let mut n = 0;
+        store.with_completed_by_id(|jobs| {
+            let rows = jobs.map(|j| {
+                n += 1;
+                Ok(held::Held {
+                    id: bjh_store::query::JobFacts::job_id(&*j).to_string(),
+                    seq: 0,
+                    totals: JobTotals {
+                        tasks: 1,
+                        ..JobTotals::default()
+                    },
+                })
+            });
+            held::write(path, rows)
+        })?;
+        Ok(n)
+    }
+
+    /// A refresh's round over `store` and the index at `path` (segment 0
+    /// live): how many jobs are new and how many gone.
+    pub fn round(store: &LogStore, path: &Path) -> Result<(usize, usize), ColumnarError> {
+        let live = HashSet::from([0]);
+        let diff = store.with_completed_by_id(|jobs| {
+            let mut ids = jobs.map(|j| bjh_store::query::JobFacts::job_id(&*j).to_string());
+            held::reconcile(&mut ids, Some(held::Reader::open(path)?), &live, |_| true)
+        })?;
+        Ok((diff.new.len(), diff.gone.values().map(HashSet::len).sum()))
+    }
+
+    /// The totals of every completed job, read beside the store's walk by
+    /// id as the SQL `jobs` table reads them: how many were found.
+    pub fn totals_by_id(store: &LogStore, path: &Path) -> usize {
+        let mut totals = Totals::of(Some(path));
+        store.with_completed_by_id(|jobs| {
+            jobs.filter(|j| {
+                totals
+                    .get(bjh_store::query::JobFacts::job_id(&**j))
+                    .is_some()
+            })
+            .count()
+        })
+    }
 }
 
 #[cfg(test)]
@@ -894,8 +883,7 @@ mod tests {
                 seq: i as u64,
                 rows,
                 sizes: Vec::new(),
-                sums: Vec::new(),
-                jobs: BTreeMap::new(),
+                ..Segment::default()
             })
             .collect()
     }

@@ -107,14 +107,17 @@ pub fn write_file(
     Ok(hash)
 }
 
+/// Writes the rows of `rows` as segment `seq`; gives it and the index's
+/// rows of its jobs.
 pub(super) fn write_segment(
     dir: &Path,
     seq: u64,
     mut rows: Vec<(String, JobRows)>,
-) -> Result<Segment, ColumnarError> {
+) -> Result<(Segment, Vec<held::Held>), ColumnarError> {
     rows.sort_by(|a, b| a.0.cmp(&b.0));
     let mut seg = Segment {
         seq,
+        held: rows.len() as u64,
         ..Segment::default()
     };
     for (t, (table, schema)) in TABLES.iter().enumerate() {
@@ -135,47 +138,42 @@ pub(super) fn write_segment(
         seg.sizes
             .push(std::fs::symlink_metadata(&path).map_or(0, |m| m.len()));
     }
-    for (id, r) in rows {
-        seg.jobs.insert(
+    let held = (rows.into_iter())
+        .map(|(id, r)| held::Held {
             id,
-            Totals {
-                tasks: r.totals.tasks,
-                failed: r.totals.failed_tasks,
-                rows: r.totals.output_rows,
-                scheduler: r.totals.scheduler_id,
-                slot_ms: r.totals.usage.map(|u| [u.busy_slot_ms, u.failed_slot_ms]),
-            },
-        );
-    }
-    Ok(seg)
+            seq,
+            totals: r.totals,
+        })
+        .collect();
+    Ok((seg, held))
 }
 
-/// One segment of the rows of `old` whose jobs are in `keep`; `None` when
-/// none is left.
+/// One segment of the rows of `old` but those of the jobs `gone` names
+/// for each; `None` when none is left.
 pub(super) fn merge_segments(
     dir: &Path,
     old: &[Segment],
-    keep: &HashSet<String>,
+    gone: &HashMap<u64, HashSet<String>>,
     seq: u64,
 ) -> Result<Option<Segment>, ColumnarError> {
     use datafusion::arrow::array::{Array, StringViewArray};
-    let mut seg = Segment {
-        seq,
-        ..Segment::default()
-    };
-    for s in old {
-        for (id, t) in &s.jobs {
-            if keep.contains(id) {
-                seg.jobs.insert(id.clone(), t.clone());
-            }
-        }
-    }
-    if seg.jobs.is_empty() {
+    let none = HashSet::new();
+    let dropped = |s: &Segment| gone.get(&s.seq).unwrap_or(&none);
+    let held: u64 = (old.iter())
+        .map(|s| s.held.saturating_sub(dropped(s).len() as u64))
+        .sum();
+    if held == 0 {
         return Ok(None);
     }
+    let mut seg = Segment {
+        seq,
+        held,
+        ..Segment::default()
+    };
     for (table, schema) in TABLES {
         let mut kept = Vec::new();
         for s in old {
+            let drop = dropped(s);
             let (file, _) = bjh_files::open_regular(&seg_path(dir, table, s.seq))
                 .map_err(io(format!("opening {table} segment {}", s.seq)))?;
             let reader = ParquetRecordBatchReaderBuilder::try_new(file).and_then(|b| b.build())?;
@@ -192,7 +190,7 @@ pub(super) fn merge_segments(
                         ))
                     })?;
                 let mask: datafusion::arrow::array::BooleanArray = (0..ids.len())
-                    .map(|i| Some(keep.contains(ids.value(i))))
+                    .map(|i| Some(!drop.contains(ids.value(i))))
                     .collect();
                 kept.push(datafusion::arrow::compute::filter_record_batch(
                     &batch, &mask,

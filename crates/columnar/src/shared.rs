@@ -22,13 +22,13 @@
 //! it) leaves its segment out, and its jobs are read from their logs. The
 //! logs stay the truth: deleting the folder loses nothing.
 
-use super::{ColumnarError, Manifest, Segment, TABLES, io, seg_path};
+use super::{ColumnarError, IndexFile, Manifest, Segment, TABLES, held, io, seg_path};
 use bjh_metrics::HistoryMetrics;
 use bjh_store::LogStore;
 use bjh_store::remote::RemoteDir;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -77,38 +77,44 @@ impl Shared {
     }
 
     /// Fetches the published segments into `dir`, numbered from
-    /// `next_seq` on; gives those fetched whole. A segment with a file
-    /// missing or not matching its name is left out (its jobs are read
-    /// from their logs). Adds the files fetched whole to `whole`.
+    /// `next_seq` on, and the index of their jobs; gives those fetched
+    /// whole and the index (`None`: nothing to start from). A segment with
+    /// a file missing or not matching its name is left out (its jobs are
+    /// read from their logs), and so are its jobs from the index; an
+    /// index that does not fetch whole leaves every segment out. Adds the
+    /// files fetched whole to `whole`.
     pub(super) async fn fetch(
         &self,
         dir: &Path,
         next_seq: &mut u64,
         whole_files: &mut HashSet<String>,
-    ) -> Vec<Segment> {
+    ) -> Option<(Vec<Segment>, IndexFile)> {
         let published = match self.manifest().await {
             Ok(Some(m)) => m,
-            Ok(None) => return Vec::new(),
+            Ok(None) => return None,
             Err(e) => {
                 log::warn!(
                     "history: {} ({e}); reading the logs instead",
                     self.dir.url()
                 );
-                return Vec::new();
+                return None;
             }
         };
         let mut fetched = Vec::new();
+        let mut moved = HashMap::new();
         for remote in published.segments {
             if remote.sums.len() != TABLES.len() {
                 continue;
             }
             let seq = *next_seq;
             *next_seq += 1;
+            moved.insert(remote.seq, Some(seq));
             let mut seg = Segment {
                 seq,
                 rows: remote.rows,
                 sizes: Vec::new(),
                 sums: remote.sums.clone(),
+                held: remote.held,
                 jobs: remote.jobs,
             };
             let mut whole = true;
@@ -134,12 +140,86 @@ impl Shared {
                 self.metrics.columnar_segments_fetched.inc();
                 fetched.push(seg);
             } else {
-                for (table, _) in TABLES {
-                    let _ = std::fs::remove_file(seg_path(dir, table, seq));
-                }
+                remove_segment(dir, seq);
             }
         }
-        fetched
+        let index = self
+            .fetch_index(dir, published.index, &mut fetched, moved, next_seq)
+            .await;
+        match index {
+            Ok(index) => {
+                whole_files.insert(format!("index/{}.parquet", index.sum));
+                Some((fetched, index))
+            }
+            Err(e) => {
+                log::warn!(
+                    "history: the columnar index of {} not used ({e}); every job is read from \
+                     its log",
+                    self.dir.url()
+                );
+                for seg in fetched {
+                    remove_segment(dir, seg.seq);
+                }
+                None
+            }
+        }
+    }
+
+    /// The index of the segments `fetched` (renumbered as `moved` says):
+    /// the published one, fetched and written again with the segments'
+    /// numbers here; or, from a manifest of version 1, written from the
+    /// jobs it lists.
+    async fn fetch_index(
+        &self,
+        dir: &Path,
+        published: Option<IndexFile>,
+        fetched: &mut Vec<Segment>,
+        moved: HashMap<u64, Option<u64>>,
+        next_seq: &mut u64,
+    ) -> Result<IndexFile, ColumnarError> {
+        if fetched.iter().any(|s| s.jobs.is_some()) {
+            let mut m = Manifest {
+                next_seq: *next_seq,
+                segments: std::mem::take(fetched),
+                ..Manifest::default()
+            };
+            m.upgrade(dir);
+            *next_seq = m.next_seq;
+            *fetched = m.segments;
+            return m
+                .index
+                .ok_or_else(|| ColumnarError::Refused("no index written".into()));
+        }
+        let published = published
+            .ok_or_else(|| ColumnarError::Refused("the manifest names no index".into()))?;
+        let aside = dir.join("index").join("fetched.parquet");
+        self.fetch_file("index", &published.sum, &aside).await?;
+        let seq = *next_seq;
+        *next_seq += 1;
+        let path = held::index_path(dir, seq);
+        let live: HashSet<u64> = fetched.iter().map(|s| s.seq).collect();
+        let rewrite = held::Rewrite {
+            moved,
+            only_moved: true,
+            ..held::Rewrite::new()
+        };
+        let (aside2, path2) = (aside.clone(), path.clone());
+        let written = tokio::task::spawn_blocking(move || {
+            rewrite.write(Some(held::Reader::open(&aside2)?), &live, &path2)
+        })
+        .await;
+        let _ = std::fs::remove_file(&aside);
+        let (size, sum) = written??;
+        Ok(IndexFile { seq, size, sum })
+    }
+
+    /// Uploads `bytes` as `name` under the folder.
+    async fn put(&self, name: &str, bytes: Vec<u8>) -> Result<(), ColumnarError> {
+        let location = self.location(name);
+        self.run(move |c| Box::pin(async move { c.put(&location, PutPayload::from(bytes)).await }))
+            .await??;
+        self.metrics.columnar_files_published.inc();
+        Ok(())
     }
 
     /// Downloads `table/sum` to `path` (aside, then renamed) if its bytes
@@ -185,6 +265,15 @@ impl Shared {
                     .collect::<Result<_, _>>()?;
             }
         }
+        if let Some(index) = &m.index {
+            let name = format!("index/{}.parquet", index.sum);
+            if !(whole_files.contains(&name) && known.contains(&name)) {
+                let bytes = bjh_files::read_capped(&held::index_path(dir, index.seq), index.size)
+                    .map_err(io("reading the columnar index"))?;
+                self.put(&name, bytes).await?;
+                whole_files.insert(name);
+            }
+        }
         for seg in &m.segments {
             for (t, ((table, _), sum)) in TABLES.iter().zip(&seg.sums).enumerate() {
                 let name = format!("{table}/{sum}.parquet");
@@ -201,12 +290,7 @@ impl Shared {
                     .unwrap_or(super::MAX_SEGMENT_BYTES);
                 let bytes = bjh_files::read_capped(&seg_path(dir, table, seg.seq), cap)
                     .map_err(io(format!("reading {table} segment {}", seg.seq)))?;
-                let location = self.location(&name);
-                self.run(move |c| {
-                    Box::pin(async move { c.put(&location, PutPayload::from(bytes)).await })
-                })
-                .await??;
-                self.metrics.columnar_files_published.inc();
+                self.put(&name, bytes).await?;
                 whole_files.insert(name);
             }
         }
@@ -225,14 +309,26 @@ impl Shared {
     }
 }
 
-/// The files a manifest names, as `table/sum.parquet`.
+/// The files a manifest names, as `table/sum.parquet` (and its index's,
+/// `index/sum.parquet`).
 fn names(m: &Manifest) -> impl Iterator<Item = String> + '_ {
-    m.segments.iter().flat_map(|s| {
-        TABLES
-            .iter()
-            .zip(&s.sums)
-            .map(|((table, _), sum)| format!("{table}/{sum}.parquet"))
-    })
+    let index = (m.index.iter()).map(|i| format!("index/{}.parquet", i.sum));
+    m.segments
+        .iter()
+        .flat_map(|s| {
+            TABLES
+                .iter()
+                .zip(&s.sums)
+                .map(|((table, _), sum)| format!("{table}/{sum}.parquet"))
+        })
+        .chain(index)
+}
+
+/// Removes the files of segment `seq` from `dir`.
+fn remove_segment(dir: &Path, seq: u64) {
+    for (table, _) in TABLES {
+        let _ = std::fs::remove_file(seg_path(dir, table, seq));
+    }
 }
 
 /// The BLAKE3 hash of a file, in hex.

@@ -328,7 +328,7 @@ impl SqlEngine {
             .await
             .map_err(|e| SqlError::Internal(format!("the jobs table cannot be built: {e}")))?;
         // Batches, not one: joining them would copy every row.
-        batches.push(self.other_jobs(generation).await?);
+        batches.push(self.other_jobs().await?);
         Ok(batches)
     }
 
@@ -350,11 +350,11 @@ impl SqlEngine {
         let completed = built
             .await
             .map_err(|e| SqlError::Internal(format!("the jobs table cannot be built: {e}")))?;
-        Ok((completed, self.other_jobs(generation).await?))
+        Ok((completed, self.other_jobs().await?))
     }
 
     /// The rows of the jobs the store has not completed.
-    async fn other_jobs(&self, generation: &Arc<Generation>) -> Result<RecordBatch, SqlError> {
+    async fn other_jobs(&self) -> Result<RecordBatch, SqlError> {
         let store = &self.store;
         // The completed jobs come from the store; the rest from the source.
         let query = ListQuery {
@@ -392,7 +392,8 @@ impl SqlEngine {
                 stages: e.num_stages,
                 completed_stages: e.completed_stages,
                 log_size: store.log_len(row.facts.job_id()),
-                totals: generation.totals.get(row.facts.job_id()),
+                // The columnar history holds completed jobs alone.
+                totals: None,
             })
             .collect();
         Ok(jobs_batch(&lines))
@@ -422,7 +423,7 @@ impl SqlEngine {
                 files += 1;
             }
         }
-        let tasks: i64 = generation.totals.values().map(|t| t.tasks).sum();
+        let tasks = generation.task_rows;
         Ok(format!(
             "exported {} jobs and {tasks} task attempts to {} ({files} Parquet files)",
             jobs.num_rows(),
@@ -698,7 +699,7 @@ fn completed_jobs(
     *kept = None;
     // Written as the store's walk reads the jobs: a batch's rows at a
     // time in memory, however many jobs the store keeps on disk.
-    let written = store.with_completed(|jobs| {
+    let written = store.with_completed_by_id(|jobs| {
         jobs_file::JobsFile::write(root, completed_batches(jobs, generation))
     });
     let rows = match written {
@@ -720,16 +721,18 @@ fn completed_jobs(
 /// The completed jobs' rows, built from the store's summaries, in
 /// batches.
 fn completed_rows(store: &bjh_store::LogStore, generation: &Generation) -> Vec<RecordBatch> {
-    store.with_completed(|jobs| completed_batches(jobs, generation).collect())
+    store.with_completed_by_id(|jobs| completed_batches(jobs, generation).collect())
 }
 
-/// The rows of the jobs a walk gives, in batches of [`JOBS_BATCH`] (the
-/// last shorter, and one even when there are none), each built when it
-/// is asked for.
+/// The rows of the jobs a walk by id gives, in batches of [`JOBS_BATCH`]
+/// (the last shorter, and one even when there are none), each built when
+/// it is asked for, with the totals the columnar index holds (read beside
+/// the walk, in step: by id).
 fn completed_batches<'a>(
     jobs: &'a mut dyn Iterator<Item = Arc<bjh_store::JobSummary>>,
     generation: &'a Generation,
 ) -> impl Iterator<Item = RecordBatch> + 'a {
+    let mut totals = generation.totals();
     let mut done = false;
     std::iter::from_fn(move || {
         if done {
@@ -737,15 +740,17 @@ fn completed_batches<'a>(
         }
         let chunk: Vec<_> = (&mut *jobs).take(JOBS_BATCH).collect();
         done = chunk.len() < JOBS_BATCH;
-        let lines: Vec<JobLine<'_>> = chunk
-            .iter()
-            .map(|s| JobLine {
+        let held: Vec<_> = (chunk.iter())
+            .map(|s| totals.get(JobFacts::job_id(&**s)))
+            .collect();
+        let lines: Vec<JobLine<'_>> = (chunk.iter().zip(&held))
+            .map(|(s, t)| JobLine {
                 facts: &**s as &dyn JobFacts,
                 job_status: s.job_status(),
                 stages: s.num_stages,
                 completed_stages: s.completed_stages,
                 log_size: Some(s.log_len()),
-                totals: generation.totals.get(JobFacts::job_id(&**s)),
+                totals: t.as_ref(),
             })
             .collect();
         Some(jobs_batch(&lines))
@@ -851,10 +856,7 @@ mod tests {
                 .unwrap();
             runtime.block_on(async move {
                 let building = tokio::spawn(async move {
-                    let generation = Arc::new(Generation {
-                        files: Default::default(),
-                        totals: Default::default(),
-                    });
+                    let generation = Arc::new(Generation::default());
                     asking
                         .jobs_table(&generation)
                         .await
@@ -877,8 +879,9 @@ mod tests {
     }
 
     /// The `jobs` rows (as the file and as rows) are the store's jobs,
-    /// newest queued first, built a batch at a time ([`JOBS_BATCH`] is 3
-    /// here: ten jobs are four batches).
+    /// by id (the columnar index's order, read beside them), built a
+    /// batch at a time ([`JOBS_BATCH`] is 3 here: ten jobs are four
+    /// batches).
     #[test]
     fn the_jobs_rows_are_built_a_batch_at_a_time_in_the_walks_order() {
         use datafusion::arrow::array::AsArray;
@@ -909,9 +912,9 @@ mod tests {
         write(6..10);
         store.rescan();
         assert_eq!((store.spilled(), store.len()), (6, 10));
-        let mut want: Vec<u64> = (0..10).collect();
-        want.sort_by_key(|&i| std::cmp::Reverse(queued(i)));
-        let want: Vec<String> = want.iter().map(|i| format!("job-{i}")).collect();
+        // Queued in another order: by id, not as queued.
+        assert!((0..9).any(|i| queued(i) > queued(i + 1)));
+        let want: Vec<String> = (0..10).map(|i| format!("job-{i}")).collect();
         let ids = |batches: &[RecordBatch]| -> Vec<String> {
             (batches.iter())
                 .flat_map(|b| {
@@ -922,10 +925,7 @@ mod tests {
                 })
                 .collect()
         };
-        let generation = Generation {
-            files: Default::default(),
-            totals: Default::default(),
-        };
+        let generation = Generation::default();
         let rows = completed_rows(&store, &generation);
         assert_eq!(rows.len(), 4);
         assert_eq!(ids(&rows), want);
@@ -959,10 +959,7 @@ mod tests {
         let root = dir.path().join("columnar");
         std::fs::create_dir(&root).unwrap();
         let kept = parking_lot::Mutex::new(None);
-        let generation = Arc::new(Generation {
-            files: Default::default(),
-            totals: Default::default(),
-        });
+        let generation = Arc::new(Generation::default());
         let file = |c: Completed| match c {
             Completed::File(f) => f,
             Completed::Rows(_) => panic!("rows, not a file"),
@@ -972,10 +969,7 @@ mod tests {
         assert!(Arc::ptr_eq(&first, &again), "kept while nothing changed");
         // Another generation: built again, the first file kept for the
         // query that holds it, then gone.
-        let other = Arc::new(Generation {
-            files: Default::default(),
-            totals: Default::default(),
-        });
+        let other = Arc::new(Generation::default());
         let second = file(completed_jobs(&kept, &store, &other, &root));
         assert_ne!(first.relative, second.relative);
         let first_path = root.join(&first.relative);

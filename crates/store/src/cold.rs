@@ -1157,6 +1157,14 @@ mod tests {
         assert_eq!(got, want);
         let some = s.with_completed_by_query(2..=u64::MAX, |jobs| jobs.count());
         assert_eq!(some, want.iter().filter(|j| j.0 >= 2).count());
+        // By id: the plain store's jobs sorted by id, catalog and
+        // segments merged.
+        let by_id: Vec<String> =
+            s.with_completed_by_id(|jobs| jobs.map(|j| j.job_id().to_string()).collect());
+        let mut want: Vec<String> =
+            oracle.with_completed(|jobs| jobs.map(|j| j.job_id().to_string()).collect());
+        want.sort();
+        assert_eq!(by_id, want);
     }
 
     /// Paged a few at a time from the catalog and the segments, the

@@ -570,6 +570,26 @@ impl LogStore {
         f(&mut all)
     }
 
+    /// Runs `f` over the completed jobs by id (bytewise), as the store
+    /// held them when the walk began: as [`LogStore::with_completed`]
+    /// walks, holding no lock while `f` runs, reading each segment's
+    /// order by id a block at a time. A caller joining the jobs with a
+    /// list sorted by id reads both in step.
+    pub fn with_completed_by_id<T>(
+        &self,
+        f: impl FnOnce(&mut dyn Iterator<Item = Arc<JobSummary>>) -> T,
+    ) -> T {
+        let (mut hot, cold) = self.walk_copies(|_| true);
+        hot.sort_unstable_by(|a, b| a.job_id().cmp(b.job_id()));
+        let Some(cold) = cold else {
+            return f(&mut hot.into_iter());
+        };
+        let below = (cold.jobs_by_id()).filter_map(|j| j.map_err(|e| self.cold_failed(&e)).ok());
+        use itertools::Itertools;
+        let mut all = (hot.into_iter()).merge_by(below, |a, b| a.job_id() <= b.job_id());
+        f(&mut all)
+    }
+
     /// What a walk reads: the catalog's jobs `keep` accepts (shared, in
     /// the default order) and a copy of the segments, both taken under
     /// the catalog's lock, so that a move's swap cannot fall between them.

@@ -35,8 +35,20 @@ fn sooner(
     }
 }
 
+/// Whether `a` comes before `b` in a merge of streams by id (an error
+/// first, as in [`sooner`]).
+fn lower_id(
+    a: &Result<Arc<JobSummary>, IndexError>,
+    b: &Result<Arc<JobSummary>, IndexError>,
+) -> bool {
+    match (a, b) {
+        (Ok(a), Ok(b)) => a.job_id() < b.job_id(),
+        (a, _) => a.is_err(),
+    }
+}
+
 /// Whether `a` comes before `b` in a merge of streams by query hash (an
-/// error first, as in [`sooner`]).
+/// error first).
 fn lower_hash(
     a: &Result<Arc<JobSummary>, IndexError>,
     b: &Result<Arc<JobSummary>, IndexError>,
@@ -472,6 +484,21 @@ impl Layered {
         head.into_iter().map(Ok).merge_by(below, lower_hash)
     }
 
+    /// Every job by id (bytewise): the head's and each segment's (not
+    /// hidden), merged as they are read, as [`Layered::jobs_by_query`].
+    pub fn jobs_by_id(&self) -> impl Iterator<Item = Result<Arc<JobSummary>, IndexError>> + '_ {
+        let mut head: Vec<Arc<JobSummary>> = self.head.values().cloned().collect();
+        head.sort_unstable_by(|a, b| a.job_id().cmp(b.job_id()));
+        let shown = |j: &Result<Arc<JobSummary>, IndexError>| {
+            j.as_ref()
+                .map_or(true, |j| !self.hidden.contains_key(j.job_id()))
+        };
+        let below = (self.segments.iter()).map(move |s| s.jobs_by_id().filter(shown));
+        use itertools::Itertools;
+        let below = itertools::kmerge_by(below, lower_id);
+        head.into_iter().map(Ok).merge_by(below, lower_id)
+    }
+
     /// The jobs that ran at some time in `[from, to)` (started before
     /// `to`, ended, or started, at or after `from`) and others of the
     /// same blocks: the head's, then the segments' blocks whose
@@ -683,6 +710,12 @@ mod tests {
         got.sort();
         want.sort();
         assert_eq!(got, want, "round {round}: by query {hashes:?}");
+        // By id: every job shown, in the ids' byte order.
+        let by_id: Vec<bytes::Bytes> = (layered.jobs_by_id()).map(|j| j.unwrap().entry()).collect();
+        let mut want = jobs.clone();
+        want.sort_by(|a, b| a.job_id().as_bytes().cmp(b.job_id().as_bytes()));
+        let want: Vec<bytes::Bytes> = want.iter().map(|j| j.entry()).collect();
+        assert_eq!(by_id, want, "round {round}: by id");
         let names: Vec<String> = jobs.iter().map(|j| j.file_name().to_string()).collect();
         let mut listed = listing(&jobs, r);
         // Logs of jobs removed (or renamed by a replacement) listed again:

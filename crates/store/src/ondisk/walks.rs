@@ -1,9 +1,11 @@
 //! A segment's jobs walked in its order by query hash: each query's runs
 //! one after another, so that a caller grouping by query (the recurring
 //! queries, the what-if accuracy route's pairs) keeps one query's runs at
-//! a time rather than every query's. The order is one of the three each
-//! segment already holds; the walk reads it a block of row numbers at a
-//! time, then each row and its record.
+//! a time rather than every query's; and in its order by id, so that a
+//! caller joining the jobs with another list sorted by id (the columnar
+//! history's index of the jobs it holds) reads both once, in step. The
+//! orders are two of the three each segment already holds; a walk reads
+//! one a block of row numbers at a time, then each row and its record.
 
 use super::{BLOCK, Perm, Segment, partition};
 use crate::snapshot::IndexError;
@@ -40,6 +42,19 @@ impl Segment {
             }
         });
         failed.into_iter().chain(blocks)
+    }
+
+    /// Every job, by id (bytewise), as [`Segment::jobs_by_query`] walks.
+    pub(super) fn jobs_by_id(
+        &self,
+    ) -> impl Iterator<Item = Result<Arc<JobSummary>, IndexError>> + '_ {
+        (0..self.rows).step_by(BLOCK).flat_map(move |at| {
+            let n = BLOCK.min(self.rows - at);
+            match self.rows_of(Perm::Id, at, n) {
+                Ok(rows) => rows.into_iter().map(|row| self.summary(row)).collect(),
+                Err(e) => vec![Err(e)],
+            }
+        })
     }
 
     /// The row numbers `at..at + n` of the order `which`, in one read,
