@@ -359,6 +359,24 @@ fn columnar_alone(n: usize) {
             assert_eq!(bjh_columnar::bench::round(&store, &held).unwrap(), (0, 0));
         },
     );
+    for k in [10, 1_000] {
+        // `k` jobs the journal names, spread over the ids.
+        let mut changed: Vec<String> = store.with_completed_by_id(|jobs| {
+            jobs.step_by(n / k)
+                .map(|j| j.job_id().to_string())
+                .collect()
+        });
+        changed.truncate(k);
+        walks(
+            &format!(
+                "a refresh from the journal: {k} jobs changed, beside the index's rows near them"
+            ),
+            &|| {
+                let got = bjh_columnar::bench::round_changed(&store, &held, &changed).unwrap();
+                assert_eq!(got, (0, 0));
+            },
+        );
+    }
     walks("the `jobs` table's totals: by id beside the index", &|| {
         assert_eq!(bjh_columnar::bench::totals_by_id(&store, &held), n);
     });

@@ -24,7 +24,9 @@
 //! segment the manifest does not list (one dropped as damaged) is left
 //! out, so its job is read from its log again.
 
-use super::{ColumnarError, JobTotals, ROW_GROUP, io};
+#[cfg(not(test))]
+use super::ROW_GROUP;
+use super::{ColumnarError, JobTotals, io};
 use datafusion::arrow::array::{
     Array, ArrayRef, Int64Array, Int64Builder, RecordBatch, StringArray, StringBuilder,
     UInt64Array, UInt64Builder,
@@ -46,6 +48,12 @@ pub(super) const ROUND: usize = 100_000;
 pub(super) const ROUND: usize = 40;
 /// Rows read or written at once.
 const BATCH: usize = 4096;
+/// Rows of a row group of the index (a read near some ids reads the
+/// groups whose range holds one).
+#[cfg(not(test))]
+const GROUP: usize = ROW_GROUP;
+#[cfg(test)]
+const GROUP: usize = 16;
 
 static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
     Arc::new(Schema::new(vec![
@@ -95,12 +103,36 @@ struct Columns {
 impl Reader {
     /// The file at `path`, opened as a planted file is (no link, no FIFO).
     pub(crate) fn open(path: &Path) -> Result<Self, ColumnarError> {
+        Self::open_with(path, None)
+    }
+
+    /// The file at `path`, but only its row groups whose ids' range holds
+    /// one of `ids` (sorted): the rows of `ids` and others near them.
+    pub(crate) fn open_near(path: &Path, ids: &[String]) -> Result<Self, ColumnarError> {
+        Self::open_with(path, Some(ids))
+    }
+
+    fn open_with(path: &Path, near: Option<&[String]>) -> Result<Self, ColumnarError> {
         let (file, _) = bjh_files::open_regular(path).map_err(io("opening the columnar index"))?;
-        let batches = ParquetRecordBatchReaderBuilder::try_new(file)?
-            .with_batch_size(BATCH)
-            .build()?;
+        let mut builder = ParquetRecordBatchReaderBuilder::try_new(file)?.with_batch_size(BATCH);
+        if let Some(ids) = near {
+            let groups: Vec<usize> = (builder.metadata().row_groups().iter().enumerate())
+                .filter(|(_, g)| {
+                    let stats = g.column(0).statistics();
+                    match stats.map(|s| (s.min_bytes_opt(), s.max_bytes_opt())) {
+                        Some((Some(lo), Some(hi))) => {
+                            let i = ids.partition_point(|id| id.as_bytes() < lo);
+                            ids.get(i).is_some_and(|id| id.as_bytes() <= hi)
+                        }
+                        _ => true,
+                    }
+                })
+                .map(|(i, _)| i)
+                .collect();
+            builder = builder.with_row_groups(groups);
+        }
         Ok(Self {
-            batches,
+            batches: builder.build()?,
             columns: None,
             at: 0,
             last: None,
@@ -203,6 +235,16 @@ pub(super) struct Diff {
     pub(super) more: bool,
 }
 
+/// The rows of `held` (and its error) in the segments of `live`.
+fn of_live(
+    held: Option<Reader>,
+    live: &HashSet<u64>,
+) -> std::iter::Peekable<impl Iterator<Item = Result<Held, ColumnarError>> + '_> {
+    (held.into_iter().flatten())
+        .filter(|h| h.as_ref().map_or(true, |h| live.contains(&h.seq)))
+        .peekable()
+}
+
 /// Reads the store's job ids (`completed`, by id) beside the index's rows
 /// (`held`, by id; those of segments not in `live` left out): the ids the
 /// index lacks and `wanted` accepts are new, the rows whose ids the store
@@ -215,11 +257,7 @@ pub(super) fn reconcile(
     live: &HashSet<u64>,
     mut wanted: impl FnMut(&str) -> bool,
 ) -> Result<Diff, ColumnarError> {
-    let mut held = held
-        .into_iter()
-        .flatten()
-        .filter(|h| h.as_ref().map_or(true, |h| live.contains(&h.seq)))
-        .peekable();
+    let mut held = of_live(held, live);
     let mut diff = Diff::default();
     let mut last_held: Option<String> = None;
     let mut id = completed.next();
@@ -255,6 +293,37 @@ pub(super) fn reconcile(
             id = completed.next();
         }
     }
+}
+
+/// [`reconcile`] for the jobs `changed` alone (sorted, each once: those
+/// the store's journal says were added or removed), beside the index's
+/// rows near them: a changed id `listed` and not held (and `wanted`) is
+/// new, one held and not listed is gone. Never more than `changed` of
+/// either, so never `more`.
+pub(super) fn reconcile_changed(
+    changed: &[String],
+    held: Option<Reader>,
+    live: &HashSet<u64>,
+    listed: impl Fn(&str) -> bool,
+    mut wanted: impl FnMut(&str) -> bool,
+) -> Result<Diff, ColumnarError> {
+    let mut held = of_live(held, live);
+    let mut diff = Diff::default();
+    for id in changed {
+        let mut holding = None;
+        while let Some(h) = held.next_if(|h| h.as_ref().map_or(true, |h| h.id <= *id)) {
+            let h = h?;
+            if h.id == *id {
+                holding = Some(h.seq);
+            }
+        }
+        match (listed(id), holding) {
+            (true, None) if wanted(id) => diff.new.push(id.clone()),
+            (false, Some(seq)) => drop(diff.gone.entry(seq).or_default().insert(id.clone())),
+            _ => {}
+        }
+    }
+    Ok(diff)
 }
 
 /// The index as a round leaves it: the rows of the one before, their
@@ -334,7 +403,7 @@ pub(super) fn write(
             hasher: blake3::Hasher::new(),
         };
         let props = datafusion::parquet::file::properties::WriterProperties::builder()
-            .set_max_row_group_row_count(Some(ROW_GROUP))
+            .set_max_row_group_row_count(Some(GROUP))
             .build();
         let mut writer = ArrowWriter::try_new(out, SCHEMA.clone(), Some(props))?;
         loop {
@@ -519,6 +588,64 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// For the ids the journal names, a round read near them finds what
+    /// set differences find: changed, listed and not held in a live
+    /// segment (and wanted) is new; changed, held and not listed is gone;
+    /// nothing else, whatever the index holds beyond them. The index has
+    /// row groups of 16 rows here, so the read near the ids skips most.
+    #[test]
+    fn a_round_over_the_changed_jobs_finds_what_set_differences_find() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = rng(23);
+        for case in 0..200 {
+            let ids: Vec<String> = (0..300).map(|i| format!("j{i:04}")).collect();
+            let mut index: BTreeMap<String, u64> = BTreeMap::new();
+            for id in &ids {
+                if r(2) == 0 {
+                    index.insert(id.clone(), r(5));
+                }
+            }
+            let path = dir.path().join(format!("i{case}"));
+            let rows = (index.iter()).map(|(id, &seq)| Ok(row(id, seq, 1)));
+            write(&path, rows).unwrap();
+            let mut changed: Vec<String> =
+                (0..r(30)).map(|_| ids[r(300) as usize].clone()).collect();
+            changed.sort();
+            changed.dedup();
+            let listed: HashSet<String> = ids.iter().filter(|_| r(2) == 0).cloned().collect();
+            let live: HashSet<u64> = (0..5).filter(|_| r(5) > 0).collect();
+            let unwanted = |id: &str| id.ends_with('3');
+            let held = |id: &String| index.get(id).filter(|s| live.contains(s));
+            let want_new: Vec<String> = (changed.iter())
+                .filter(|id| listed.contains(*id) && held(id).is_none() && !unwanted(id))
+                .cloned()
+                .collect();
+            let mut want_gone: HashMap<u64, HashSet<String>> = HashMap::new();
+            for id in &changed {
+                if let Some(seq) = held(id).filter(|_| !listed.contains(id)) {
+                    want_gone.entry(*seq).or_default().insert(id.clone());
+                }
+            }
+            let diff = reconcile_changed(
+                &changed,
+                Some(Reader::open_near(&path, &changed).unwrap()),
+                &live,
+                |id| listed.contains(id),
+                |id| !unwanted(id),
+            )
+            .unwrap();
+            assert_eq!(diff.new, want_new, "case {case}");
+            assert_eq!(diff.gone, want_gone, "case {case}");
+            assert!(!diff.more);
+        }
+        // The read near one id reads one row group of 16, not the 300.
+        let path = dir.path().join("all");
+        let ids: Vec<String> = (0..300).map(|i| format!("j{i:04}")).collect();
+        write(&path, ids.iter().map(|id| Ok(row(id, 0, 1)))).unwrap();
+        let near = Reader::open_near(&path, &ids[100..101]).unwrap().count();
+        assert_eq!(near, 16);
     }
 
     /// An index whose ids are out of order, or name a job twice, is an

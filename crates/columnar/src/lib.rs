@@ -318,6 +318,10 @@ struct State {
     /// The published files known whole: fetched and checked, or uploaded
     /// by this process.
     remote_files: HashSet<String>,
+    /// Where the store's journal stood at the last refresh (`rounds`).
+    journal: Option<rounds::Journal>,
+    /// Refreshes that read every job (for the tests).
+    full_reads: u64,
 }
 
 impl Columnar {
@@ -412,6 +416,8 @@ impl Columnar {
                 seen: None,
                 published: false,
                 remote_files: HashSet::new(),
+                journal: None,
+                full_reads: 0,
             }),
             retired: Mutex::new(Vec::new()),
         }
@@ -465,12 +471,16 @@ impl Columnar {
         } else {
             // A job the store no longer lists is not tried again.
             state.unreadable.retain(|id, _| store.contains(id));
+            let mut every = false;
             if let Some(shared) = &shared {
-                changed |= self.start_from_published(state, shared).await;
+                every |= self.start_from_published(state, shared).await;
             }
             state.again = false;
-            changed |= self.forget_damaged(state);
-            changed |= self.catch_up(state, store).await?;
+            // Segments dropped or fetched: their jobs are not in the
+            // journal, so every job is read.
+            every |= self.forget_damaged(state);
+            changed |= every;
+            changed |= self.catch_up(state, store, every).await?;
         }
         state.seen = version.filter(|_| !state.again);
         if changed {
@@ -788,6 +798,26 @@ pub mod bench {
             let mut ids = jobs.map(|j| bjh_store::query::JobFacts::job_id(&*j).to_string());
             held::reconcile(&mut ids, Some(held::Reader::open(path)?), &live, |_| true)
         })?;
+        Ok((diff.new.len(), diff.gone.values().map(HashSet::len).sum()))
+    }
+
+    /// A refresh's round over the jobs `changed` alone (sorted, as the
+    /// store's journal gives them) and the index's rows near them: how
+    /// many are new and how many gone.
+    pub fn round_changed(
+        store: &LogStore,
+        path: &Path,
+        changed: &[String],
+    ) -> Result<(usize, usize), ColumnarError> {
+        let live = HashSet::from([0]);
+        let held = held::Reader::open_near(path, changed)?;
+        let diff = held::reconcile_changed(
+            changed,
+            Some(held),
+            &live,
+            |id| store.contains(id),
+            |_| true,
+        )?;
         Ok((diff.new.len(), diff.gone.values().map(HashSet::len).sum()))
     }
 

@@ -1,5 +1,7 @@
 //! A refresh's rounds: each reads the store's jobs by id beside the index
-//! (`held`), rewrites the segments holding jobs the store no longer lists
+//! (`held`) (or, when the store's journal knows what changed since the
+//! last refresh, only those jobs beside the index's rows near them),
+//! rewrites the segments holding jobs the store no longer lists
 //! and merges small ones, writes segments for the jobs no segment holds
 //! (from the writer's records, else from their logs), and writes the index
 //! as the round leaves it. A round takes [`held::ROUND`] new or gone jobs
@@ -9,6 +11,19 @@
 use super::*;
 use held::{Diff, Reader, Rewrite};
 
+/// How long a refresh goes on from the store's journal before it reads
+/// every job again (the journal is kept right by tests; this bounds what
+/// a change it missed could cost).
+pub(super) const FULL_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Where the store's journal stood when the files were last brought up
+/// to it, and when every job was last read.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Journal {
+    at: u64,
+    full: std::time::Instant,
+}
+
 impl Columnar {
     /// Rounds until the segments hold every completed job the store lists
     /// (but logs that failed and are not due) and none other. Whether
@@ -17,8 +32,94 @@ impl Columnar {
         &self,
         state: &mut State,
         store: &Arc<LogStore>,
+        every: bool,
+    ) -> Result<bool, ColumnarError> {
+        if !every && let Some(changed) = self.catch_up_changes(state, store).await? {
+            return Ok(changed);
+        }
+        // Where the journal stands before the walk: what changes during it
+        // is read again by the next refresh.
+        let (at, started) = (store.changes_at(), std::time::Instant::now());
+        state.journal = None;
+        let changed = self.catch_up_every(state, store).await?;
+        if !state.again {
+            state.journal = Some(Journal { at, full: started });
+        }
+        Ok(changed)
+    }
+
+    /// [`Columnar::catch_up`] from the store's journal: the jobs added or
+    /// removed since the last refresh (and the logs that failed and are
+    /// due) compared with the index's rows near them, in one round, no job
+    /// walked. `None` when the journal does not know (a first refresh, a
+    /// restart, more than a round's changes, a change in bulk), or when
+    /// [`FULL_EVERY`] passed since every job was last read: then every
+    /// job is read.
+    async fn catch_up_changes(
+        &self,
+        state: &mut State,
+        store: &Arc<LogStore>,
+    ) -> Result<Option<bool>, ColumnarError> {
+        let Some(seen) = state.journal else {
+            return Ok(None);
+        };
+        if seen.full.elapsed() > FULL_EVERY {
+            return Ok(None);
+        }
+        let Some((mut ids, end)) = store.changed_since(seen.at) else {
+            return Ok(None);
+        };
+        let now = std::time::Instant::now();
+        let due = (state.unreadable.iter())
+            .filter(|(_, (_, at))| *at <= now)
+            .map(|(id, _)| id.clone())
+            .take(RETRIES_PER_REFRESH);
+        ids.extend(due);
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.len() > held::ROUND {
+            return Ok(None);
+        }
+        let waiting: HashSet<String> = (state.unreadable.iter())
+            .filter(|(_, (_, at))| *at > now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let index = (state.manifest.index.as_ref()).map(|i| held::index_path(&self.dir, i.seq));
+        let (live, listing) = (state.manifest.live(), store.clone());
+        let diff = tokio::task::spawn_blocking(move || {
+            let held = index
+                .as_deref()
+                .map(|p| Reader::open_near(p, &ids))
+                .transpose()?;
+            held::reconcile_changed(
+                &ids,
+                held,
+                &live,
+                |id| listing.contains(id),
+                |id| !waiting.contains(id),
+            )
+        })
+        .await?;
+        // A damaged index: every job is read, and the damage dealt with.
+        let Ok(diff) = diff else {
+            return Ok(None);
+        };
+        let this = self.apply(state, store, diff).await?;
+        state.journal = (!state.again).then_some(Journal {
+            at: end,
+            full: seen.full,
+        });
+        Ok(Some(this))
+    }
+
+    /// Rounds over every job (below).
+    async fn catch_up_every(
+        &self,
+        state: &mut State,
+        store: &Arc<LogStore>,
     ) -> Result<bool, ColumnarError> {
         let (mut changed, mut retries) = (false, 0);
+        state.full_reads += 1;
         loop {
             let diff = match self.reconcile(state, store, &mut retries).await? {
                 Ok(diff) => diff,
@@ -31,22 +132,35 @@ impl Columnar {
                     continue;
                 }
             };
-            let mut round = Rewrite::new();
-            let mut this = self.rewrite_and_merge(state, diff.gone, &mut round).await?;
-            let mut new = diff.new;
-            this |= self.add_written(state, &mut new, &mut round).await?;
-            this |= self.add_from_logs(state, store, &new, &mut round).await?;
-            if this {
-                self.write_index(state, round).await;
-            }
-            changed |= this;
+            let more = diff.more;
+            changed |= self.apply(state, store, diff).await?;
             // Each round's new jobs are held after it or wait to be read
             // again, so the next round takes others; a merge that failed
             // would fail again: left to the next refresh.
-            if !diff.more || state.again {
+            if !more || state.again {
                 return Ok(changed);
             }
         }
+    }
+
+    /// Makes one round's difference: segments rewritten without the jobs
+    /// gone, new ones written, the index written as they leave it.
+    /// Whether anything changed.
+    async fn apply(
+        &self,
+        state: &mut State,
+        store: &Arc<LogStore>,
+        diff: Diff,
+    ) -> Result<bool, ColumnarError> {
+        let mut round = Rewrite::new();
+        let mut this = self.rewrite_and_merge(state, diff.gone, &mut round).await?;
+        let mut new = diff.new;
+        this |= self.add_written(state, &mut new, &mut round).await?;
+        this |= self.add_from_logs(state, store, &new, &mut round).await?;
+        if this {
+            self.write_index(state, round).await;
+        }
+        Ok(this)
     }
 
     /// One round's difference between the store and the index, read on
@@ -281,6 +395,10 @@ impl Columnar {
                 );
                 let _ = std::fs::remove_file(&path);
                 self.forget_all(state);
+                // Their jobs are not in the store's journal: the next
+                // refresh reads every job.
+                state.again = true;
+                state.journal = None;
             }
         }
     }
@@ -294,6 +412,11 @@ mod tests {
     /// Copies of the upstream fixtures, each under a new id: `copies` of
     /// each; gives each job's task records, counted in its log.
     fn logs(dir: &Path, copies: usize) -> BTreeMap<String, i64> {
+        logs_as(dir, copies, "")
+    }
+
+    /// [`logs`], each id starting with `tag`.
+    fn logs_as(dir: &Path, copies: usize, tag: &str) -> BTreeMap<String, i64> {
         let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/upstream");
         let mut tasks = BTreeMap::new();
         for entry in std::fs::read_dir(fixtures).unwrap() {
@@ -308,7 +431,7 @@ mod tests {
                 .filter(|l| l.contains(r#""ev":"TaskEnd""#))
                 .count();
             for k in 0..copies {
-                let new = format!("{k:03}{}", &id[3..]);
+                let new = format!("{tag}{k:03}{}", &id[3..]);
                 std::fs::write(dir.join(format!("{new}.eventlog")), text.replace(id, &new))
                     .unwrap();
                 tasks.insert(new, n as i64);
@@ -351,7 +474,9 @@ mod tests {
     }
 
     /// Through rounds of at most `ROUND` new jobs (120 here), logs gone
-    /// (retention), a damaged index and a manifest of version 1, every
+    /// (retention) and new ones (read from the store's journal, then, past
+    /// a round's worth, by a walk), a damaged index and a manifest of
+    /// version 1, every
     /// completed job's task rows are held once and its totals read back by
     /// id; the manifest names no job. The oracle: each log's task records,
     /// counted in the text.
@@ -389,6 +514,33 @@ mod tests {
         let g = columnar.refresh(&store, false).await.unwrap();
         holds(&g, &want, "after retention");
         assert!(g.totals().get(&gone[0]).is_none());
+        // New logs, fewer than a round: read from the journal, no walk.
+        let more = logs_as(dir.path(), 2, "new");
+        want.extend(more);
+        store.rescan();
+        let g = columnar.refresh(&store, false).await.unwrap();
+        holds(&g, &want, "new logs");
+        assert_eq!(
+            columnar.state.lock().await.full_reads,
+            1,
+            "the retention and the new logs: from the journal"
+        );
+        // More than a round's changes: every job read.
+        for id in want
+            .keys()
+            .skip(1)
+            .step_by(2)
+            .take(held::ROUND + 1)
+            .cloned()
+            .collect::<Vec<_>>()
+        {
+            std::fs::remove_file(dir.path().join(format!("{id}.eventlog"))).unwrap();
+            want.remove(&id);
+        }
+        store.rescan();
+        let g = columnar.refresh(&store, false).await.unwrap();
+        holds(&g, &want, "many gone");
+        assert_eq!(columnar.state.lock().await.full_reads, 2);
         // The index damaged: every job read from its log again, once.
         let read = metrics.columnar_logs_read.get();
         let index_file = g.index.clone().unwrap();

@@ -326,6 +326,7 @@ impl LogStore {
             Ok(held) => {
                 if held {
                     self.cold_version.fetch_add(1, Ordering::Relaxed);
+                    self.journal.note(id);
                 }
                 held
             }
@@ -1045,6 +1046,60 @@ mod tests {
             std::fs::write(dir.join(format!("{id}.eventlog")), log(&id, r)).unwrap();
             ids.push(id);
         }
+    }
+
+    /// Every completed job added or removed since a position the journal
+    /// gave (new logs, deleted, made unreadable, forgotten, moved to the
+    /// segments and hidden there) is among the ids it gives for that
+    /// position, or it gives none (fallen behind). The oracle: the store's
+    /// completed ids walked at each position and at the end.
+    #[test]
+    fn the_journal_names_every_job_added_or_removed_since_a_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill = tempfile::tempdir().unwrap();
+        let s = plain(dir.path()).with_spill(spill.path().join("segments"), 30);
+        let mut r = below(83);
+        let mut ids: Vec<String> = Vec::new();
+        let ids_now = |s: &LogStore| -> HashSet<String> {
+            s.with_completed(|jobs| jobs.map(|j| j.job_id().to_string()).collect())
+        };
+        let mut seen = Vec::new();
+        for round in 0..16 {
+            write_logs(
+                dir.path(),
+                1 + r(10) as usize,
+                &format!("r{round}"),
+                &mut ids,
+                &mut r,
+            );
+            for _ in 0..r(4) {
+                let id = ids[r(ids.len() as u64) as usize].clone();
+                let path = dir.path().join(format!("{id}.eventlog"));
+                match r(3) {
+                    0 => drop(std::fs::remove_file(path)),
+                    1 if path.exists() => std::fs::write(path, "not a log\n").unwrap(),
+                    _ => s.forget(&id),
+                }
+            }
+            s.rescan();
+            seen.push((s.changes_at(), ids_now(&s)));
+        }
+        assert!(s.spilled() > 0, "moves ran");
+        let now = ids_now(&s);
+        let (mut known, mut behind) = (0, 0);
+        for (at, then) in &seen {
+            match s.changed_since(*at) {
+                Some((changed, _)) => {
+                    known += 1;
+                    let changed: HashSet<&String> = changed.iter().collect();
+                    for id in then.symmetric_difference(&now) {
+                        assert!(changed.contains(id), "{id} changed since {at}");
+                    }
+                }
+                None => behind += 1,
+            }
+        }
+        assert!(known > 1 && behind > 0, "{known} known, {behind} behind");
     }
 
     /// What a store changes while a spill writes (a segment's job

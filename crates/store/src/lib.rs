@@ -68,6 +68,7 @@ pub mod retention;
 pub mod snapshot;
 
 mod heap;
+pub mod journal;
 mod locate;
 mod location;
 mod orders;
@@ -161,6 +162,8 @@ pub struct LogStore {
     /// costs one ranged read, not two.
     ranges: parking_lot::Mutex<HashMap<Arc<str>, Arc<Ranges>>>,
     catalog: Arc<RwLock<Catalog>>,
+    /// The catalog's journal of changes, reached without its lock.
+    journal: Arc<journal::Journal>,
     ready: AtomicBool,
     metrics: Arc<HistoryMetrics>,
     abandoned_after: Duration,
@@ -231,11 +234,13 @@ impl LogStore {
     /// An empty index of `dir`; call [`LogStore::rescan`] to fill it.
     pub fn new(dir: impl Into<PathBuf>, metrics: Arc<HistoryMetrics>) -> Self {
         heap::fix_thresholds();
+        let catalog = Catalog::default();
         let store = Self {
             dir: dir.into(),
             remote: None,
             ranges: parking_lot::Mutex::new(HashMap::new()),
-            catalog: Arc::new(RwLock::new(Catalog::default())),
+            journal: catalog.journal.clone(),
+            catalog: Arc::new(RwLock::new(catalog)),
             ready: AtomicBool::new(false),
             metrics,
             abandoned_after: DEFAULT_ABANDONED_AFTER,
@@ -568,6 +573,21 @@ impl LogStore {
         use itertools::Itertools;
         let mut all = (hot.into_iter()).merge_by(below, |a, b| a.query_hash() <= b.query_hash());
         f(&mut all)
+    }
+
+    /// Where the journal of changes stands: given to
+    /// [`LogStore::changed_since`] later, it tells which completed jobs
+    /// were added or removed meanwhile.
+    pub fn changes_at(&self) -> u64 {
+        self.journal.position()
+    }
+
+    /// The ids of the completed jobs added or removed since `at` (sorted,
+    /// each once; listed now or not), and the position after them; `None`
+    /// when the store no longer knows (more than [`journal::CAP`] changes,
+    /// or one in bulk): a reader reads every job then.
+    pub fn changed_since(&self, at: u64) -> Option<(Vec<String>, u64)> {
+        self.journal.since(at)
     }
 
     /// Runs `f` over the completed jobs by id (bytewise), as the store

@@ -395,6 +395,7 @@ impl LogStore {
             self.dirty.store(true, Ordering::Release);
         }
         index.clear_completed();
+        index.journal.overflow();
         index.unfinished.clear();
         *self.cold.write() = crate::ondisk::Layered::default();
         self.cold_version.fetch_add(1, Ordering::Relaxed);

@@ -681,6 +681,8 @@ pub(super) struct Catalog {
     pub(super) version: u64,
     /// How far the jobs' times lie from their positions, at most.
     pub(super) spread: TimeSpread,
+    /// The ids of the jobs added and removed (`journal`).
+    pub(super) journal: Arc<crate::journal::Journal>,
 }
 
 /// How far a job's position key (its queue time, else its start) lies
@@ -801,6 +803,7 @@ impl Catalog {
             self.by_scheduler.entry(id.clone()).or_default()[summary.state.index()] += 1;
         }
         self.version += 1;
+        self.journal.note(summary.job_id());
         self.jobs.insert(ById(summary));
         new
     }
@@ -819,6 +822,7 @@ impl Catalog {
             }
         }
         self.version += 1;
+        self.journal.note(old.job_id());
         if old.file == FileKind::Named {
             self.odd_names.remove(&*old.file_name());
         }
@@ -853,6 +857,9 @@ impl Catalog {
         self.get(id).filter(|s| s.is_file(name))
     }
 
+    /// Lets go of the completed jobs, noting nothing: a move keeps them
+    /// (in the segments); a caller dropping them from the store calls
+    /// [`crate::journal::Journal::overflow`].
     pub(super) fn clear_completed(&mut self) {
         self.jobs.clear();
         self.order.clear();
@@ -872,6 +879,7 @@ impl Catalog {
     /// ([`LogStore::build_orders_later`]).
     pub(super) fn set_completed(&mut self, sets: CatalogSets) {
         self.version += 1;
+        self.journal.overflow();
         self.jobs = sets.ids;
         self.order = sets.order;
         self.second = SecondOrders::default();
