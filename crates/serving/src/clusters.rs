@@ -30,7 +30,7 @@ pub const MAX_CLUSTERS: usize = 1_000;
 const USAGE_WINDOW_MS: u64 = 86_400_000;
 
 /// One scheduler.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ClusterRow {
     /// The scheduler id; `null` for the jobs whose logs name none
     /// (written by upstream's scheduler).
@@ -61,7 +61,7 @@ pub struct ClusterRow {
 }
 
 /// `GET /api/clusters`' answer.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Clusters {
     /// When it was worked out (epoch ms): the end of the usage window.
     pub now: u64,
@@ -93,9 +93,12 @@ pub(crate) async fn get_clusters(
 
 /// The clusters of the log directory `store`.
 pub async fn clusters_of(store: Arc<LogStore>) -> Result<Clusters, ApiError> {
-    tokio::task::spawn_blocking(move || clusters_now(&store, bjh_format::now_millis()))
+    // Not kept: the answer depends on the time (which cluster is up).
+    crate::walks::shared()
+        .walk(&store, None, "working out the clusters", |store| {
+            clusters_now(store, bjh_format::now_millis())
+        })
         .await
-        .map_err(|e| ApiError::Internal(format!("the clusters cannot be worked out: {e}")))
 }
 
 /// What a scheduler's cluster log shows: its last sight (epoch ms; the

@@ -249,19 +249,20 @@ pub(crate) async fn recurring_queries(
     let Some(store) = store.cloned() else {
         return Err(ApiError::Missing("no log directory here".into()));
     };
-    tokio::task::spawn_blocking(move || {
-        store.with_completed_by_query(1..=u64::MAX, |jobs| {
-            let ran = |j: &Arc<bjh_store::JobSummary>| match &schedulers {
-                None => true,
-                Some(ids) => j
-                    .scheduler_id()
-                    .is_some_and(|id| ids.iter().any(|i| i == id)),
-            };
-            recurring_top(jobs.filter(ran), keep, most_recent)
+    let key = format!("queries {keep} {schedulers:?}");
+    crate::walks::shared()
+        .walk(&store, Some(key), "grouping the queries", move |store| {
+            store.with_completed_by_query(1..=u64::MAX, |jobs| {
+                let ran = |j: &Arc<bjh_store::JobSummary>| match &schedulers {
+                    None => true,
+                    Some(ids) => j
+                        .scheduler_id()
+                        .is_some_and(|id| ids.iter().any(|i| i == id)),
+                };
+                recurring_top(jobs.filter(ran), keep, most_recent)
+            })
         })
-    })
-    .await
-    .map_err(|e| ApiError::Internal(format!("grouping the queries failed: {e}")))
+        .await
 }
 
 /// What the comparison reads of one run.

@@ -48,6 +48,7 @@ pub mod sql_route;
 pub mod timeline;
 pub mod ui;
 pub mod usage;
+pub mod walks;
 pub mod whatif;
 pub mod whatif_sql;
 

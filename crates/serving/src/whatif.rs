@@ -333,11 +333,12 @@ pub(crate) async fn accuracy_kept(
     // The newest pairs, walked query by query: one query's runs in
     // memory at a time.
     let hashes = only.map_or(1..=u64::MAX, |h| h..=h);
-    let pairs: Vec<(Run, Run)> = tokio::task::spawn_blocking(move || {
-        store.with_completed_by_query(hashes, |jobs| newest_pairs(jobs, limit))
-    })
-    .await
-    .map_err(|e| ApiError::Internal(format!("listing the runs failed: {e}")))?;
+    let key = format!("pairs {limit} {hashes:?}");
+    let pairs: Vec<(Run, Run)> = crate::walks::shared()
+        .walk(&store, Some(key), "listing the runs", move |store| {
+            store.with_completed_by_query(hashes, |jobs| newest_pairs(jobs, limit))
+        })
+        .await?;
     let mut works: HashMap<String, Option<Work>> = HashMap::new();
     let mut graded = Vec::with_capacity(pairs.len());
     for (a, b) in pairs {
