@@ -228,7 +228,8 @@ impl Manifest {
     /// A version 1 manifest (every job listed in its segment) made one of
     /// version 2: the jobs written to an index file under `dir`, their
     /// lists let go. Whether it was one; an index that cannot be written
-    /// lets every segment go (their jobs are read from their logs).
+    /// lets every segment go (their files removed, their jobs read from
+    /// their logs).
     fn upgrade(&mut self, dir: &Path) -> bool {
         if self.segments.iter().all(|s| s.jobs.is_none()) {
             return false;
@@ -260,7 +261,12 @@ impl Manifest {
             Ok((size, sum)) => self.index = Some(IndexFile { seq, size, sum }),
             Err(e) => {
                 log::warn!("history: the columnar index cannot be written ({e}); reading the logs");
-                self.segments.clear();
+                // No generation reads them yet: their files go now.
+                for s in self.segments.drain(..) {
+                    for (table, _) in TABLES {
+                        let _ = std::fs::remove_file(seg_path(dir, table, s.seq));
+                    }
+                }
                 self.index = None;
             }
         }
@@ -904,6 +910,36 @@ mod tests {
         );
         columnar.refresh(&store, false).await.unwrap();
         assert_eq!(tries(&*columnar.state.lock().await), vec![2; n]);
+    }
+
+    /// A manifest of version 1 whose index cannot be written (the index's
+    /// folder is a file): its segments are let go and their files
+    /// removed, none left behind.
+    #[test]
+    fn an_upgrade_that_cannot_write_the_index_leaves_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("index"), b"a file, not a folder").unwrap();
+        let jobs = BTreeMap::from([("j1".to_string(), OldTotals::default())]);
+        let mut m = Manifest {
+            version: 1,
+            next_seq: 6,
+            segments: vec![Segment {
+                seq: 5,
+                jobs: Some(jobs),
+                ..Segment::default()
+            }],
+            index: None,
+        };
+        for (table, _) in TABLES {
+            let path = seg_path(dir.path(), table, 5);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, b"PAR1").unwrap();
+        }
+        assert!(m.upgrade(dir.path()));
+        assert!(m.segments.is_empty() && m.index.is_none());
+        for (table, _) in TABLES {
+            assert!(!seg_path(dir.path(), table, 5).exists(), "{table}");
+        }
     }
 
     fn segs(rows: &[u64]) -> Vec<Segment> {

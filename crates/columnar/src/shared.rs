@@ -147,10 +147,9 @@ impl Shared {
             .fetch_index(dir, published.index, &mut fetched, moved, next_seq)
             .await;
         match index {
-            Ok(index) => {
-                whole_files.insert(format!("index/{}.parquet", index.sum));
-                Some((fetched, index))
-            }
+            // Written here (its segments numbered anew): published as
+            // this server's own.
+            Ok(index) => Some((fetched, index)),
             Err(e) => {
                 log::warn!(
                     "history: the columnar index of {} not used ({e}); every job is read from \
