@@ -22,41 +22,41 @@ fn order_key(j: &JobSummary) -> (Reverse<u64>, &str) {
     (Reverse(j.position_key()), j.job_id())
 }
 
-/// Whether `a` comes before `b` in a merge of streams in the default
-/// order: an error first, so that a caller hears of it as soon as it is
-/// met.
+/// Whether `a` comes before `b` in a merge of streams ordered by `key`:
+/// an error first, so that a caller hears of it as soon as it is met.
+fn errors_first<'a, K: Ord>(
+    a: &'a Result<Arc<JobSummary>, IndexError>,
+    b: &'a Result<Arc<JobSummary>, IndexError>,
+    key: impl Fn(&'a JobSummary) -> K,
+) -> bool {
+    match (a, b) {
+        (Ok(a), Ok(b)) => key(a) < key(b),
+        (a, _) => a.is_err(),
+    }
+}
+
+/// [`errors_first`] in the default order.
 fn sooner(
     a: &Result<Arc<JobSummary>, IndexError>,
     b: &Result<Arc<JobSummary>, IndexError>,
 ) -> bool {
-    match (a, b) {
-        (Ok(a), Ok(b)) => order_key(a) < order_key(b),
-        (a, _) => a.is_err(),
-    }
+    errors_first(a, b, order_key)
 }
 
-/// Whether `a` comes before `b` in a merge of streams by id (an error
-/// first, as in [`sooner`]).
+/// [`errors_first`] by id.
 fn lower_id(
     a: &Result<Arc<JobSummary>, IndexError>,
     b: &Result<Arc<JobSummary>, IndexError>,
 ) -> bool {
-    match (a, b) {
-        (Ok(a), Ok(b)) => a.job_id() < b.job_id(),
-        (a, _) => a.is_err(),
-    }
+    errors_first(a, b, JobSummary::job_id)
 }
 
-/// Whether `a` comes before `b` in a merge of streams by query hash (an
-/// error first).
+/// [`errors_first`] by query hash.
 fn lower_hash(
     a: &Result<Arc<JobSummary>, IndexError>,
     b: &Result<Arc<JobSummary>, IndexError>,
 ) -> bool {
-    match (a, b) {
-        (Ok(a), Ok(b)) => a.query_hash() < b.query_hash(),
-        (a, _) => a.is_err(),
-    }
+    errors_first(a, b, |j| j.query_hash())
 }
 
 /// Segments and the changes made since they were written.

@@ -34,23 +34,26 @@ impl Segment {
             Ok((lo, hi)) => (lo, hi, None),
             Err(e) => (0, 0, Some(Err(e))),
         };
-        let blocks = (lo..hi).step_by(BLOCK).flat_map(move |at| {
-            let n = BLOCK.min(hi - at);
-            match self.rows_of(Perm::Query, at, n) {
-                Ok(rows) => rows.into_iter().map(|row| self.summary(row)).collect(),
-                Err(e) => vec![Err(e)],
-            }
-        });
-        failed.into_iter().chain(blocks)
+        failed.into_iter().chain(self.walk(Perm::Query, lo, hi))
     }
 
     /// Every job, by id (bytewise), as [`Segment::jobs_by_query`] walks.
     pub(super) fn jobs_by_id(
         &self,
     ) -> impl Iterator<Item = Result<Arc<JobSummary>, IndexError>> + '_ {
-        (0..self.rows).step_by(BLOCK).flat_map(move |at| {
-            let n = BLOCK.min(self.rows - at);
-            match self.rows_of(Perm::Id, at, n) {
+        self.walk(Perm::Id, 0, self.rows)
+    }
+
+    /// The jobs of entries `lo..hi` of the order `which`, a block of row
+    /// numbers read at a time; a block that cannot be read is one error.
+    fn walk(
+        &self,
+        which: Perm,
+        lo: usize,
+        hi: usize,
+    ) -> impl Iterator<Item = Result<Arc<JobSummary>, IndexError>> + '_ {
+        (lo..hi).step_by(BLOCK).flat_map(move |at| {
+            match self.rows_of(which, at, BLOCK.min(hi - at)) {
                 Ok(rows) => rows.into_iter().map(|row| self.summary(row)).collect(),
                 Err(e) => vec![Err(e)],
             }
