@@ -380,6 +380,32 @@ fn columnar_alone(n: usize) {
     walks("the `jobs` table's totals: by id beside the index", &|| {
         assert_eq!(bjh_columnar::bench::totals_by_id(&store, &held), n);
     });
+    // The SQL `jobs` table's file: built whole (a base: its rows with the
+    // totals beside them, written), and after `k` changes, the file of
+    // those jobs beside the base.
+    let generation = bjh_columnar::bench::generation(&held);
+    let root = dir.path().join("columnar");
+    std::fs::create_dir(&root).unwrap();
+    walks("the SQL `jobs` table built whole (its base file)", &|| {
+        let rows = bjh_sql::jobs_file::bench::jobs_whole(&store, &generation, &root);
+        assert_eq!(rows, n as u64);
+    });
+    for k in [10, 1_000, 16_384] {
+        let mut changed: Vec<String> = store.with_completed_by_id(|jobs| {
+            jobs.step_by(n / k)
+                .map(|j| j.job_id().to_string())
+                .collect()
+        });
+        changed.truncate(k);
+        walks(
+            &format!("the SQL `jobs` table after {k} jobs changed: their file beside the base"),
+            &|| {
+                let rows =
+                    bjh_sql::jobs_file::bench::jobs_changed(&store, &generation, &root, &changed);
+                assert_eq!(rows, k as u64);
+            },
+        );
+    }
     // Before: every job's id and totals in the manifest's map and the
     // generation's (held for as long as the process ran), and a refresh's
     // set of every completed id.

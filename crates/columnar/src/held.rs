@@ -465,8 +465,12 @@ pub struct Totals {
 }
 
 impl Totals {
-    pub(super) fn of(path: Option<&Path>) -> Self {
-        let rows = path.map(Reader::open).transpose().unwrap_or_else(|e| {
+    pub(super) fn of(path: Option<&Path>, near: Option<&[String]>) -> Self {
+        let open = |p| match near {
+            Some(ids) => Reader::open_near(p, ids),
+            None => Reader::open(p),
+        };
+        let rows = path.map(open).transpose().unwrap_or_else(|e| {
             log::warn!("history: the SQL jobs table is built without the task totals: {e}");
             None
         });

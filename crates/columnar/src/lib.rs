@@ -285,6 +285,9 @@ pub struct Generation {
     index: Option<PathBuf>,
     /// Task attempts the segments hold.
     pub task_rows: u64,
+    /// Where the history's journal of changed totals stood when this
+    /// generation was made ([`Columnar::totals_changed_since`]).
+    pub changes_at: u64,
 }
 
 impl Generation {
@@ -292,7 +295,18 @@ impl Generation {
     /// `output_rows`, `scheduler_id` and slot time of `jobs`), asked for
     /// by increasing id.
     pub fn totals(&self) -> Totals {
-        Totals::of(self.index.as_deref())
+        Totals::of(self.index.as_deref(), None)
+    }
+
+    /// [`Generation::totals`] of `ids` (sorted) alone: only the index's
+    /// row groups whose range holds one are read.
+    pub fn totals_near(&self, ids: &[String]) -> Totals {
+        Totals::of(self.index.as_deref(), Some(ids))
+    }
+
+    /// The index file, when the segments hold any job.
+    pub fn index_path(&self) -> Option<&Path> {
+        self.index.as_deref()
     }
 }
 
@@ -306,6 +320,11 @@ pub struct Columnar {
     metrics: Arc<HistoryMetrics>,
     state: tokio::sync::Mutex<State>,
     retired: Mutex<Vec<(Weak<Generation>, PathBuf)>>,
+    /// The ids of the jobs whose index rows were added or dropped (noted
+    /// as each index is written; ended when every segment goes or
+    /// segments are fetched), so that a reader of the totals (the SQL
+    /// `jobs` table) reads again only theirs.
+    changes: bjh_store::journal::Journal,
 }
 
 struct State {
@@ -408,7 +427,7 @@ impl Columnar {
         {
             log::warn!("history: the columnar manifest cannot be written ({e})");
         }
-        let current = Arc::new(generation(&dir, &manifest));
+        let current = Arc::new(generation(&dir, &manifest, 0));
         Self {
             dir,
             _private: private,
@@ -426,7 +445,17 @@ impl Columnar {
                 full_reads: 0,
             }),
             retired: Mutex::new(Vec::new()),
+            changes: bjh_store::journal::Journal::default(),
         }
+    }
+
+    /// The ids of the jobs whose totals (their index rows) changed since
+    /// the generation whose [`Generation::changes_at`] is `at` (sorted,
+    /// each once), and the position after them; `None` when the history
+    /// no longer knows (every segment went or was fetched, or more than
+    /// [`bjh_store::journal::CAP`] changed).
+    pub fn totals_changed_since(&self, at: u64) -> Option<(Vec<String>, u64)> {
+        self.changes.since(at)
     }
 
     /// The folder.
@@ -485,6 +514,9 @@ impl Columnar {
             // Segments dropped or fetched: their jobs are not in the
             // journal, so every job is read.
             every |= self.forget_damaged(state);
+            if every {
+                self.changes.overflow();
+            }
             changed |= every;
             changed |= self.catch_up(state, store, every).await?;
         }
@@ -500,7 +532,11 @@ impl Columnar {
         if changed {
             state.manifest.version = VERSION;
             write_manifest(&self.dir, &state.manifest)?;
-            state.current = Arc::new(generation(&self.dir, &state.manifest));
+            state.current = Arc::new(generation(
+                &self.dir,
+                &state.manifest,
+                self.changes.position(),
+            ));
         }
         self.collect_retired();
         Ok(state.current.clone())
@@ -589,6 +625,7 @@ impl Columnar {
     /// holds them): every job is read from its log again. Whether there
     /// was anything.
     fn forget_all(&self, state: &mut State) -> bool {
+        self.changes.overflow();
         let segments = std::mem::take(&mut state.manifest.segments);
         let index = state.manifest.index.take();
         for s in &segments {
@@ -701,7 +738,7 @@ fn small_groups(segments: &[Segment]) -> Vec<Vec<usize>> {
     groups
 }
 
-fn generation(dir: &Path, m: &Manifest) -> Generation {
+fn generation(dir: &Path, m: &Manifest, changes_at: u64) -> Generation {
     let files = [0, 1, 2].map(|t| {
         m.segments
             .iter()
@@ -712,6 +749,7 @@ fn generation(dir: &Path, m: &Manifest) -> Generation {
         files,
         index: (m.index.as_ref()).map(|i| held::index_path(dir, i.seq)),
         task_rows: m.segments.iter().map(|s| s.rows).sum(),
+        changes_at,
     }
 }
 
@@ -796,6 +834,14 @@ pub mod bench {
         Ok(n)
     }
 
+    /// A generation whose index is the file at `path` (no segments).
+    pub fn generation(path: &Path) -> Generation {
+        Generation {
+            index: Some(path.to_path_buf()),
+            ..Generation::default()
+        }
+    }
+
     /// A refresh's round over `store` and the index at `path` (segment 0
     /// live): how many jobs are new and how many gone.
     pub fn round(store: &LogStore, path: &Path) -> Result<(usize, usize), ColumnarError> {
@@ -830,7 +876,7 @@ pub mod bench {
     /// The totals of every completed job, read beside the store's walk by
     /// id as the SQL `jobs` table reads them: how many were found.
     pub fn totals_by_id(store: &LogStore, path: &Path) -> usize {
-        let mut totals = Totals::of(Some(path));
+        let mut totals = Totals::of(Some(path), None);
         store.with_completed_by_id(|jobs| {
             jobs.filter(|j| {
                 totals

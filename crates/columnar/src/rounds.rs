@@ -374,6 +374,11 @@ impl Columnar {
         let seq = state.manifest.take_seq();
         let path = held::index_path(&self.dir, seq);
         let live = state.manifest.live();
+        // The jobs whose totals this index adds or drops (a move between
+        // segments changes none).
+        let changed: Vec<String> = (round.added.iter().map(|h| h.id.clone()))
+            .chain(round.dropped.values().flatten().cloned())
+            .collect();
         let written = {
             let path = path.clone();
             tokio::task::spawn_blocking(move || {
@@ -384,6 +389,9 @@ impl Columnar {
         };
         match written.map_err(ColumnarError::from).and_then(|w| w) {
             Ok((size, sum)) => {
+                for id in &changed {
+                    self.changes.note(id);
+                }
                 if let Some(old) = state.manifest.index.replace(IndexFile { seq, size, sum }) {
                     self.retire(&state.current, held::index_path(&self.dir, old.seq));
                 }

@@ -53,6 +53,10 @@ pub struct HistoryMetrics {
     /// Jobs added to the columnar history from the records the writer
     /// kept, without reading their logs.
     pub columnar_jobs_from_writer: IntCounter,
+    /// Rows of the SQL `jobs` table built from the store's summaries:
+    /// every completed job's when it is built whole, the changed jobs'
+    /// after a few changes.
+    pub sql_jobs_rows_built: IntCounter,
     /// SQL queries by how they ended (`outcome`: answered, refused,
     /// too_large, timeout, memory_limit, cpu_limit, crashed, busy,
     /// client_gone).
@@ -155,9 +159,38 @@ fn counter(name: &str, help: &str) -> IntCounter {
     IntCounter::with_opts(Opts::new(name, help)).expect("valid metric name")
 }
 
+/// The retention cleaner's counters: jobs, bytes and orphans removed,
+/// passes.
+fn retention_counters() -> [IntCounter; 4] {
+    [
+        counter(
+            "ballista_job_history_retention_removed_jobs_total",
+            "Completed event logs deleted by the retention cleaner",
+        ),
+        counter(
+            "ballista_job_history_retention_removed_bytes_total",
+            "Bytes of completed event logs deleted by the retention cleaner",
+        ),
+        counter(
+            "ballista_job_history_retention_removed_orphans_total",
+            "Orphaned .running event logs deleted by the retention cleaner",
+        ),
+        counter(
+            "ballista_job_history_retention_passes_total",
+            "Retention cleaner passes run",
+        ),
+    ]
+}
+
 impl HistoryMetrics {
     /// Counters registered nowhere.
     pub fn unregistered() -> Self {
+        let [
+            retention_removed_jobs,
+            retention_removed_bytes,
+            retention_removed_orphans,
+            retention_passes,
+        ] = retention_counters();
         Self {
             dropped_records: counter(
                 "ballista_job_history_dropped_records_total",
@@ -183,22 +216,10 @@ impl HistoryMetrics {
                 "ballista_job_history_connections_refused_total",
                 "Connections closed as soon as they were accepted, over --http-max-connections",
             ),
-            retention_removed_jobs: counter(
-                "ballista_job_history_retention_removed_jobs_total",
-                "Completed event logs deleted by the retention cleaner",
-            ),
-            retention_removed_bytes: counter(
-                "ballista_job_history_retention_removed_bytes_total",
-                "Bytes of completed event logs deleted by the retention cleaner",
-            ),
-            retention_removed_orphans: counter(
-                "ballista_job_history_retention_removed_orphans_total",
-                "Orphaned .running event logs deleted by the retention cleaner",
-            ),
-            retention_passes: counter(
-                "ballista_job_history_retention_passes_total",
-                "Retention cleaner passes run",
-            ),
+            retention_removed_jobs,
+            retention_removed_bytes,
+            retention_removed_orphans,
+            retention_passes,
             uploads: counter(
                 "ballista_job_history_uploads_total",
                 "Completed event logs uploaded from the spool to the object store",
@@ -226,6 +247,10 @@ impl HistoryMetrics {
             columnar_jobs_from_writer: counter(
                 "ballista_job_history_columnar_jobs_from_writer_total",
                 "Jobs added to the columnar history from the records the writer kept",
+            ),
+            sql_jobs_rows_built: counter(
+                "ballista_job_history_sql_jobs_rows_built_total",
+                "Rows of the SQL jobs table built: every completed job's when built whole, the changed jobs' after a few changes",
             ),
             sql_queries: sql_queries(),
             jobs_finished: jobs_finished(),
@@ -310,6 +335,7 @@ impl HistoryMetrics {
             &self.columnar_segments_fetched,
             &self.columnar_files_published,
             &self.columnar_jobs_from_writer,
+            &self.sql_jobs_rows_built,
             &self.otlp_jobs_exported,
             &self.otlp_jobs_dropped,
             &self.otlp_export_errors,

@@ -50,6 +50,10 @@ pub(crate) struct OnCluster {
     pub(crate) budget_ms: u64,
     /// Each table's files, relative to the request's root.
     pub(crate) tables: Tables,
+    /// Jobs whose rows in the `jobs` base are left out (the request's
+    /// `jobs_left_out`).
+    #[serde(default)]
+    pub(crate) jobs_left_out: Vec<String>,
 }
 
 /// The job name of `sql`: the prefix, then the query's first non-empty
@@ -283,7 +287,11 @@ pub(crate) fn context(
             .iter()
             .map(|f| ListingTableUrl::parse(root.join(f).to_string_lossy()))
             .collect::<Result<Vec<_>, _>>()?;
-        ctx.register_table(name.as_str(), crate::worker::parquet_table(urls, schema)?)?;
+        let table = match name.as_str() {
+            "jobs" => crate::worker::completed_jobs_table(urls, &on.jobs_left_out)?,
+            _ => crate::worker::parquet_table(urls, schema)?,
+        };
+        ctx.register_table(name.as_str(), table)?;
     }
     Ok(ctx)
 }

@@ -20,12 +20,72 @@
 //! file found missing or changed is built again. Where it cannot be
 //! written (a folder planted as a link, an unwritable or full disk), the
 //! rows go over the pipe as before: a query never fails for it.
+//!
+//! **Between builds, a change.** Once built, the file (the base) stays
+//! while jobs complete or go: a query after a change is given the base
+//! less its rows of the jobs changed since (a filter on `job_id` the
+//! worker's plan applies to that file alone) and a second file of those
+//! jobs' rows as they are now. The base alone has a column
+//! (`BASE_MARK`, true in every row) the other files read as null, so
+//! one scan of every file tells the base's rows apart (`worker::
+//! completed_jobs_table`). Which jobs changed comes from the store's
+//! journal (completed jobs added or removed) and the columnar history's
+//! (jobs whose task totals were added or dropped), both read at the
+//! base's positions; the second file is built from those jobs alone
+//! (each a lookup in the store, the index's row groups near them read).
+//! The base is built again, by a walk over every job, when either
+//! journal no longer reaches back or more than `CHANGED_MAX` jobs (or
+//! one in `CHANGED_PER_JOB`, when that is over `CHANGED_ANYWAY`)
+//! changed since it.
 
+use bjh_columnar::Generation;
+use bjh_columnar::tables::{JobLine, jobs_batch};
+use bjh_store::query::JobFacts;
 use datafusion::arrow::array::RecordBatch;
 use std::path::Path;
+use std::sync::Arc;
 
 /// The folder of the files, under the columnar history's.
 pub const JOBS_DIR: &str = "sql-jobs";
+
+/// The column only a base file has, true in each of its rows; never shown
+/// (the `jobs` table projects it away).
+pub(crate) const BASE_MARK: &str = "__history_base_row";
+
+/// The `jobs` columns and [`BASE_MARK`]: a base file's schema, and the
+/// schema of a scan over it and the files of the jobs changed since.
+pub(crate) static WITH_MARK: std::sync::LazyLock<datafusion::arrow::datatypes::SchemaRef> =
+    std::sync::LazyLock::new(|| {
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+        let mut fields: Vec<_> = bjh_columnar::tables::JOBS
+            .fields()
+            .iter()
+            .cloned()
+            .collect();
+        fields.push(Arc::new(Field::new(BASE_MARK, DataType::Boolean, true)));
+        Arc::new(Schema::new(fields))
+    });
+
+/// Jobs changed since the base was built at most, for a second file
+/// beside it (about 40 bytes each in the worker's request and in the
+/// filter it plans); past them, the base is built again. A few in unit
+/// tests.
+pub(crate) const CHANGED_MAX: usize = if cfg!(test) { 4 } else { 16_384 };
+
+/// A base is kept while at most one job in this many changed since it: a
+/// changed job's row costs a lookup in the store, tens of times a step
+/// of a build of every job (`docs/performance.md`). One in unit tests,
+/// whose stores hold a few jobs.
+const CHANGED_PER_JOB: usize = if cfg!(test) { 1 } else { 64 };
+
+/// Changed jobs a base is kept for however few the jobs (a few
+/// milliseconds of lookups).
+const CHANGED_ANYWAY: usize = 64;
+
+/// Rows of the `jobs` table built at a time from the store's walk (the
+/// Parquet writer's row group): what a build holds of it at most. A few
+/// in unit tests, so theirs are built in many batches.
+const JOBS_BATCH: usize = if cfg!(test) { 3 } else { 64 * 1024 };
 
 /// One build of the completed jobs' rows, as a file; removed when
 /// dropped.
@@ -53,6 +113,37 @@ impl JobsFile {
         root: &Path,
         batches: impl IntoIterator<Item = RecordBatch>,
     ) -> Result<Self, String> {
+        Self::write_as(root, &bjh_columnar::tables::JOBS, batches)
+    }
+
+    /// A base file: `batches` with [`BASE_MARK`].
+    pub(crate) fn write_base(
+        root: &Path,
+        batches: impl IntoIterator<Item = RecordBatch>,
+    ) -> Result<Self, String> {
+        use datafusion::arrow::array::BooleanArray;
+        let marked = batches.into_iter().map(|b| {
+            let mut columns = b.columns().to_vec();
+            columns.push(Arc::new(BooleanArray::from(vec![true; b.num_rows()])));
+            RecordBatch::try_new(WITH_MARK.clone(), columns)
+        });
+        let mut failed = None;
+        let written = Self::write_as(
+            root,
+            &WITH_MARK,
+            marked.map_while(|b| b.map_err(|e| failed = Some(e.to_string())).ok()),
+        );
+        match failed {
+            Some(e) => Err(e),
+            None => written,
+        }
+    }
+
+    fn write_as(
+        root: &Path,
+        schema: &datafusion::arrow::datatypes::SchemaRef,
+        batches: impl IntoIterator<Item = RecordBatch>,
+    ) -> Result<Self, String> {
         // Executors of the cluster engine read the files too.
         let dir = crate::cluster::shared_folder(root, JOBS_DIR)?;
         let mut file = tempfile::Builder::new()
@@ -62,8 +153,7 @@ impl JobsFile {
             .tempfile_in(&dir)
             .map_err(|e| e.to_string())?;
         let mut out = std::io::BufWriter::new(file.as_file_mut());
-        bjh_columnar::write_parquet(&mut out, &bjh_columnar::tables::JOBS, batches)
-            .map_err(|e| e.to_string())?;
+        bjh_columnar::write_parquet(&mut out, schema, batches).map_err(|e| e.to_string())?;
         std::io::Write::flush(&mut out).map_err(|e| e.to_string())?;
         drop(out);
         let written = written(&file.as_file().metadata().map_err(|e| e.to_string())?);
@@ -89,9 +179,274 @@ impl JobsFile {
     }
 }
 
+/// The completed jobs' rows as files: the base less its rows of the
+/// jobs `left_out`, and the rows of those still completed in `changed`.
+#[derive(Debug)]
+pub(crate) struct JobsFiles {
+    pub(crate) base: Arc<JobsFile>,
+    pub(crate) changed: Option<JobsFile>,
+    /// Sorted.
+    pub(crate) left_out: Vec<String>,
+}
+
+impl JobsFiles {
+    fn is_there(&self) -> bool {
+        self.base.is_there() && self.changed.as_ref().is_none_or(JobsFile::is_there)
+    }
+
+    /// The files, the base first, as requests name them.
+    pub(crate) fn relative(&self) -> Vec<String> {
+        std::iter::once(&*self.base)
+            .chain(&self.changed)
+            .map(|f| f.relative.clone())
+            .collect()
+    }
+}
+
+/// The completed jobs' rows: files the worker reads, or, where none can
+/// be written, the rows themselves, sent over the pipe (245 MB at a
+/// million jobs in the SQL bench).
+#[derive(Debug, Clone)]
+pub(crate) enum Completed {
+    Files(Arc<JobsFiles>),
+    Rows(Vec<RecordBatch>),
+}
+
+impl Completed {
+    fn is_there(&self) -> bool {
+        match self {
+            Completed::Files(files) => files.is_there(),
+            Completed::Rows(_) => true,
+        }
+    }
+}
+
+/// The completed jobs' rows of the last `jobs` table asked for: used while
+/// the store's completed jobs and the columnar generation are those they
+/// were built from, and dropped after [`crate::KEPT_JOBS_IDLE`] without a
+/// query.
+pub(crate) struct KeptJobs {
+    version: u64,
+    generation: std::sync::Weak<Generation>,
+    rows: Completed,
+    pub(crate) used: std::time::Instant,
+    /// Where the store's journal and the columnar history's stood when
+    /// the base was built.
+    base_at: (u64, u64),
+}
+
+impl KeptJobs {
+    /// The base and the jobs changed since it (sorted, each once), when
+    /// both journals reach back to it, `generation` is not older than it,
+    /// and few enough changed.
+    fn changed(
+        &self,
+        store: &bjh_store::LogStore,
+        generation: &Generation,
+        totals_changed: &dyn Fn(u64) -> Option<(Vec<String>, u64)>,
+    ) -> Option<(Arc<JobsFile>, Vec<String>)> {
+        let Completed::Files(files) = &self.rows else {
+            return None;
+        };
+        if !files.base.is_there() || generation.changes_at < self.base_at.1 {
+            return None;
+        }
+        let (mut ids, _) = store.changed_since(self.base_at.0)?;
+        ids.extend(totals_changed(self.base_at.1)?.0);
+        ids.sort_unstable();
+        ids.dedup();
+        let bound = CHANGED_MAX.min((store.len() / CHANGED_PER_JOB).max(CHANGED_ANYWAY));
+        (ids.len() <= bound).then(|| (files.base.clone(), ids))
+    }
+}
+
+/// The completed jobs' rows of the `jobs` table, from the store's
+/// summaries: the kept ones while nothing they were built from changed
+/// (and their files are there as written); after a few changes, the kept
+/// base and a file of the jobs changed; else built again and written as
+/// a file under `root` (kept as rows where it cannot be written).
+/// `totals_changed` is the columnar history's journal
+/// (`Columnar::totals_changed_since`). Building every job's rows takes
+/// seconds at millions of jobs: it runs on a blocking thread, never on
+/// the server's runtime.
+pub(crate) fn completed_jobs(
+    kept_jobs: &parking_lot::Mutex<Option<KeptJobs>>,
+    store: &bjh_store::LogStore,
+    generation: &Arc<Generation>,
+    totals_changed: &dyn Fn(u64) -> Option<(Vec<String>, u64)>,
+    root: &Path,
+    metrics: &bjh_metrics::HistoryMetrics,
+) -> Completed {
+    // Read before building: a change while building makes the next
+    // query build again, never keeps stale rows under a newer number.
+    let version = store.version();
+    let base_at = (store.changes_at(), generation.changes_at);
+    let weak = Arc::downgrade(generation);
+    let mut kept = kept_jobs.lock();
+    if let Some(k) = kept.as_mut()
+        && k.version == version
+        && k.generation.ptr_eq(&weak)
+        && k.rows.is_there()
+    {
+        k.used = std::time::Instant::now();
+        return k.rows.clone();
+    }
+    // The replaced files go once no query holds them.
+    let old = kept.take();
+    let changed = (old.as_ref())
+        .and_then(|k| Some((k.changed(store, generation, totals_changed)?, k.base_at)));
+    let with_changes = changed.and_then(|((base, ids), at)| {
+        with_changes(root, store, generation, base, ids, metrics)
+            .map_err(|e| log::warn!("history: the SQL jobs table is built again: {e}"))
+            .ok()
+            .map(|files| (files, at))
+    });
+    let (rows, base_at) = match with_changes {
+        Some((files, at)) => (Completed::Files(Arc::new(files)), at),
+        None => (whole(store, generation, root, metrics), base_at),
+    };
+    *kept = Some(KeptJobs {
+        version,
+        generation: weak,
+        rows: rows.clone(),
+        used: std::time::Instant::now(),
+        base_at,
+    });
+    rows
+}
+
+/// Every completed job's rows, as a base file (as rows where none can be
+/// written). Written as the store's walk reads the jobs: a batch's rows
+/// at a time in memory, however many jobs the store keeps on disk.
+fn whole(
+    store: &bjh_store::LogStore,
+    generation: &Generation,
+    root: &Path,
+    metrics: &bjh_metrics::HistoryMetrics,
+) -> Completed {
+    let written = store.with_completed_by_id(|jobs| {
+        let batches = completed_batches(jobs, generation.totals());
+        let counted = batches.inspect(|b| metrics.sql_jobs_rows_built.inc_by(b.num_rows() as u64));
+        JobsFile::write_base(root, counted)
+    });
+    match written {
+        Ok(base) => Completed::Files(Arc::new(JobsFiles {
+            base: Arc::new(base),
+            changed: None,
+            left_out: Vec::new(),
+        })),
+        Err(e) => {
+            log::warn!("history: the SQL jobs table is sent to each query: no file of it: {e}");
+            Completed::Rows(completed_rows(store, generation))
+        }
+    }
+}
+
+/// `base` less the jobs `ids` (sorted), and a file of the rows of those
+/// the store has completed now.
+fn with_changes(
+    root: &Path,
+    store: &bjh_store::LogStore,
+    generation: &Generation,
+    base: Arc<JobsFile>,
+    ids: Vec<String>,
+    metrics: &bjh_metrics::HistoryMetrics,
+) -> Result<JobsFiles, String> {
+    let jobs: Vec<_> = ids.iter().filter_map(|id| store.summary(id)).collect();
+    metrics.sql_jobs_rows_built.inc_by(jobs.len() as u64);
+    let changed = match jobs.is_empty() {
+        true => None,
+        false => {
+            let totals = generation.totals_near(&ids);
+            Some(JobsFile::write(
+                root,
+                completed_batches(&mut jobs.into_iter(), totals),
+            )?)
+        }
+    };
+    Ok(JobsFiles {
+        base,
+        changed,
+        left_out: ids,
+    })
+}
+
+/// The completed jobs' rows, built from the store's summaries, in
+/// batches.
+pub(crate) fn completed_rows(
+    store: &bjh_store::LogStore,
+    generation: &Generation,
+) -> Vec<RecordBatch> {
+    store.with_completed_by_id(|jobs| completed_batches(jobs, generation.totals()).collect())
+}
+
+/// The rows of the jobs a walk by id gives, in batches of [`JOBS_BATCH`]
+/// (the last shorter, and one even when there are none), each built when
+/// it is asked for, with the `totals` the columnar index holds (read
+/// beside the walk, in step: by id).
+fn completed_batches<'a>(
+    jobs: &'a mut dyn Iterator<Item = Arc<bjh_store::JobSummary>>,
+    mut totals: bjh_columnar::Totals,
+) -> impl Iterator<Item = RecordBatch> + 'a {
+    let mut done = false;
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        let chunk: Vec<_> = (&mut *jobs).take(JOBS_BATCH).collect();
+        done = chunk.len() < JOBS_BATCH;
+        let held: Vec<_> = (chunk.iter())
+            .map(|s| totals.get(JobFacts::job_id(&**s)))
+            .collect();
+        let lines: Vec<JobLine<'_>> = (chunk.iter().zip(&held))
+            .map(|(s, t)| JobLine {
+                facts: &**s as &dyn JobFacts,
+                job_status: s.job_status(),
+                stages: s.num_stages,
+                completed_stages: s.completed_stages,
+                log_size: Some(s.log_len()),
+                totals: t.as_ref(),
+            })
+            .collect();
+        Some(jobs_batch(&lines))
+    })
+}
+
+/// The builds, for the scale bench.
+#[doc(hidden)]
+pub mod bench {
+    use super::*;
+
+    /// Builds the base from every job of `store` under `root` (removed
+    /// again): how many rows.
+    pub fn jobs_whole(store: &bjh_store::LogStore, generation: &Generation, root: &Path) -> u64 {
+        let metrics = bjh_metrics::HistoryMetrics::unregistered();
+        let Completed::Files(_) = whole(store, generation, root, &metrics) else {
+            panic!("no file written under {}", root.display());
+        };
+        metrics.sql_jobs_rows_built.get()
+    }
+
+    /// Builds the file of the jobs `ids` (sorted) beside a base under
+    /// `root` (removed again): how many rows.
+    pub fn jobs_changed(
+        store: &bjh_store::LogStore,
+        generation: &Generation,
+        root: &Path,
+        ids: &[String],
+    ) -> u64 {
+        let metrics = bjh_metrics::HistoryMetrics::unregistered();
+        let base = Arc::new(JobsFile::write(root, []).expect("a base"));
+        let files = with_changes(root, store, generation, base, ids.to_vec(), &metrics);
+        assert!(files.expect("a file").changed.is_some());
+        metrics.sql_jobs_rows_built.get()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn batch() -> RecordBatch {
         bjh_columnar::tables::jobs_batch(&[])
@@ -148,5 +503,172 @@ mod tests {
         let refused = JobsFile::write(planted.path(), [batch()]).unwrap_err();
         assert!(refused.contains("not a folder"), "{refused}");
         assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
+    }
+
+    /// The upstream fixtures: each one's id, text and task records
+    /// (counted in the text).
+    fn fixtures() -> Vec<(String, String, i64)> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/upstream");
+        let mut all: Vec<_> = (std::fs::read_dir(dir).unwrap())
+            .map(|e| e.unwrap().path())
+            .filter_map(|path| {
+                let name = path.file_name()?.to_str()?.strip_suffix(".eventlog")?;
+                let id = (!name.contains('-')).then(|| name.to_string())?;
+                let text = std::fs::read_to_string(&path).unwrap();
+                let tasks = text.lines().filter(|l| l.contains(r#""ev":"TaskEnd""#));
+                let tasks = tasks.count() as i64;
+                Some((id, text, tasks))
+            })
+            .collect();
+        all.sort();
+        all
+    }
+
+    /// The `jobs` rows the worker's view over `files` gives: each job's
+    /// task total (each job once).
+    async fn table(root: &Path, files: &JobsFiles) -> BTreeMap<String, Option<i64>> {
+        use datafusion::arrow::array::AsArray;
+        use datafusion::arrow::datatypes::Int64Type;
+        let ctx = datafusion::prelude::SessionContext::new();
+        let store = object_store::local::LocalFileSystem::new_with_prefix(root).unwrap();
+        ctx.register_object_store(
+            &url::Url::parse(crate::worker::ROOT_URL).unwrap(),
+            Arc::new(store),
+        );
+        let urls = (files.relative().into_iter())
+            .map(|f| format!("{}{f}", crate::worker::ROOT_URL))
+            .map(|u| datafusion::datasource::listing::ListingTableUrl::parse(u).unwrap())
+            .collect();
+        let table = crate::worker::completed_jobs_table(urls, &files.left_out).unwrap();
+        ctx.register_table("jobs", table).unwrap();
+        let batches = (ctx.sql("SELECT job_id, tasks FROM jobs").await.unwrap())
+            .collect()
+            .await
+            .unwrap();
+        let mut rows = BTreeMap::new();
+        for b in &batches {
+            let ids = b.column(0).as_string_view();
+            let tasks = b.column(1).as_primitive::<Int64Type>();
+            for (id, n) in ids.iter().zip(tasks.iter()) {
+                let id = id.unwrap().to_string();
+                assert!(rows.insert(id.clone(), n).is_none(), "{id} twice");
+            }
+        }
+        rows
+    }
+
+    /// Jobs added (before and after the columnar history read them) and
+    /// removed, with some of the store's jobs on disk: the `jobs` table
+    /// keeps its base, adds a file of the jobs changed, and reads as the
+    /// logs say; more changes than [`CHANGED_MAX`], or every segment
+    /// dropped, build the base again. The oracle: the logs on disk, each
+    /// one's task records counted in its text.
+    #[tokio::test]
+    async fn after_a_few_changes_the_base_stays_and_the_table_is_what_the_logs_say() {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = dir.path().join("logs");
+        std::fs::create_dir(&logs).unwrap();
+        let fixtures = fixtures();
+        let mut want = BTreeMap::new();
+        let write = |tag: &str, k: usize, want: &mut BTreeMap<String, Option<i64>>| {
+            let (id, text, tasks) = &fixtures[k % fixtures.len()];
+            let new = format!("{tag}{k:03}{}", &id[4..]);
+            std::fs::write(logs.join(format!("{new}.eventlog")), text.replace(id, &new)).unwrap();
+            want.insert(new.clone(), Some(*tasks));
+            new
+        };
+        for k in 0..6 {
+            write("a", k, &mut want);
+        }
+        let metrics = Arc::new(bjh_metrics::HistoryMetrics::unregistered());
+        let index = dir.path().join("store-index");
+        let store = Arc::new(
+            bjh_store::LogStore::new(&logs, metrics.clone())
+                .with_index_file(Some(index.clone()))
+                .with_memory_jobs(Some(3), Some(&index)),
+        );
+        store.rescan();
+        let columnar = bjh_columnar::Columnar::open(Some(dir.path().join("columnar")), metrics);
+        let root = columnar.dir().to_path_buf();
+        let kept = parking_lot::Mutex::new(None);
+        let changed = |at| columnar.totals_changed_since(at);
+        let counted = bjh_metrics::HistoryMetrics::unregistered();
+        let build =
+            |g: &Arc<Generation>| match completed_jobs(&kept, &store, g, &changed, &root, &counted)
+            {
+                Completed::Files(files) => files,
+                Completed::Rows(_) => panic!("rows, not files"),
+            };
+        let g0 = columnar.refresh(&store, false).await.unwrap();
+
+        // A job completed that the columnar history has not read yet: in
+        // the base, without its totals.
+        let late = write("b", 0, &mut want);
+        store.rescan();
+        assert!(store.spilled() > 0, "some of the store's jobs on disk");
+        let built = || counted.sql_jobs_rows_built.get();
+        let base = build(&g0);
+        assert!(base.changed.is_none() && base.left_out.is_empty());
+        assert_eq!(built(), 7, "every job's row");
+        let mut early = want.clone();
+        early.insert(late.clone(), None);
+        assert_eq!(table(&root, &base).await, early);
+
+        // Read: its totals come in the file of the jobs changed, though
+        // the store did not change.
+        let g1 = columnar.refresh(&store, false).await.unwrap();
+        let files = build(&g1);
+        assert!(Arc::ptr_eq(&files.base, &base.base));
+        assert_eq!(files.left_out, std::slice::from_ref(&late));
+        assert_eq!(table(&root, &files).await, want);
+        assert_eq!(built(), 8, "the one changed job's row");
+        let first_changed = root.join(&files.changed.as_ref().unwrap().relative);
+        drop(files);
+
+        // One removed (retention) and one added: the base still.
+        let gone = want.keys().nth(1).unwrap().clone();
+        std::fs::remove_file(logs.join(format!("{gone}.eventlog"))).unwrap();
+        want.remove(&gone);
+        let new = write("b", 1, &mut want);
+        store.rescan();
+        let g2 = columnar.refresh(&store, false).await.unwrap();
+        let files = build(&g2);
+        assert!(Arc::ptr_eq(&files.base, &base.base));
+        let mut left_out = vec![gone, late, new];
+        left_out.sort();
+        assert_eq!(files.left_out, left_out);
+        assert_eq!(table(&root, &files).await, want);
+        assert!(!first_changed.exists(), "the replaced file went");
+        assert_eq!(built(), 10, "the rows of the two changed jobs listed");
+        // Asked again, nothing changed: the same files.
+        let again = build(&g2);
+        assert!(Arc::ptr_eq(&files, &again));
+        assert_eq!(built(), 10);
+        drop((files, again));
+
+        // Past the bound since the base: built again.
+        for k in 2..=CHANGED_MAX {
+            write("b", k, &mut want);
+        }
+        store.rescan();
+        let g3 = columnar.refresh(&store, false).await.unwrap();
+        let files = build(&g3);
+        assert!(!Arc::ptr_eq(&files.base, &base.base));
+        assert!(files.changed.is_none() && files.left_out.is_empty());
+        assert_eq!(table(&root, &files).await, want);
+        let base = files;
+
+        // The columnar history starts again (its index damaged): built
+        // again, though the store's journal reaches back.
+        write("c", 0, &mut want);
+        store.rescan();
+        std::fs::write(g3.index_path().unwrap(), b"not an index").unwrap();
+        drop(g3);
+        let g4 = columnar.refresh(&store, false).await.unwrap();
+        let files = build(&g4);
+        assert!(!Arc::ptr_eq(&files.base, &base.base));
+        assert!(files.changed.is_none());
+        assert_eq!(table(&root, &files).await, want);
+        drop((g0, g1, g2));
     }
 }

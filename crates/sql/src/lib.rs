@@ -44,6 +44,7 @@ use bjh_store::query::{JobFacts, ListQuery};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use futures::StreamExt;
+use jobs_file::{Completed, KeptJobs, completed_jobs, completed_rows};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -178,32 +179,8 @@ pub struct SqlEngine {
     default_engine: Engine,
 }
 
-/// The completed jobs' rows of the last `jobs` table asked for: used while
-/// the store's completed jobs and the columnar generation are those they
-/// were built from, and dropped after [`KEPT_JOBS_IDLE`] without a query.
-struct KeptJobs {
-    version: u64,
-    generation: std::sync::Weak<Generation>,
-    rows: Completed,
-    used: std::time::Instant,
-}
-
-/// The completed jobs' rows: a file the worker reads (`jobs_file`), or,
-/// where none can be written, the rows themselves, sent over the pipe
-/// (245 MB at a million jobs in the SQL bench).
-#[derive(Debug, Clone)]
-enum Completed {
-    File(Arc<jobs_file::JobsFile>),
-    Rows(Vec<RecordBatch>),
-}
-
-/// Rows of the `jobs` table built at a time from the store's walk (the
-/// Parquet writer's row group): what a build holds of it at most. A few
-/// in unit tests, so theirs are built in many batches.
-const JOBS_BATCH: usize = if cfg!(test) { 3 } else { 64 * 1024 };
-
 /// How long the `jobs` rows are kept without a query asking for them.
-const KEPT_JOBS_IDLE: Duration = Duration::from_secs(300);
+pub(crate) const KEPT_JOBS_IDLE: Duration = Duration::from_secs(300);
 
 impl SqlEngine {
     /// An engine over `store` (the log directory) and `source` (the jobs
@@ -344,9 +321,12 @@ impl SqlEngine {
             self.store.clone(),
             generation.clone(),
         );
-        let root = self.columnar.dir().to_path_buf();
-        let built =
-            tokio::task::spawn_blocking(move || completed_jobs(&kept, &store, &held, &root));
+        let columnar = self.columnar.clone();
+        let built = tokio::task::spawn_blocking(move || {
+            let changed = |at| columnar.totals_changed_since(at);
+            let metrics = bjh_metrics::HistoryMetrics::global();
+            completed_jobs(&kept, &store, &held, &changed, columnar.dir(), &metrics)
+        });
         let completed = built
             .await
             .map_err(|e| SqlError::Internal(format!("the jobs table cannot be built: {e}")))?;
@@ -452,24 +432,15 @@ impl SqlEngine {
         engine: Option<Engine>,
     ) -> Result<Streaming, SqlError> {
         let started = tokio::time::Instant::now();
-        let scheduler = match engine.unwrap_or(self.default_engine) {
-            Engine::Local => None,
-            Engine::Cluster => Some(self.cluster.clone().ok_or_else(|| {
-                SqlError::BadRequest(
-                    "this server has no cluster to run SQL on (--sql-cluster); \
-                     ask for the local engine"
-                        .into(),
-                )
-            })?),
-        };
+        let scheduler = self.scheduler_for(engine)?;
         self.used.store(true, std::sync::atomic::Ordering::Relaxed);
         let generation = self.refresh(false).await?;
         let lower = sql.to_ascii_lowercase();
         let with_jobs = lower.contains("jobs");
-        let (jobs_file, jobs) = match with_jobs {
+        let (jobs_files, jobs) = match with_jobs {
             false => (None, Vec::new()),
             true => match self.jobs_table(&generation).await? {
-                (Completed::File(file), others) => (Some(file), vec![others]),
+                (Completed::Files(files), others) => (Some(files), vec![others]),
                 // Two batches, not one: joining them would copy every row.
                 (Completed::Rows(mut rows), others) => {
                     rows.push(others);
@@ -501,7 +472,11 @@ impl SqlEngine {
             root,
             files,
             with_jobs,
-            jobs_files: jobs_file.iter().map(|f| f.relative.clone()).collect(),
+            jobs_files: jobs_files
+                .as_ref()
+                .map(|f| f.relative())
+                .unwrap_or_default(),
+            jobs_left_out: (jobs_files.as_ref()).map_or_else(Vec::new, |f| f.left_out.clone()),
             with_usage,
             with_whatif,
             with_pairs,
@@ -518,6 +493,7 @@ impl SqlEngine {
             let (folder, on) = self.stage(&request, rows, scheduler, started).await?;
             (request.with_jobs, request.with_usage) = (false, false);
             request.jobs_files.clear();
+            request.jobs_left_out.clear();
             (request.with_whatif, request.with_pairs) = (false, false);
             request.cluster = Some(on);
             rows = worker::Rows::default();
@@ -531,7 +507,7 @@ impl SqlEngine {
         let body = answer
             .body
             .map(move |chunk| {
-                let _held = (&generation, &jobs_file, &staged);
+                let _held = (&generation, &jobs_files, &staged);
                 chunk
             })
             .boxed();
@@ -541,6 +517,21 @@ impl SqlEngine {
             bytes: answer.head.bytes,
             body,
         })
+    }
+
+    /// The scheduler a query on `engine` (`None`: the default) is
+    /// submitted to; `None`: it runs here.
+    fn scheduler_for(&self, engine: Option<Engine>) -> Result<Option<String>, SqlError> {
+        match engine.unwrap_or(self.default_engine) {
+            Engine::Local => Ok(None),
+            Engine::Cluster => self.cluster.clone().map(Some).ok_or_else(|| {
+                SqlError::BadRequest(
+                    "this server has no cluster to run SQL on (--sql-cluster); \
+                     ask for the local engine"
+                        .into(),
+                )
+            }),
+        }
     }
 
     /// The `usage` rows when `wanted`: the cluster logs, read (or found
@@ -588,6 +579,7 @@ impl SqlEngine {
             job_name: cluster::job_name(&request.sql),
             budget_ms: u64::try_from(budget.as_millis()).unwrap_or(u64::MAX).max(1),
             tables: staged.1,
+            jobs_left_out: request.jobs_left_out.clone(),
         };
         Ok((staged.0, on))
     }
@@ -665,96 +657,6 @@ impl SqlEngine {
             truncated: answer.truncated,
         })
     }
-}
-
-/// The completed jobs' rows of the `jobs` table, from the store's
-/// summaries: the kept ones while nothing they were built from changed
-/// (and their file is there as written), else built again and written
-/// as a file under `root` (kept as rows where it cannot be written).
-/// Building them takes a fraction of a second at a million jobs: it runs
-/// on a blocking thread, never on the server's runtime.
-fn completed_jobs(
-    kept_jobs: &parking_lot::Mutex<Option<KeptJobs>>,
-    store: &bjh_store::LogStore,
-    generation: &Arc<Generation>,
-    root: &std::path::Path,
-) -> Completed {
-    // Read before building: a change while building makes the next
-    // query build again, never keeps stale rows under a newer number.
-    let version = store.version();
-    let weak = Arc::downgrade(generation);
-    let mut kept = kept_jobs.lock();
-    if let Some(k) = kept.as_mut()
-        && k.version == version
-        && k.generation.ptr_eq(&weak)
-        && match &k.rows {
-            Completed::File(file) => file.is_there(),
-            Completed::Rows(_) => true,
-        }
-    {
-        k.used = std::time::Instant::now();
-        return k.rows.clone();
-    }
-    // The replaced file goes once no query holds it.
-    *kept = None;
-    // Written as the store's walk reads the jobs: a batch's rows at a
-    // time in memory, however many jobs the store keeps on disk.
-    let written = store.with_completed_by_id(|jobs| {
-        jobs_file::JobsFile::write(root, completed_batches(jobs, generation))
-    });
-    let rows = match written {
-        Ok(file) => Completed::File(Arc::new(file)),
-        Err(e) => {
-            log::warn!("history: the SQL jobs table is sent to each query: no file of it: {e}");
-            Completed::Rows(completed_rows(store, generation))
-        }
-    };
-    *kept = Some(KeptJobs {
-        version,
-        generation: weak,
-        rows: rows.clone(),
-        used: std::time::Instant::now(),
-    });
-    rows
-}
-
-/// The completed jobs' rows, built from the store's summaries, in
-/// batches.
-fn completed_rows(store: &bjh_store::LogStore, generation: &Generation) -> Vec<RecordBatch> {
-    store.with_completed_by_id(|jobs| completed_batches(jobs, generation).collect())
-}
-
-/// The rows of the jobs a walk by id gives, in batches of [`JOBS_BATCH`]
-/// (the last shorter, and one even when there are none), each built when
-/// it is asked for, with the totals the columnar index holds (read beside
-/// the walk, in step: by id).
-fn completed_batches<'a>(
-    jobs: &'a mut dyn Iterator<Item = Arc<bjh_store::JobSummary>>,
-    generation: &'a Generation,
-) -> impl Iterator<Item = RecordBatch> + 'a {
-    let mut totals = generation.totals();
-    let mut done = false;
-    std::iter::from_fn(move || {
-        if done {
-            return None;
-        }
-        let chunk: Vec<_> = (&mut *jobs).take(JOBS_BATCH).collect();
-        done = chunk.len() < JOBS_BATCH;
-        let held: Vec<_> = (chunk.iter())
-            .map(|s| totals.get(JobFacts::job_id(&**s)))
-            .collect();
-        let lines: Vec<JobLine<'_>> = (chunk.iter().zip(&held))
-            .map(|(s, t)| JobLine {
-                facts: &**s as &dyn JobFacts,
-                job_status: s.job_status(),
-                stages: s.num_stages,
-                completed_stages: s.completed_stages,
-                log_size: Some(s.log_len()),
-                totals: t.as_ref(),
-            })
-            .collect();
-        Some(jobs_batch(&lines))
-    })
 }
 
 #[cfg(test)]
@@ -860,7 +762,7 @@ mod tests {
                     asking
                         .jobs_table(&generation)
                         .await
-                        .map(|(completed, _)| matches!(completed, Completed::File(_)))
+                        .map(|(completed, _)| matches!(completed, Completed::Files(_)))
                 });
                 // Runs once `building` has started and waits for the build.
                 tokio::task::yield_now().await;
@@ -932,11 +834,17 @@ mod tests {
         let root = dir.path().join("columnar");
         std::fs::create_dir(&root).unwrap();
         let kept = parking_lot::Mutex::new(None);
-        let Completed::File(file) = completed_jobs(&kept, &store, &Arc::new(generation), &root)
-        else {
+        let Completed::Files(files) = completed_jobs(
+            &kept,
+            &store,
+            &Arc::new(generation),
+            &|_| None,
+            &root,
+            &bjh_metrics::HistoryMetrics::unregistered(),
+        ) else {
             panic!("rows, not a file");
         };
-        let opened = std::fs::File::open(root.join(&file.relative)).unwrap();
+        let opened = std::fs::File::open(root.join(&files.base.relative)).unwrap();
         let read =
             datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
                 opened,
@@ -961,16 +869,37 @@ mod tests {
         let kept = parking_lot::Mutex::new(None);
         let generation = Arc::new(Generation::default());
         let file = |c: Completed| match c {
-            Completed::File(f) => f,
+            Completed::Files(f) => f.base.clone(),
             Completed::Rows(_) => panic!("rows, not a file"),
         };
-        let first = file(completed_jobs(&kept, &store, &generation, &root));
-        let again = file(completed_jobs(&kept, &store, &generation, &root));
+        let first = file(completed_jobs(
+            &kept,
+            &store,
+            &generation,
+            &|_| None,
+            &root,
+            &bjh_metrics::HistoryMetrics::unregistered(),
+        ));
+        let again = file(completed_jobs(
+            &kept,
+            &store,
+            &generation,
+            &|_| None,
+            &root,
+            &bjh_metrics::HistoryMetrics::unregistered(),
+        ));
         assert!(Arc::ptr_eq(&first, &again), "kept while nothing changed");
         // Another generation: built again, the first file kept for the
         // query that holds it, then gone.
         let other = Arc::new(Generation::default());
-        let second = file(completed_jobs(&kept, &store, &other, &root));
+        let second = file(completed_jobs(
+            &kept,
+            &store,
+            &other,
+            &|_| None,
+            &root,
+            &bjh_metrics::HistoryMetrics::unregistered(),
+        ));
         assert_ne!(first.relative, second.relative);
         let first_path = root.join(&first.relative);
         assert!(first_path.is_file());
@@ -978,7 +907,14 @@ mod tests {
         assert!(!first_path.exists());
         // Removed under us (another server's sweep): built again.
         std::fs::remove_file(root.join(&second.relative)).unwrap();
-        let third = file(completed_jobs(&kept, &store, &other, &root));
+        let third = file(completed_jobs(
+            &kept,
+            &store,
+            &other,
+            &|_| None,
+            &root,
+            &bjh_metrics::HistoryMetrics::unregistered(),
+        ));
         assert!(third.is_there() && third.relative != second.relative);
         drop((second, third));
 
@@ -987,7 +923,14 @@ mod tests {
         std::fs::create_dir(&planted).unwrap();
         std::os::unix::fs::symlink(dir.path(), planted.join(jobs_file::JOBS_DIR)).unwrap();
         let kept = parking_lot::Mutex::new(None);
-        let rows = completed_jobs(&kept, &store, &generation, &planted);
+        let rows = completed_jobs(
+            &kept,
+            &store,
+            &generation,
+            &|_| None,
+            &planted,
+            &bjh_metrics::HistoryMetrics::unregistered(),
+        );
         assert!(
             matches!(rows, Completed::Rows(b) if b.iter().map(|b| b.num_rows()).sum::<usize>() == 0)
         );

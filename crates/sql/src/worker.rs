@@ -52,7 +52,7 @@ use tokio_util::codec::{Decoder, LengthDelimitedCodec};
 pub const WORKER_ENV: &str = "BALLISTA_JOB_HISTORY_SQL_WORKER";
 
 /// The URL the columnar folder is served under inside the worker.
-const ROOT_URL: &str = "history://columnar/";
+pub(crate) const ROOT_URL: &str = "history://columnar/";
 
 /// Frame tags.
 pub(crate) const REQUEST: u8 = b'Q';
@@ -110,6 +110,11 @@ pub(crate) struct Request {
     /// follows.
     #[serde(default)]
     pub(crate) jobs_files: Vec<String>,
+    /// Jobs whose rows the first of `jobs_files` (the base) holds and the
+    /// table leaves out: changed since it was written (their rows now in
+    /// the later files, if any).
+    #[serde(default)]
+    pub(crate) jobs_left_out: Vec<String>,
     /// Whether the `usage` rows follow (after the `jobs` rows, when those
     /// are sent) as an Arrow IPC stream.
     #[serde(default)]
@@ -561,7 +566,8 @@ fn context(request: &Request, rows: Rows) -> datafusion::error::Result<SessionCo
         ctx.register_object_store(&root, Arc::new(store));
     }
     let sent = Arc::new(MemTable::try_new(tables::JOBS.clone(), vec![rows.jobs])?);
-    ctx.register_table("jobs", jobs_table(&request.jobs_files, sent)?)?;
+    let jobs = jobs_table(&request.jobs_files, &request.jobs_left_out, sent)?;
+    ctx.register_table("jobs", jobs)?;
     let table = MemTable::try_new(tables::USAGE.clone(), vec![rows.usage])?;
     ctx.register_table("usage", Arc::new(table))?;
     let table = MemTable::try_new(crate::whatif::WHATIF.clone(), vec![rows.whatif])?;
@@ -585,10 +591,12 @@ fn context(request: &Request, rows: Rows) -> datafusion::error::Result<SessionCo
 }
 
 /// The `jobs` table: the rows `sent` over the pipe, and the completed
-/// jobs' `files` when there are any, as one table (a view of their union:
+/// jobs' `files` (relative to the root, the base first) less the base's
+/// rows of the jobs `left_out`, as one table (a view of their union:
 /// DataFusion inlines it, so filters and projections reach both scans).
 fn jobs_table(
     files: &[String],
+    left_out: &[String],
     sent: Arc<MemTable>,
 ) -> datafusion::error::Result<Arc<dyn datafusion::catalog::TableProvider>> {
     use datafusion::datasource::provider_as_source;
@@ -600,9 +608,43 @@ fn jobs_table(
         .iter()
         .map(|f| ListingTableUrl::parse(format!("{ROOT_URL}{f}")))
         .collect::<Result<Vec<_>, _>>()?;
-    let completed = parquet_table(urls, tables::JOBS.clone())?;
+    let completed = completed_jobs_table(urls, left_out)?;
     let plan = LogicalPlanBuilder::scan("jobs", provider_as_source(completed), None)?
         .union(LogicalPlanBuilder::scan("jobs", provider_as_source(sent), None)?.build()?)?
+        .build()?;
+    Ok(Arc::new(datafusion::catalog::view::ViewTable::new(
+        plan, None,
+    )))
+}
+
+/// The `jobs` rows of the Parquet files `urls`, less the rows of the jobs
+/// `left_out` that the base file holds (the only file with the column
+/// [`crate::jobs_file::BASE_MARK`]; the others read it as null): one scan
+/// of every file, filtered and the mark projected away. One scan, not a
+/// union of the base and the rest: a Ballista job splits a union's
+/// branches over its tasks, and some plans over such a union (a sort
+/// pushed into a branch of one partition) came back with a branch's rows
+/// twice.
+pub(crate) fn completed_jobs_table(
+    urls: Vec<ListingTableUrl>,
+    left_out: &[String],
+) -> datafusion::error::Result<Arc<dyn datafusion::catalog::TableProvider>> {
+    use crate::jobs_file::{BASE_MARK, WITH_MARK};
+    use datafusion::datasource::provider_as_source;
+    use datafusion::logical_expr::LogicalPlanBuilder;
+    use datafusion::prelude::{col, lit};
+    if left_out.is_empty() {
+        return parquet_table(urls, tables::JOBS.clone());
+    }
+    let all = parquet_table(urls, WITH_MARK.clone())?;
+    let ids = left_out.iter().map(|id| lit(id.as_str())).collect();
+    let keep = col(BASE_MARK)
+        .is_null()
+        .or(col("job_id").in_list(ids, true));
+    let columns = tables::JOBS.fields().iter().map(|f| col(f.name()));
+    let plan = LogicalPlanBuilder::scan("jobs", provider_as_source(all), None)?
+        .filter(keep)?
+        .project(columns)?
         .build()?;
     Ok(Arc::new(datafusion::catalog::view::ViewTable::new(
         plan, None,
@@ -643,6 +685,7 @@ pub async fn answer_in_process(
         files,
         with_jobs: jobs.is_some(),
         jobs_files: Vec::new(),
+        jobs_left_out: Vec::new(),
         with_usage: false,
         with_whatif: false,
         with_pairs: false,

@@ -16,6 +16,10 @@
 //! **Invariant:** for a position `p` a reader was given, the ids of every
 //! job whose membership changed since `p` are among those
 //! `Journal::since` gives, or it gives `None`.
+//!
+//! The columnar history keeps one of its own, of the jobs whose index
+//! rows (their task totals) changed, for the SQL `jobs` table built on
+//! both.
 
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -29,7 +33,7 @@ pub const CAP: usize = 64;
 
 /// The changes noted, the oldest first.
 #[derive(Debug, Default)]
-pub(crate) struct Journal {
+pub struct Journal {
     inner: Mutex<Inner>,
 }
 
@@ -48,7 +52,7 @@ impl Inner {
 
 impl Journal {
     /// A job `id` was added or removed.
-    pub(crate) fn note(&self, id: &str) {
+    pub fn note(&self, id: &str) {
         let mut inner = self.inner.lock();
         inner.ids.push_back(id.into());
         if inner.ids.len() > CAP {
@@ -59,20 +63,20 @@ impl Journal {
 
     /// The set changed in bulk: a reader at any position given so far
     /// reads every job again.
-    pub(crate) fn overflow(&self) {
+    pub fn overflow(&self) {
         let mut inner = self.inner.lock();
         inner.start = inner.end() + 1;
         inner.ids.clear();
     }
 
     /// The position after the last change noted.
-    pub(crate) fn position(&self) -> u64 {
+    pub fn position(&self) -> u64 {
         self.inner.lock().end()
     }
 
     /// The ids changed since `at` (sorted, each once) and the position
     /// after them; `None` when they are not all kept.
-    pub(crate) fn since(&self, at: u64) -> Option<(Vec<String>, u64)> {
+    pub fn since(&self, at: u64) -> Option<(Vec<String>, u64)> {
         let inner = self.inner.lock();
         if at < inner.start || at > inner.end() {
             return None;
