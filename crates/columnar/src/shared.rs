@@ -21,6 +21,16 @@
 //! when it was written; a file deleted since (a newer manifest replaced
 //! it) leaves its segment out, and its jobs are read from their logs. The
 //! logs stay the truth: deleting the folder loses nothing.
+//!
+//! **Bounds.** A bucket may be another's, and lie: the manifest is read
+//! only when its object is no larger than `MAX_MANIFEST_BYTES`,
+//! and a file is fetched only when no larger than the manifest says (a
+//! segment's file `MAX_SEGMENT_BYTES` where it does not say; the index
+//! never over `MAX_INDEX_BYTES`), streamed to disk a chunk at a time while
+//! hashed (a queue of a few chunks between the object store's runtime and
+//! the writing thread), never held whole in memory: the index of 100
+//! million jobs is about 2 GB. A stream longer than its object said is
+//! cut at the bound.
 
 use super::{ColumnarError, IndexFile, Manifest, Segment, TABLES, held, io, seg_path};
 use bjh_metrics::HistoryMetrics;
@@ -31,6 +41,14 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
+
+/// The largest index fetched when the manifest does not bound it (about
+/// 19 bytes a job: 3,600 million jobs).
+const MAX_INDEX_BYTES: u64 = 64 << 30;
+
+/// Chunks of a fetched file queued between the object store's runtime
+/// and the thread writing it.
+const QUEUED_CHUNKS: usize = 4;
 
 /// The folder's name, under the prefix as in the spool.
 pub const FOLDER: &str = ".ballista-job-history.columnar";
@@ -67,10 +85,22 @@ impl Shared {
     async fn manifest(&self) -> Result<Option<Manifest>, ColumnarError> {
         let location = self.location("manifest.json");
         let got = self
-            .run(move |c| Box::pin(async move { c.get(&location).await?.bytes().await }))
+            .run(move |c| {
+                Box::pin(async move {
+                    let got = c.get(&location).await?;
+                    match got.meta.size > super::MAX_MANIFEST_BYTES {
+                        true => Ok(Err(got.meta.size)),
+                        false => got.bytes().await.map(Ok),
+                    }
+                })
+            })
             .await?;
         match got {
-            Ok(bytes) => Ok(Some(serde_json::from_slice(&bytes)?)),
+            Ok(Ok(bytes)) => Ok(Some(serde_json::from_slice(&bytes)?)),
+            Ok(Err(size)) => Err(ColumnarError::Refused(format!(
+                "its manifest is {size} bytes, over the {} it may have",
+                super::MAX_MANIFEST_BYTES
+            ))),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(e.into()),
         }
@@ -118,9 +148,10 @@ impl Shared {
                 jobs: remote.jobs,
             };
             let mut whole = true;
-            for ((table, _), sum) in TABLES.iter().zip(&remote.sums) {
+            for (t, ((table, _), sum)) in TABLES.iter().zip(&remote.sums).enumerate() {
                 let path = seg_path(dir, table, seq);
-                match self.fetch_file(table, sum, &path).await {
+                let cap = (remote.sizes.get(t).copied()).unwrap_or(super::MAX_SEGMENT_BYTES);
+                match self.fetch_file(table, sum, &path, cap).await {
                     Ok(size) => {
                         seg.sizes.push(size);
                         whole_files.insert(format!("{table}/{sum}.parquet"));
@@ -192,7 +223,9 @@ impl Shared {
         let published = published
             .ok_or_else(|| ColumnarError::Refused("the manifest names no index".into()))?;
         let aside = dir.join("index").join("fetched.parquet");
-        self.fetch_file("index", &published.sum, &aside).await?;
+        let cap = published.size.min(MAX_INDEX_BYTES);
+        self.fetch_file("index", &published.sum, &aside, cap)
+            .await?;
         let seq = *next_seq;
         *next_seq += 1;
         let path = held::index_path(dir, seq);
@@ -222,21 +255,73 @@ impl Shared {
     }
 
     /// Downloads `table/sum` to `path` (aside, then renamed) if its bytes
-    /// hash to `sum`; gives its size.
-    async fn fetch_file(&self, table: &str, sum: &str, path: &Path) -> Result<u64, ColumnarError> {
+    /// hash to `sum` and are at most `cap`; gives its size. Streamed: a
+    /// few chunks in memory at a time (the module's bounds).
+    async fn fetch_file(
+        &self,
+        table: &str,
+        sum: &str,
+        path: &Path,
+        cap: u64,
+    ) -> Result<u64, ColumnarError> {
+        use futures::StreamExt;
         let location = self.location(&format!("{table}/{sum}.parquet"));
-        let bytes = self
-            .run(move |c| Box::pin(async move { c.get(&location).await?.bytes().await }))
-            .await??;
-        let got = blake3::hash(&bytes).to_hex().to_string();
-        if got != sum {
-            return Err(ColumnarError::Refused(format!("its bytes hash to {got}")));
-        }
-        let parent = path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(parent).map_err(io("creating a table's folder"))?;
-        bjh_files::replace::<std::io::Error>(path, 0o644, |f| std::io::Write::write_all(f, &bytes))
-            .map_err(io(format!("writing {table}/{sum}")))?;
-        Ok(bytes.len() as u64)
+        let over = move |size: u64| {
+            ColumnarError::Refused(format!("{size} bytes or more, over the {cap} it may have"))
+        };
+        let (chunks, mut queued) = tokio::sync::mpsc::channel(QUEUED_CHUNKS);
+        let getting = self.run(move |c| {
+            Box::pin(async move {
+                let got = match c.get(&location).await {
+                    Ok(got) if got.meta.size > cap => Err(over(got.meta.size)),
+                    Ok(got) => Ok(got.into_stream()),
+                    Err(e) => Err(e.into()),
+                };
+                let mut stream = match got {
+                    Ok(stream) => stream,
+                    Err(e) => return drop(chunks.send(Err(e)).await),
+                };
+                while let Some(chunk) = stream.next().await {
+                    let failed = chunk.is_err();
+                    let chunk = chunk.map_err(ColumnarError::from);
+                    // The writer stopped (refused the bytes): no more read.
+                    if chunks.send(chunk).await.is_err() || failed {
+                        return;
+                    }
+                }
+            })
+        });
+        let (path, sum, what) = (
+            path.to_path_buf(),
+            sum.to_string(),
+            format!("{table}/{sum}"),
+        );
+        let writing = tokio::task::spawn_blocking(move || {
+            let parent = path.parent().unwrap_or(Path::new("."));
+            std::fs::create_dir_all(parent).map_err(io("creating a table's folder"))?;
+            let mut size = 0u64;
+            bjh_files::replace::<ColumnarError>(&path, 0o644, |f| {
+                let mut hasher = blake3::Hasher::new();
+                while let Some(chunk) = queued.blocking_recv() {
+                    let chunk = chunk?;
+                    size += chunk.len() as u64;
+                    if size > cap {
+                        return Err(over(size));
+                    }
+                    hasher.update(&chunk);
+                    std::io::Write::write_all(f, &chunk).map_err(io(format!("writing {what}")))?;
+                }
+                match hasher.finalize().to_hex().to_string() {
+                    got if got == sum => Ok(()),
+                    got => Err(ColumnarError::Refused(format!("its bytes hash to {got}"))),
+                }
+            })?;
+            Ok::<_, ColumnarError>(size)
+        });
+        let (got, written) = tokio::join!(getting, writing);
+        let size = written??;
+        got?;
+        Ok(size)
     }
 
     /// Publishes `m` (the files in `dir`): uploads each file not both in
@@ -355,5 +440,199 @@ impl<W: std::io::Write> std::io::Write for Hashing<W> {
 
     fn flush(&mut self) -> std::io::Result<()> {
         self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A bucket that serves each object in chunks of 64 KiB, counting the
+    /// bytes a reader pulls, and, when `claim` is set, says every object
+    /// is that long whatever it holds.
+    #[derive(Debug)]
+    struct Lying {
+        inner: InMemory,
+        pulled: Arc<AtomicU64>,
+        claim: Option<u64>,
+    }
+
+    impl std::fmt::Display for Lying {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "Lying")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for Lying {
+        async fn put_opts(
+            &self,
+            location: &ObjPath,
+            payload: PutPayload,
+            opts: object_store::PutOptions,
+        ) -> object_store::Result<object_store::PutResult> {
+            self.inner.put_opts(location, payload, opts).await
+        }
+        async fn put_multipart_opts(
+            &self,
+            location: &ObjPath,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.inner.put_multipart_opts(location, opts).await
+        }
+        async fn get_opts(
+            &self,
+            location: &ObjPath,
+            options: object_store::GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
+            use futures::StreamExt;
+            let got = self.inner.get_opts(location, options).await?;
+            let (mut meta, attributes, range) =
+                (got.meta.clone(), got.attributes.clone(), got.range.clone());
+            let bytes = got.bytes().await?;
+            if let Some(claim) = self.claim {
+                meta.size = claim;
+            }
+            let pulled = self.pulled.clone();
+            let chunks: Vec<bytes::Bytes> = (0..bytes.len())
+                .step_by(64 * 1024)
+                .map(|at| bytes.slice(at..(at + 64 * 1024).min(bytes.len())))
+                .collect();
+            let stream = futures::stream::iter(chunks).map(move |chunk| {
+                pulled.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                Ok(chunk)
+            });
+            Ok(object_store::GetResult {
+                payload: object_store::GetResultPayload::Stream(stream.boxed()),
+                meta,
+                range,
+                attributes,
+            })
+        }
+        fn delete_stream(
+            &self,
+            locations: futures::stream::BoxStream<'static, object_store::Result<ObjPath>>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<ObjPath>> {
+            self.inner.delete_stream(locations)
+        }
+        fn list(
+            &self,
+            prefix: Option<&ObjPath>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>>
+        {
+            self.inner.list(prefix)
+        }
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&ObjPath>,
+        ) -> object_store::Result<object_store::ListResult> {
+            self.inner.list_with_delimiter(prefix).await
+        }
+        async fn copy_opts(
+            &self,
+            from: &ObjPath,
+            to: &ObjPath,
+            options: object_store::CopyOptions,
+        ) -> object_store::Result<()> {
+            self.inner.copy_opts(from, to, options).await
+        }
+    }
+
+    fn over_bucket(claim: Option<u64>) -> (Shared, Arc<Lying>) {
+        let bucket = Arc::new(Lying {
+            inner: InMemory::new(),
+            pulled: Arc::new(AtomicU64::new(0)),
+            claim,
+        });
+        let dir = RemoteDir::new(
+            bucket.clone(),
+            ObjPath::from("p"),
+            "memory://p",
+            tokio::runtime::Handle::current(),
+        );
+        let metrics = Arc::new(HistoryMetrics::unregistered());
+        (Shared { dir, metrics }, bucket)
+    }
+
+    /// A published file of `len` bytes: its name (the hash) and bytes.
+    fn file(len: usize) -> (String, Vec<u8>) {
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        (blake3::hash(&bytes).to_hex().to_string(), bytes)
+    }
+
+    /// A bucket's files larger than the manifest says, or than they may
+    /// be, are refused without being pulled (by their size) or cut at the
+    /// bound (a stream longer than its object said), leaving nothing on
+    /// disk; a file within its bound is fetched whole, as named; a
+    /// manifest too large is refused by its size. The oracle: the bytes
+    /// the bucket counts as pulled.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_file_larger_than_it_may_be_is_refused_without_being_read_whole() {
+        let disk = tempfile::tempdir().unwrap();
+        let path = disk.path().join("tasks").join("seg.parquet");
+        let (sum, bytes) = file(4 << 20);
+        let len = bytes.len() as u64;
+
+        // Honest: fetched whole.
+        let (shared, bucket) = over_bucket(None);
+        shared
+            .put(&format!("tasks/{sum}.parquet"), bytes.clone())
+            .await
+            .unwrap();
+        assert_eq!(
+            shared.fetch_file("tasks", &sum, &path, len).await.unwrap(),
+            len
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
+        assert_eq!(bucket.pulled.load(Ordering::Relaxed), len);
+        std::fs::remove_file(&path).unwrap();
+
+        // Larger than the manifest says: refused by its size, unread.
+        bucket.pulled.store(0, Ordering::Relaxed);
+        let refused = shared
+            .fetch_file("tasks", &sum, &path, 1 << 20)
+            .await
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("over the 1048576"),
+            "{refused}"
+        );
+        assert_eq!(bucket.pulled.load(Ordering::Relaxed), 0);
+        assert!(!path.exists());
+
+        // It says it is small, and streams on: cut at the bound.
+        let (shared, bucket) = over_bucket(Some(1 << 20));
+        shared
+            .put(&format!("tasks/{sum}.parquet"), bytes.clone())
+            .await
+            .unwrap();
+        let refused = shared
+            .fetch_file("tasks", &sum, &path, 1 << 20)
+            .await
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("over the 1048576"),
+            "{refused}"
+        );
+        let pulled = bucket.pulled.load(Ordering::Relaxed);
+        assert!(
+            pulled <= (1 << 20) + (QUEUED_CHUNKS as u64 + 2) * 64 * 1024,
+            "{pulled} bytes pulled of {len}"
+        );
+        assert!(!path.exists());
+        assert_eq!(
+            std::fs::read_dir(path.parent().unwrap()).unwrap().count(),
+            0,
+            "no temporary left"
+        );
+
+        // A manifest larger than a manifest may be: refused, unread.
+        let (shared, bucket) = over_bucket(Some(super::super::MAX_MANIFEST_BYTES + 1));
+        shared.put("manifest.json", b"{}".to_vec()).await.unwrap();
+        let refused = shared.manifest().await.unwrap_err();
+        assert!(refused.to_string().contains("manifest"), "{refused}");
+        assert_eq!(bucket.pulled.load(Ordering::Relaxed), 0);
     }
 }
