@@ -316,6 +316,9 @@ pub struct Columnar {
     /// The private folder `dir` is, when there was no folder to keep the
     /// history in (deleted with the history).
     _private: Option<tempfile::TempDir>,
+    /// The lock that makes `dir` this process's alone (`segment::folder`),
+    /// held while the history lives.
+    _owner: Option<std::fs::File>,
     fresh: Arc<Fresh>,
     metrics: Arc<HistoryMetrics>,
     state: tokio::sync::Mutex<State>,
@@ -351,8 +354,10 @@ struct State {
 
 impl Columnar {
     /// The history in `dir` (created when missing; a damaged manifest is
-    /// logged and started afresh); `None`, or a folder that cannot be
-    /// created (a read-only log directory), keeps it in a private folder
+    /// logged and started afresh; files no manifest names removed);
+    /// `None`, a folder that cannot be created (a read-only log
+    /// directory), or one another process holds (a scheduler and a
+    /// history server over one directory), keeps it in a private folder
     /// of this process's own instead: a fresh random name under the
     /// system's temporary directory, `0700`, never a predictable path
     /// another local user could have made first.
@@ -366,41 +371,7 @@ impl Columnar {
         fresh: Arc<Fresh>,
         metrics: Arc<HistoryMetrics>,
     ) -> Self {
-        // Absolute: the SQL workers run in `/`, and a relative folder
-        // (`--event-log-dir ./event-logs`) would name nothing there.
-        let dir = dir.map(|d| std::path::absolute(&d).unwrap_or(d));
-        let wanted = match dir {
-            Some(dir) => match std::fs::create_dir_all(&dir) {
-                Ok(()) => Ok(dir),
-                Err(e) => Err(Some((dir, e))),
-            },
-            None => Err(None),
-        };
-        let (dir, private) = match wanted {
-            Ok(dir) => (dir, None),
-            Err(failed) => {
-                let private = tempfile::Builder::new()
-                    .prefix(".ballista-job-history.columnar-")
-                    .tempdir();
-                match private {
-                    Ok(private) => {
-                        if let Some((dir, e)) = failed {
-                            log::warn!(
-                                "history: cannot create the columnar history in {} ({e}); \
-                                 keeping it in {} for this process",
-                                dir.display(),
-                                private.path().display()
-                            );
-                        }
-                        (private.path().to_path_buf(), Some(private))
-                    }
-                    Err(e) => {
-                        log::error!("history: no folder for the columnar history: {e}");
-                        (std::env::temp_dir().join(shared::FOLDER), None)
-                    }
-                }
-            }
-        };
+        let (dir, private, owner) = segment::folder(dir);
         let manifest = match bjh_files::read_capped(&dir.join("manifest.json"), MAX_MANIFEST_BYTES)
         {
             Ok(bytes) => {
@@ -427,10 +398,20 @@ impl Columnar {
         {
             log::warn!("history: the columnar manifest cannot be written ({e})");
         }
+        // The folder is this process's alone: a file its manifest does not
+        // name was left by one that stopped between writing the file and
+        // naming it, or before deleting it.
+        if owner.is_some() {
+            let swept = segment::sweep_unnamed(&dir, &manifest);
+            if swept > 0 {
+                log::info!("history: {swept} columnar files no manifest names removed");
+            }
+        }
         let current = Arc::new(generation(&dir, &manifest, 0));
         Self {
             dir,
             _private: private,
+            _owner: owner,
             fresh,
             metrics,
             state: tokio::sync::Mutex::new(State {

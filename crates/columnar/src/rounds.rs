@@ -592,4 +592,70 @@ mod tests {
         let manifest = std::fs::read_to_string(folder.join("manifest.json")).unwrap();
         assert!(manifest.contains(r#""version":2"#), "{manifest}");
     }
+
+    /// The files under the tables' and the index's folders.
+    fn listing(folder: &Path) -> Vec<PathBuf> {
+        let mut all: Vec<PathBuf> = (TABLES.iter().map(|(t, _)| *t).chain(["index"]))
+            .filter_map(|f| std::fs::read_dir(folder.join(f)).ok())
+            .flat_map(|d| d.map(|e| e.unwrap().path()))
+            .collect();
+        all.sort();
+        all
+    }
+
+    /// A process that stopped between writing files and naming them (a
+    /// segment, an index, a temporary, a fetched index set aside) left
+    /// them in the folder: the next to open it removes them and keeps
+    /// every file its manifest names (a folder planted there is left),
+    /// and the history reads as before, no log read again. A second
+    /// history over the folder while the first holds it keeps a folder of
+    /// its own: nothing of the first's written or removed. The oracle:
+    /// the folder's listing before the strays, and each log's task
+    /// records counted in its text.
+    #[tokio::test]
+    async fn files_no_manifest_names_are_removed_by_the_folders_one_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let want = logs(dir.path(), 2);
+        let metrics = Arc::new(HistoryMetrics::unregistered());
+        let store = Arc::new(LogStore::new(dir.path(), metrics.clone()));
+        store.rescan();
+        let folder = dir.path().join("columnar");
+        let columnar = Columnar::open(Some(folder.clone()), metrics.clone());
+        let g = columnar.refresh(&store, false).await.unwrap();
+        holds(&g, &want, "first");
+        let named = listing(&folder);
+        assert!(named.len() >= 4, "{named:?}");
+
+        let second = Columnar::open(Some(folder.clone()), metrics.clone());
+        assert_ne!(second.dir(), folder, "a folder of its own");
+        let theirs = second.refresh(&store, false).await.unwrap();
+        holds(&theirs, &want, "the second's own");
+        assert_eq!(listing(&folder), named, "nothing of the first's touched");
+        drop((theirs, second));
+
+        let strays = [
+            seg_path(&folder, "tasks", 999),
+            held::index_path(&folder, 998),
+            folder.join("stages").join(".tmp-abc123"),
+            folder.join("index").join("fetched.parquet"),
+        ];
+        for stray in &strays {
+            std::fs::write(stray, b"PAR1 left behind").unwrap();
+        }
+        let planted = folder.join("operators").join("a folder");
+        std::fs::create_dir(&planted).unwrap();
+        drop((g, columnar));
+        let read = metrics.columnar_logs_read.get();
+        let reopened = Columnar::open(Some(folder.clone()), metrics.clone());
+        assert_eq!(reopened.dir(), folder);
+        for stray in &strays {
+            assert!(!stray.exists(), "{stray:?}");
+        }
+        assert!(planted.is_dir());
+        std::fs::remove_dir(&planted).unwrap();
+        assert_eq!(listing(&folder), named);
+        let g = reopened.refresh(&store, false).await.unwrap();
+        holds(&g, &want, "reopened");
+        assert_eq!(metrics.columnar_logs_read.get(), read, "no log read again");
+    }
 }

@@ -2,8 +2,95 @@
 //! aside and renamed, one per table), their checks, their merge, and the
 //! manifest. Every file is opened as a planted one is (`bjh_files`: no
 //! link, no FIFO).
+//!
+//! **Invariant:** one process writes a folder: it holds an exclusive lock
+//! on the folder (`flock` on the directory) while its history lives
+//! (`folder`), and a
+//! second process over the same folder keeps a private one instead, so
+//! segment numbers never clash and the owner may remove, when it opens
+//! the folder, every file its manifest does not name (`sweep_unnamed`).
 
 use super::*;
+
+/// The folder the history is kept in, the private folder it is (if so),
+/// and the lock making it this process's alone (none for a private one):
+/// `dir` (made absolute, created when missing) when it can be created
+/// and locked; else a private folder of this process's own (a fresh
+/// random name under the system's temporary directory, `0700`).
+pub(super) fn folder(
+    dir: Option<PathBuf>,
+) -> (PathBuf, Option<tempfile::TempDir>, Option<std::fs::File>) {
+    // Absolute: the SQL workers run in `/`, and a relative folder
+    // (`--event-log-dir ./event-logs`) would name nothing there.
+    let dir = dir.map(|d| std::path::absolute(&d).unwrap_or(d));
+    let failed = match dir {
+        None => None,
+        Some(dir) => match std::fs::create_dir_all(&dir).and_then(|()| own(&dir)) {
+            Ok(Some(lock)) => return (dir, None, Some(lock)),
+            Ok(None) => Some((dir, "another process holds it".to_string())),
+            Err(e) => Some((dir, e.to_string())),
+        },
+    };
+    let private = tempfile::Builder::new()
+        .prefix(".ballista-job-history.columnar-")
+        .tempdir();
+    match private {
+        Ok(private) => {
+            if let Some((dir, why)) = failed {
+                log::warn!(
+                    "history: cannot keep the columnar history in {} ({why}); keeping it in {} \
+                     for this process",
+                    dir.display(),
+                    private.path().display()
+                );
+            }
+            (private.path().to_path_buf(), Some(private), None)
+        }
+        Err(e) => {
+            log::error!("history: no folder for the columnar history: {e}");
+            (std::env::temp_dir().join(shared::FOLDER), None, None)
+        }
+    }
+}
+
+/// Takes `dir` for this process: an exclusive lock on the directory
+/// itself (opened for reading), held while the file lives (the system
+/// lets go of it when the process dies); `None` when another holds it.
+fn own(dir: &Path) -> std::io::Result<Option<std::fs::File>> {
+    let file = bjh_files::open_dir(dir)?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
+/// Removes what is in the tables' and the index's folders under `dir`
+/// but the files `m` names (segments and files written, renamed or
+/// retired by a process that stopped before naming or deleting them;
+/// temporaries; a folder planted there is left): how many. Only for the
+/// folder's owner, as it opens it.
+pub(super) fn sweep_unnamed(dir: &Path, m: &Manifest) -> usize {
+    let mut named: HashSet<PathBuf> = (m.segments.iter())
+        .flat_map(|s| TABLES.iter().map(|(table, _)| seg_path(dir, table, s.seq)))
+        .collect();
+    named.extend((m.index.as_ref()).map(|i| held::index_path(dir, i.seq)));
+    let folders = TABLES.iter().map(|(table, _)| *table).chain(["index"]);
+    let mut removed = 0;
+    for folder in folders {
+        let Ok(entries) = std::fs::read_dir(dir.join(folder)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let unnamed = !named.contains(&path) && entry.file_type().is_ok_and(|t| !t.is_dir());
+            if unnamed && std::fs::remove_file(&path).is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    removed
+}
 
 pub(super) fn seg_path(dir: &Path, table: &str, seq: u64) -> PathBuf {
     dir.join(table).join(format!("seg-{seq:08}.parquet"))

@@ -302,6 +302,17 @@ pub fn open_lock(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
+/// Opens the directory `dir` for reading (never through a link): to lock
+/// it for this process (`File::try_lock`, a lock that, unlike a lock
+/// file opened for writing, does not keep the file system from being
+/// remounted read-only).
+pub fn open_dir(dir: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(dir)
+}
+
 /// Makes a rename (or a file created) in `dir` durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     std::fs::OpenOptions::new()
