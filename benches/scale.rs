@@ -359,14 +359,17 @@ fn columnar_alone(n: usize) {
             assert_eq!(bjh_columnar::bench::round(&store, &held).unwrap(), (0, 0));
         },
     );
-    for k in [10, 1_000] {
-        // `k` jobs the journal names, spread over the ids.
-        let mut changed: Vec<String> = store.with_completed_by_id(|jobs| {
+    // `k` jobs the journal names, spread over the ids.
+    let spread = |k: usize| -> Vec<String> {
+        store.with_completed_by_id(|jobs| {
             jobs.step_by(n / k)
+                .take(k)
                 .map(|j| j.job_id().to_string())
                 .collect()
-        });
-        changed.truncate(k);
+        })
+    };
+    for k in [10, 1_000] {
+        let changed = spread(k);
         walks(
             &format!(
                 "a refresh from the journal: {k} jobs changed, beside the index's rows near them"
@@ -391,12 +394,7 @@ fn columnar_alone(n: usize) {
         assert_eq!(rows, n as u64);
     });
     for k in [10, 1_000, 16_384] {
-        let mut changed: Vec<String> = store.with_completed_by_id(|jobs| {
-            jobs.step_by(n / k)
-                .map(|j| j.job_id().to_string())
-                .collect()
-        });
-        changed.truncate(k);
+        let changed = spread(k);
         walks(
             &format!("the SQL `jobs` table after {k} jobs changed: their file beside the base"),
             &|| {

@@ -556,6 +556,12 @@ mod tests {
         (Shared { dir, metrics }, bucket)
     }
 
+    /// `got` is a refusal for being over `cap` bytes.
+    fn over(got: Result<u64, ColumnarError>, cap: u64) {
+        let refused = got.unwrap_err().to_string();
+        assert!(refused.contains(&format!("over the {cap}")), "{refused}");
+    }
+
     /// A published file of `len` bytes: its name (the hash) and bytes.
     fn file(len: usize) -> (String, Vec<u8>) {
         let bytes: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
@@ -591,13 +597,9 @@ mod tests {
 
         // Larger than the manifest says: refused by its size, unread.
         bucket.pulled.store(0, Ordering::Relaxed);
-        let refused = shared
-            .fetch_file("tasks", &sum, &path, 1 << 20)
-            .await
-            .unwrap_err();
-        assert!(
-            refused.to_string().contains("over the 1048576"),
-            "{refused}"
+        over(
+            shared.fetch_file("tasks", &sum, &path, 1 << 20).await,
+            1 << 20,
         );
         assert_eq!(bucket.pulled.load(Ordering::Relaxed), 0);
         assert!(!path.exists());
@@ -608,13 +610,9 @@ mod tests {
             .put(&format!("tasks/{sum}.parquet"), bytes.clone())
             .await
             .unwrap();
-        let refused = shared
-            .fetch_file("tasks", &sum, &path, 1 << 20)
-            .await
-            .unwrap_err();
-        assert!(
-            refused.to_string().contains("over the 1048576"),
-            "{refused}"
+        over(
+            shared.fetch_file("tasks", &sum, &path, 1 << 20).await,
+            1 << 20,
         );
         let pulled = bucket.pulled.load(Ordering::Relaxed);
         assert!(

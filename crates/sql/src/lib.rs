@@ -868,38 +868,25 @@ mod tests {
         std::fs::create_dir(&root).unwrap();
         let kept = parking_lot::Mutex::new(None);
         let generation = Arc::new(Generation::default());
-        let file = |c: Completed| match c {
+        let metrics = bjh_metrics::HistoryMetrics::unregistered();
+        let file = |g: &Arc<Generation>| match completed_jobs(
+            &kept,
+            &store,
+            g,
+            &|_| None,
+            &root,
+            &metrics,
+        ) {
             Completed::Files(f) => f.base.clone(),
             Completed::Rows(_) => panic!("rows, not a file"),
         };
-        let first = file(completed_jobs(
-            &kept,
-            &store,
-            &generation,
-            &|_| None,
-            &root,
-            &bjh_metrics::HistoryMetrics::unregistered(),
-        ));
-        let again = file(completed_jobs(
-            &kept,
-            &store,
-            &generation,
-            &|_| None,
-            &root,
-            &bjh_metrics::HistoryMetrics::unregistered(),
-        ));
+        let first = file(&generation);
+        let again = file(&generation);
         assert!(Arc::ptr_eq(&first, &again), "kept while nothing changed");
         // Another generation: built again, the first file kept for the
         // query that holds it, then gone.
         let other = Arc::new(Generation::default());
-        let second = file(completed_jobs(
-            &kept,
-            &store,
-            &other,
-            &|_| None,
-            &root,
-            &bjh_metrics::HistoryMetrics::unregistered(),
-        ));
+        let second = file(&other);
         assert_ne!(first.relative, second.relative);
         let first_path = root.join(&first.relative);
         assert!(first_path.is_file());
@@ -907,14 +894,7 @@ mod tests {
         assert!(!first_path.exists());
         // Removed under us (another server's sweep): built again.
         std::fs::remove_file(root.join(&second.relative)).unwrap();
-        let third = file(completed_jobs(
-            &kept,
-            &store,
-            &other,
-            &|_| None,
-            &root,
-            &bjh_metrics::HistoryMetrics::unregistered(),
-        ));
+        let third = file(&other);
         assert!(third.is_there() && third.relative != second.relative);
         drop((second, third));
 
