@@ -393,17 +393,35 @@ fn columnar_alone(n: usize) {
         let rows = bjh_sql::jobs_file::bench::jobs_whole(&store, &generation, &root);
         assert_eq!(rows, n as u64);
     });
+    use bjh_sql::jobs_file::bench::{jobs_changed, jobs_changed_again};
     for k in [10, 1_000, 16_384] {
         let changed = spread(k);
         walks(
             &format!("the SQL `jobs` table after {k} jobs changed: their file beside the base"),
             &|| {
-                let rows =
-                    bjh_sql::jobs_file::bench::jobs_changed(&store, &generation, &root, &changed);
-                assert_eq!(rows, k as u64);
+                assert_eq!(
+                    jobs_changed(&store, &generation, &root, &changed).0,
+                    k as u64
+                )
             },
         );
     }
+    // 10 more changed after 16,384: the last file's rows kept, theirs built.
+    let changed = spread(16_384);
+    let (_, last) = jobs_changed(&store, &generation, &root, &changed);
+    let again: Vec<String> = changed
+        .iter()
+        .step_by(16_384 / 10)
+        .take(10)
+        .cloned()
+        .collect();
+    walks(
+        "the SQL `jobs` table after 16,384 changed, then 10 more: the last file's rows and theirs",
+        &|| {
+            let (built, held) = jobs_changed_again(&store, &generation, &root, &last, &again);
+            assert_eq!((built, held), (10, 16_384));
+        },
+    );
     // Before: every job's id and totals in the manifest's map and the
     // generation's (held for as long as the process ran), and a refresh's
     // set of every completed id.

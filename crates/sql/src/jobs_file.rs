@@ -31,8 +31,11 @@
 //! completed_jobs_table`). Which jobs changed comes from the store's
 //! journal (completed jobs added or removed) and the columnar history's
 //! (jobs whose task totals were added or dropped), both read at the
-//! base's positions; the second file is built from those jobs alone
-//! (each a lookup in the store, the index's row groups near them read).
+//! base's positions. The second file is built from the last one: its
+//! rows but those of the jobs changed since it (read at the last one's
+//! positions), and those jobs' rows built (each a lookup in the store,
+//! the index's row groups near them read), so a query after one more
+//! change builds one row, however many changed since the base.
 //! The base is built again, by a walk over every job, when either
 //! journal no longer reaches back or more than `CHANGED_MAX` jobs (or
 //! one in `CHANGED_PER_JOB`, when that is over `CHANGED_ANYWAY`)
@@ -231,41 +234,71 @@ pub(crate) struct KeptJobs {
     rows: Completed,
     pub(crate) used: std::time::Instant,
     /// Where the store's journal and the columnar history's stood when
-    /// the base was built.
+    /// the base was built, and when the file of the jobs changed was.
     base_at: (u64, u64),
+    changed_at: (u64, u64),
+}
+
+/// What changed since a kept base: the jobs changed since it (sorted,
+/// each once: the base's rows left out), those of them changed since
+/// the file of changed jobs was built (their rows built again), and
+/// that file.
+struct Changes<'a> {
+    base: Arc<JobsFile>,
+    since_base: Vec<String>,
+    since_last: Vec<String>,
+    last: Option<&'a JobsFile>,
 }
 
 impl KeptJobs {
-    /// The base and the jobs changed since it (sorted, each once), when
-    /// both journals reach back to it, `generation` is not older than it,
-    /// and few enough changed.
-    fn changed(
+    /// What changed since the base, when both journals reach back to it,
+    /// `generation` is not older than the last build, and few enough
+    /// changed (of `jobs`).
+    fn changes(
         &self,
         store: &bjh_store::LogStore,
         generation: &Generation,
         totals_changed: &dyn Fn(u64) -> Option<(Vec<String>, u64)>,
-    ) -> Option<(Arc<JobsFile>, Vec<String>)> {
+    ) -> Option<Changes<'_>> {
         let Completed::Files(files) = &self.rows else {
             return None;
         };
-        if !files.base.is_there() || generation.changes_at < self.base_at.1 {
+        if !files.base.is_there() || generation.changes_at < self.changed_at.1 {
             return None;
         }
-        let (mut ids, _) = store.changed_since(self.base_at.0)?;
-        ids.extend(totals_changed(self.base_at.1)?.0);
-        ids.sort_unstable();
-        ids.dedup();
+        let since = |(store_at, totals_at): (u64, u64)| {
+            let (mut ids, _) = store.changed_since(store_at)?;
+            ids.extend(totals_changed(totals_at)?.0);
+            ids.sort_unstable();
+            ids.dedup();
+            Some(ids)
+        };
+        let since_base = since(self.base_at)?;
         let bound = CHANGED_MAX.min((store.len() / CHANGED_PER_JOB).max(CHANGED_ANYWAY));
-        (ids.len() <= bound).then(|| (files.base.clone(), ids))
+        if since_base.len() > bound {
+            return None;
+        }
+        let last = (files.changed.as_ref()).filter(|f| f.is_there());
+        let since_last = match last {
+            Some(_) => since(self.changed_at)?,
+            None => since_base.clone(),
+        };
+        Some(Changes {
+            base: files.base.clone(),
+            since_base,
+            since_last,
+            last,
+        })
     }
 }
 
 /// The completed jobs' rows of the `jobs` table, from the store's
 /// summaries: the kept ones while nothing they were built from changed
 /// (and their files are there as written); after a few changes, the kept
-/// base and a file of the jobs changed; else built again and written as
-/// a file under `root` (kept as rows where it cannot be written).
-/// `totals_changed` is the columnar history's journal
+/// base and a file of the jobs changed (the last one's rows, but for the
+/// jobs changed since it, and those jobs' rows built); else built again
+/// and written as a file under `root` (kept as rows where it cannot be
+/// written). `totals_changed` is the columnar history's journal
 /// (`Columnar::totals_changed_since`). Building every job's rows takes
 /// seconds at millions of jobs: it runs on a blocking thread, never on
 /// the server's runtime.
@@ -280,7 +313,7 @@ pub(crate) fn completed_jobs(
     // Read before building: a change while building makes the next
     // query build again, never keeps stale rows under a newer number.
     let version = store.version();
-    let base_at = (store.changes_at(), generation.changes_at);
+    let now_at = (store.changes_at(), generation.changes_at);
     let weak = Arc::downgrade(generation);
     let mut kept = kept_jobs.lock();
     if let Some(k) = kept.as_mut()
@@ -291,19 +324,20 @@ pub(crate) fn completed_jobs(
         k.used = std::time::Instant::now();
         return k.rows.clone();
     }
-    // The replaced files go once no query holds them.
+    // The replaced files go once no query holds them (`old` is dropped
+    // after the new ones are written: the last file of changed jobs is
+    // read for the next).
     let old = kept.take();
-    let changed = (old.as_ref())
-        .and_then(|k| Some((k.changed(store, generation, totals_changed)?, k.base_at)));
-    let with_changes = changed.and_then(|((base, ids), at)| {
-        with_changes(root, store, generation, base, ids, metrics)
+    let with_changes = (old.as_ref()).and_then(|k| {
+        let changes = k.changes(store, generation, totals_changed)?;
+        with_changes(root, store, generation, changes, metrics)
             .map_err(|e| log::warn!("history: the SQL jobs table is built again: {e}"))
             .ok()
-            .map(|files| (files, at))
+            .map(|files| (files, k.base_at))
     });
     let (rows, base_at) = match with_changes {
         Some((files, at)) => (Completed::Files(Arc::new(files)), at),
-        None => (whole(store, generation, root, metrics), base_at),
+        None => (whole(store, generation, root, metrics), now_at),
     };
     *kept = Some(KeptJobs {
         version,
@@ -311,6 +345,7 @@ pub(crate) fn completed_jobs(
         rows: rows.clone(),
         used: std::time::Instant::now(),
         base_at,
+        changed_at: now_at,
     });
     rows
 }
@@ -342,33 +377,64 @@ fn whole(
     }
 }
 
-/// `base` less the jobs `ids` (sorted), and a file of the rows of those
-/// the store has completed now.
+/// The base less the jobs changed since it, and a file of the rows of
+/// those the store has completed now: the last such file's rows but for
+/// the jobs changed since it, and theirs built (a lookup each).
 fn with_changes(
     root: &Path,
     store: &bjh_store::LogStore,
     generation: &Generation,
-    base: Arc<JobsFile>,
-    ids: Vec<String>,
+    changes: Changes<'_>,
     metrics: &bjh_metrics::HistoryMetrics,
 ) -> Result<JobsFiles, String> {
+    let kept = match changes.last {
+        Some(last) => last.rows_but(&changes.since_last)?,
+        None => Vec::new(),
+    };
+    let ids = &changes.since_last;
     let jobs: Vec<_> = ids.iter().filter_map(|id| store.summary(id)).collect();
     metrics.sql_jobs_rows_built.inc_by(jobs.len() as u64);
-    let changed = match jobs.is_empty() {
+    let kept_rows: usize = kept.iter().map(RecordBatch::num_rows).sum();
+    let changed = match jobs.is_empty() && kept_rows == 0 {
         true => None,
         false => {
-            let totals = generation.totals_near(&ids);
-            Some(JobsFile::write(
-                root,
-                completed_batches(&mut jobs.into_iter(), totals),
-            )?)
+            let mut jobs = jobs.into_iter();
+            let built = completed_batches(&mut jobs, generation.totals_near(ids));
+            Some(JobsFile::write(root, kept.into_iter().chain(built))?)
         }
     };
     Ok(JobsFiles {
-        base,
+        base: changes.base,
         changed,
-        left_out: ids,
+        left_out: changes.since_base,
     })
+}
+
+impl JobsFile {
+    /// The file's rows but those of the jobs `ids` (sorted).
+    fn rows_but(&self, ids: &[String]) -> Result<Vec<RecordBatch>, String> {
+        use datafusion::arrow::array::{Array, AsArray, BooleanArray};
+        use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+        let (file, _) = bjh_files::open_regular(&self.path).map_err(|e| e.to_string())?;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+            .and_then(|b| b.build())
+            .map_err(|e| e.to_string())?;
+        let mut rows = Vec::new();
+        for batch in reader {
+            let batch = batch.map_err(|e| e.to_string())?;
+            let col = batch.column(0);
+            let keep: BooleanArray = (0..col.len())
+                .map(|i| {
+                    let id = col.as_string_view().value(i);
+                    Some(ids.binary_search_by(|x| x.as_str().cmp(id)).is_err())
+                })
+                .collect();
+            let kept = datafusion::arrow::compute::filter_record_batch(&batch, &keep)
+                .map_err(|e| e.to_string())?;
+            rows.push(kept);
+        }
+        Ok(rows)
+    }
 }
 
 /// The completed jobs' rows, built from the store's summaries, in
@@ -427,19 +493,56 @@ pub mod bench {
         metrics.sql_jobs_rows_built.get()
     }
 
-    /// Builds the file of the jobs `ids` (sorted) beside a base under
-    /// `root` (removed again): how many rows.
+    /// A base and a file of changed jobs beside it.
+    pub struct Built(JobsFiles);
+
+    /// Builds the file of the jobs `ids` (sorted) beside an empty base
+    /// under `root` (removed again with what it gives): how many rows it
+    /// built.
     pub fn jobs_changed(
         store: &bjh_store::LogStore,
         generation: &Generation,
         root: &Path,
         ids: &[String],
-    ) -> u64 {
+    ) -> (u64, Built) {
         let metrics = bjh_metrics::HistoryMetrics::unregistered();
-        let base = Arc::new(JobsFile::write(root, []).expect("a base"));
-        let files = with_changes(root, store, generation, base, ids.to_vec(), &metrics);
-        assert!(files.expect("a file").changed.is_some());
-        metrics.sql_jobs_rows_built.get()
+        let changes = Changes {
+            base: Arc::new(JobsFile::write(root, []).expect("a base")),
+            since_base: ids.to_vec(),
+            since_last: ids.to_vec(),
+            last: None,
+        };
+        let files = with_changes(root, store, generation, changes, &metrics).expect("a file");
+        assert!(files.changed.is_some());
+        (metrics.sql_jobs_rows_built.get(), Built(files))
+    }
+
+    /// Builds the next file of changed jobs from `last`'s, the jobs
+    /// `again` (sorted, among those it holds) changed since: how many
+    /// rows it built, and how many it holds.
+    pub fn jobs_changed_again(
+        store: &bjh_store::LogStore,
+        generation: &Generation,
+        root: &Path,
+        last: &Built,
+        again: &[String],
+    ) -> (u64, usize) {
+        let metrics = bjh_metrics::HistoryMetrics::unregistered();
+        let changes = Changes {
+            base: last.0.base.clone(),
+            since_base: last.0.left_out.clone(),
+            since_last: again.to_vec(),
+            last: last.0.changed.as_ref(),
+        };
+        let files = with_changes(root, store, generation, changes, &metrics).expect("a file");
+        let held = (files.changed.as_ref()).map_or(0, |f| {
+            f.rows_but(&[])
+                .expect("read")
+                .iter()
+                .map(RecordBatch::num_rows)
+                .sum()
+        });
+        (metrics.sql_jobs_rows_built.get(), held)
     }
 }
 
@@ -559,8 +662,9 @@ mod tests {
 
     /// Jobs added (before and after the columnar history read them) and
     /// removed, with some of the store's jobs on disk: the `jobs` table
-    /// keeps its base, adds a file of the jobs changed, and reads as the
-    /// logs say; more changes than [`CHANGED_MAX`], or every segment
+    /// keeps its base, adds a file of the jobs changed (the next built
+    /// from the last, the rows of the jobs changed since it built), and
+    /// reads as the logs say; more changes than [`CHANGED_MAX`], or every segment
     /// dropped, build the base again. The oracle: the logs on disk, each
     /// one's task records counted in its text.
     #[tokio::test]
@@ -639,11 +743,15 @@ mod tests {
         assert_eq!(files.left_out, left_out);
         assert_eq!(table(&root, &files).await, want);
         assert!(!first_changed.exists(), "the replaced file went");
-        assert_eq!(built(), 10, "the rows of the two changed jobs listed");
+        assert_eq!(
+            built(),
+            9,
+            "the row of the one job listed that changed since the last file (the other's kept)"
+        );
         // Asked again, nothing changed: the same files.
         let again = build(&g2);
         assert!(Arc::ptr_eq(&files, &again));
-        assert_eq!(built(), 10);
+        assert_eq!(built(), 9);
         drop((files, again));
 
         // Past the bound since the base: built again.
