@@ -609,7 +609,8 @@ mod tests {
     /// every file its manifest names (a folder planted there is left),
     /// and the history reads as before, no log read again. A second
     /// history over the folder while the first holds it keeps a folder of
-    /// its own: nothing of the first's written or removed. The oracle:
+    /// its own: nothing of the first's written or removed; so does one
+    /// over a link planted in the folder's place. The oracle:
     /// the folder's listing before the strays, and each log's task
     /// records counted in its text.
     #[tokio::test]
@@ -657,5 +658,24 @@ mod tests {
         let g = reopened.refresh(&store, false).await.unwrap();
         holds(&g, &want, "reopened");
         assert_eq!(metrics.columnar_logs_read.get(), read, "no log read again");
+        drop((g, reopened));
+
+        // A link planted in the folder's place: not taken, nothing
+        // written or removed through it.
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::create_dir(elsewhere.path().join("tasks")).unwrap();
+        let theirs = elsewhere.path().join("tasks").join("theirs.parquet");
+        std::fs::write(&theirs, b"someone else's").unwrap();
+        let planted = dir.path().join("planted");
+        std::os::unix::fs::symlink(elsewhere.path(), &planted).unwrap();
+        let other = Columnar::open(Some(planted.clone()), metrics.clone());
+        assert_ne!(other.dir(), planted);
+        holds(
+            &other.refresh(&store, false).await.unwrap(),
+            &want,
+            "beside the link",
+        );
+        assert!(theirs.is_file());
+        assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 1);
     }
 }

@@ -187,20 +187,20 @@ impl JobsFile {
 #[derive(Debug)]
 pub(crate) struct JobsFiles {
     pub(crate) base: Arc<JobsFile>,
-    pub(crate) changed: Option<JobsFile>,
+    pub(crate) changed: Option<Arc<JobsFile>>,
     /// Sorted.
     pub(crate) left_out: Vec<String>,
 }
 
 impl JobsFiles {
     fn is_there(&self) -> bool {
-        self.base.is_there() && self.changed.as_ref().is_none_or(JobsFile::is_there)
+        self.base.is_there() && self.changed.as_deref().is_none_or(JobsFile::is_there)
     }
 
     /// The files, the base first, as requests name them.
     pub(crate) fn relative(&self) -> Vec<String> {
         std::iter::once(&*self.base)
-            .chain(&self.changed)
+            .chain(self.changed.as_deref())
             .map(|f| f.relative.clone())
             .collect()
     }
@@ -247,7 +247,7 @@ struct Changes<'a> {
     base: Arc<JobsFile>,
     since_base: Vec<String>,
     since_last: Vec<String>,
-    last: Option<&'a JobsFile>,
+    last: Option<&'a Arc<JobsFile>>,
 }
 
 impl KeptJobs {
@@ -388,6 +388,15 @@ fn with_changes(
     metrics: &bjh_metrics::HistoryMetrics,
 ) -> Result<JobsFiles, String> {
     let kept = match changes.last {
+        // Nothing changed since the last file (a generation made by a
+        // merge alone): it serves again as written.
+        Some(last) if changes.since_last.is_empty() => {
+            return Ok(JobsFiles {
+                base: changes.base,
+                changed: Some(last.clone()),
+                left_out: changes.since_base,
+            });
+        }
         Some(last) => last.rows_but(&changes.since_last)?,
         None => Vec::new(),
     };
@@ -400,7 +409,10 @@ fn with_changes(
         false => {
             let mut jobs = jobs.into_iter();
             let built = completed_batches(&mut jobs, generation.totals_near(ids));
-            Some(JobsFile::write(root, kept.into_iter().chain(built))?)
+            Some(Arc::new(JobsFile::write(
+                root,
+                kept.into_iter().chain(built),
+            )?))
         }
     };
     Ok(JobsFiles {
@@ -752,7 +764,20 @@ mod tests {
         let again = build(&g2);
         assert!(Arc::ptr_eq(&files, &again));
         assert_eq!(built(), 9);
-        drop((files, again));
+        // No job changed since the last file (a generation a merge
+        // alone made): that file serves again, nothing written.
+        let last = files.changed.as_ref().unwrap();
+        let changes = Changes {
+            base: files.base.clone(),
+            since_base: files.left_out.clone(),
+            since_last: Vec::new(),
+            last: Some(last),
+        };
+        let same = with_changes(&root, &store, &g2, changes, &counted).unwrap();
+        assert!(Arc::ptr_eq(same.changed.as_ref().unwrap(), last));
+        assert_eq!(same.left_out, files.left_out);
+        assert_eq!(built(), 9);
+        drop((files, again, same));
 
         // Past the bound since the base: built again.
         for k in 2..=CHANGED_MAX {
