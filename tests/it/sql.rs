@@ -782,3 +782,45 @@ async fn the_whatif_tables_hold_each_querys_newest_run_and_its_graded_pairs_as_t
     let left: Vec<&str> = left.iter().map(|r| r["job_id"].as_str().unwrap()).collect();
     assert_eq!(left, kept);
 }
+
+/// A server started where an earlier run's SQL named `jobs` builds that
+/// table's base in the background: the first query after the restart
+/// builds no row and answers as the first run did. The oracle for the
+/// rows: the completed logs in the folder, one row each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_a_restart_the_jobs_table_is_built_before_a_query_asks() {
+    let tmp = tempfile::tempdir().unwrap();
+    crate::history::copy_fixtures(tmp.path());
+    let logs = (std::fs::read_dir(tmp.path()).unwrap())
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_str().unwrap().ends_with(".eventlog")
+        })
+        .count() as u64;
+    let built = |server: &Proc| {
+        let url = server.url("/api/metrics");
+        async move {
+            let text = String::from_utf8(get(&url).await.2).unwrap();
+            counter(&text, "ballista_job_history_sql_jobs_rows_built_total")
+        }
+    };
+    let question = "SELECT job_id, status, tasks FROM jobs ORDER BY job_id";
+    let flags = ["--update-interval-seconds", "1"];
+    let mut first = Proc::history(tmp.path(), &flags);
+    first.wait_healthy().await;
+    assert_eq!(built(&first).await, 0, "nothing built before a query");
+    let before = sql(&first, question).await;
+    assert_eq!(before.len() as u64, logs);
+    assert_eq!(built(&first).await, logs, "the first query built every row");
+    assert!(first.terminate().success());
+
+    let mut again = Proc::history(tmp.path(), &flags);
+    again.wait_healthy().await;
+    eventually("the background built the base", || async {
+        built(&again).await == logs
+    })
+    .await;
+    assert_eq!(sql(&again, question).await, before);
+    assert_eq!(built(&again).await, logs, "the query built no row");
+    again.terminate();
+}

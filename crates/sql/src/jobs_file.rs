@@ -40,6 +40,17 @@
 //! journal no longer reaches back or more than `CHANGED_MAX` jobs (or
 //! one in `CHANGED_PER_JOB`, when that is over `CHANGED_ANYWAY`)
 //! changed since it.
+//!
+//! **A base built off the query's path.** A walk over every job takes
+//! seconds at millions of jobs (24 s at 10,000,000 on disk), so the
+//! background refresh builds the base (`prepare`) before a query
+//! would have to: once half the changes a base takes have come (or a
+//! journal no longer reaches back), and at a start when an earlier run
+//! of the server's SQL named `jobs` (its folder is there). A base is
+//! built by one thread at a time (`Keeper`'s build lock): a query that
+//! needs one while the background builds it waits for that build and
+//! is served from it. A stop ends a background build between batches,
+//! keeping nothing of it.
 
 use bjh_columnar::Generation;
 use bjh_columnar::tables::{JobLine, jobs_batch};
@@ -224,6 +235,26 @@ impl Completed {
     }
 }
 
+/// The `jobs` table's kept rows, and the lock every build of a base
+/// holds, so a query and the background never build two at once.
+#[derive(Default)]
+pub(crate) struct Keeper {
+    pub(crate) kept: parking_lot::Mutex<Option<KeptJobs>>,
+    building: parking_lot::Mutex<()>,
+    /// The background's last build failed (a full disk, a planted
+    /// folder): not tried again until a query keeps rows of its own.
+    failed: std::sync::atomic::AtomicBool,
+}
+
+impl Keeper {
+    /// Keeps `rows`, built by a query.
+    fn keep(&self, kept: &mut Option<KeptJobs>, rows: KeptJobs) {
+        *kept = Some(rows);
+        self.failed
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// The completed jobs' rows of the last `jobs` table asked for: used while
 /// the store's completed jobs and the columnar generation are those they
 /// were built from, and dropped after [`crate::KEPT_JOBS_IDLE`] without a
@@ -251,6 +282,34 @@ struct Changes<'a> {
 }
 
 impl KeptJobs {
+    /// A base, `rows`, built at the store's `version` from `generation`,
+    /// the journals at `at`.
+    fn base(version: u64, generation: &Arc<Generation>, rows: Completed, at: (u64, u64)) -> Self {
+        Self {
+            version,
+            generation: Arc::downgrade(generation),
+            rows,
+            used: std::time::Instant::now(),
+            base_at: at,
+            changed_at: at,
+        }
+    }
+
+    /// The jobs changed since `at` (where the store's journal and the
+    /// columnar history's stood), sorted, each once; `None` when either
+    /// no longer reaches back.
+    fn since(
+        store: &bjh_store::LogStore,
+        totals_changed: &dyn Fn(u64) -> Option<(Vec<String>, u64)>,
+        (store_at, totals_at): (u64, u64),
+    ) -> Option<Vec<String>> {
+        let (mut ids, _) = store.changed_since(store_at)?;
+        ids.extend(totals_changed(totals_at)?.0);
+        ids.sort_unstable();
+        ids.dedup();
+        Some(ids)
+    }
+
     /// What changed since the base, when both journals reach back to it,
     /// `generation` is not older than the last build, and few enough
     /// changed (of `jobs`).
@@ -266,21 +325,13 @@ impl KeptJobs {
         if !files.base.is_there() || generation.changes_at < self.changed_at.1 {
             return None;
         }
-        let since = |(store_at, totals_at): (u64, u64)| {
-            let (mut ids, _) = store.changed_since(store_at)?;
-            ids.extend(totals_changed(totals_at)?.0);
-            ids.sort_unstable();
-            ids.dedup();
-            Some(ids)
-        };
-        let since_base = since(self.base_at)?;
-        let bound = CHANGED_MAX.min((store.len() / CHANGED_PER_JOB).max(CHANGED_ANYWAY));
-        if since_base.len() > bound {
+        let since_base = Self::since(store, totals_changed, self.base_at)?;
+        if since_base.len() > changed_bound(store) {
             return None;
         }
         let last = (files.changed.as_ref()).filter(|f| f.is_there());
         let since_last = match last {
-            Some(_) => since(self.changed_at)?,
+            Some(_) => Self::since(store, totals_changed, self.changed_at)?,
             None => since_base.clone(),
         };
         Some(Changes {
@@ -290,6 +341,30 @@ impl KeptJobs {
             last,
         })
     }
+
+    /// Whether a new base is due: the base is gone, a journal no longer
+    /// reaches back to it, or more than half the changes it takes came.
+    /// Rows kept in memory (no file could be written) are never due: a
+    /// query builds them again after a change.
+    fn due(
+        &self,
+        store: &bjh_store::LogStore,
+        totals_changed: &dyn Fn(u64) -> Option<(Vec<String>, u64)>,
+    ) -> bool {
+        let Completed::Files(files) = &self.rows else {
+            return false;
+        };
+        !files.base.is_there()
+            || Self::since(store, totals_changed, self.base_at)
+                .is_none_or(|ids| ids.len() > changed_bound(store) / 2)
+    }
+}
+
+/// Jobs changed since a base at most for it to serve: [`CHANGED_MAX`], or
+/// one in [`CHANGED_PER_JOB`] of the store's when that is fewer (never
+/// under [`CHANGED_ANYWAY`]).
+fn changed_bound(store: &bjh_store::LogStore) -> usize {
+    CHANGED_MAX.min((store.len() / CHANGED_PER_JOB).max(CHANGED_ANYWAY))
 }
 
 /// The completed jobs' rows of the `jobs` table, from the store's
@@ -298,83 +373,175 @@ impl KeptJobs {
 /// base and a file of the jobs changed (the last one's rows, but for the
 /// jobs changed since it, and those jobs' rows built); else built again
 /// and written as a file under `root` (kept as rows where it cannot be
-/// written). `totals_changed` is the columnar history's journal
+/// written), or, while the background builds a base, that one once
+/// built. `totals_changed` is the columnar history's journal
 /// (`Columnar::totals_changed_since`). Building every job's rows takes
 /// seconds at millions of jobs: it runs on a blocking thread, never on
 /// the server's runtime.
 pub(crate) fn completed_jobs(
-    kept_jobs: &parking_lot::Mutex<Option<KeptJobs>>,
+    keeper: &Keeper,
     store: &bjh_store::LogStore,
     generation: &Arc<Generation>,
     totals_changed: &dyn Fn(u64) -> Option<(Vec<String>, u64)>,
     root: &Path,
     metrics: &bjh_metrics::HistoryMetrics,
 ) -> Completed {
+    let served = || kept_or_changed(keeper, store, generation, totals_changed, root, metrics);
+    if let Some(rows) = served() {
+        return rows;
+    }
+    // One build of every job at a time: one under way (the background's)
+    // is waited for, then served from.
+    let _building = keeper.building.lock();
+    if let Some(rows) = served() {
+        return rows;
+    }
     // Read before building: a change while building makes the next
     // query build again, never keeps stale rows under a newer number.
-    let version = store.version();
-    let now_at = (store.changes_at(), generation.changes_at);
-    let weak = Arc::downgrade(generation);
-    let mut kept = kept_jobs.lock();
-    if let Some(k) = kept.as_mut()
-        && k.version == version
-        && k.generation.ptr_eq(&weak)
-        && k.rows.is_there()
-    {
+    let (version, at) = (store.version(), positions(store, generation));
+    let rows = whole(store, generation, root, metrics);
+    let kept = KeptJobs::base(version, generation, rows.clone(), at);
+    keeper.keep(&mut keeper.kept.lock(), kept);
+    rows
+}
+
+/// Where the store's journal and the columnar history's stand.
+fn positions(store: &bjh_store::LogStore, generation: &Generation) -> (u64, u64) {
+    (store.changes_at(), generation.changes_at)
+}
+
+/// The kept rows, while nothing they were built from changed, or the kept
+/// base and a file of the jobs changed since it, kept in their place;
+/// `None` when a base is to be built. Kept rows built from a generation
+/// newer than `generation` (the background's) are served with theirs.
+fn kept_or_changed(
+    keeper: &Keeper,
+    store: &bjh_store::LogStore,
+    generation: &Arc<Generation>,
+    totals_changed: &dyn Fn(u64) -> Option<(Vec<String>, u64)>,
+    root: &Path,
+    metrics: &bjh_metrics::HistoryMetrics,
+) -> Option<Completed> {
+    let mut kept = keeper.kept.lock();
+    let k = kept.as_mut()?;
+    let newer = (k.generation.upgrade()).filter(|g| g.changes_at > generation.changes_at);
+    let generation = newer.as_ref().unwrap_or(generation);
+    let (version, at, weak) = (
+        store.version(),
+        positions(store, generation),
+        Arc::downgrade(generation),
+    );
+    if k.version == version && k.generation.ptr_eq(&weak) && k.rows.is_there() {
         k.used = std::time::Instant::now();
-        return k.rows.clone();
+        return Some(k.rows.clone());
     }
-    // The replaced files go once no query holds them (`old` is dropped
-    // after the new ones are written: the last file of changed jobs is
-    // read for the next).
-    let old = kept.take();
-    let with_changes = (old.as_ref()).and_then(|k| {
-        let changes = k.changes(store, generation, totals_changed)?;
-        with_changes(root, store, generation, changes, metrics)
-            .map_err(|e| log::warn!("history: the SQL jobs table is built again: {e}"))
-            .ok()
-            .map(|files| (files, k.base_at))
-    });
-    let (rows, base_at) = match with_changes {
-        Some((files, at)) => (Completed::Files(Arc::new(files)), at),
-        None => (whole(store, generation, root, metrics), now_at),
-    };
-    *kept = Some(KeptJobs {
+    let changes = k.changes(store, generation, totals_changed)?;
+    let files = with_changes(root, store, generation, changes, metrics)
+        .map_err(|e| log::warn!("history: the SQL jobs table is built again: {e}"))
+        .ok()?;
+    // The replaced files go once no query holds them.
+    let rows = Completed::Files(Arc::new(files));
+    let changed = KeptJobs {
         version,
         generation: weak,
         rows: rows.clone(),
         used: std::time::Instant::now(),
-        base_at,
-        changed_at: now_at,
+        base_at: k.base_at,
+        changed_at: at,
+    };
+    keeper.keep(&mut kept, changed);
+    Some(rows)
+}
+
+/// Builds a base off any query's path when one is due (the kept one's
+/// [`KeptJobs::due`]; with none kept, when a query is `expected`), unless
+/// a base is being built or the last such build failed: whether it built
+/// one. A query waits for it rather than building another. `stop` ends
+/// the build between batches, keeping nothing (not an error).
+pub(crate) fn prepare(
+    keeper: &Keeper,
+    store: &bjh_store::LogStore,
+    generation: &Arc<Generation>,
+    totals_changed: &dyn Fn(u64) -> Option<(Vec<String>, u64)>,
+    (root, metrics): (&Path, &bjh_metrics::HistoryMetrics),
+    expected: bool,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<bool, String> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let Some(_building) = keeper.building.try_lock() else {
+        return Ok(false);
+    };
+    if keeper.failed.load(Relaxed) {
+        return Ok(false);
+    }
+    let used = match keeper.kept.lock().as_ref() {
+        None if expected => std::time::Instant::now(),
+        None => return Ok(false),
+        Some(k) if k.due(store, totals_changed) => k.used,
+        Some(_) => return Ok(false),
+    };
+    let (version, at) = (store.version(), positions(store, generation));
+    let files = match base(store, generation, root, metrics, stop) {
+        Ok(files) => files,
+        Err(_) if stop.load(Relaxed) => return Ok(false),
+        Err(e) => {
+            keeper.failed.store(true, Relaxed);
+            return Err(e);
+        }
+    };
+    // Kept as long after the last query as the rows it replaces: a
+    // server nobody asks still forgets them.
+    let rows = Completed::Files(Arc::new(files));
+    *keeper.kept.lock() = Some(KeptJobs {
+        used,
+        ..KeptJobs::base(version, generation, rows, at)
     });
-    rows
+    Ok(true)
 }
 
 /// Every completed job's rows, as a base file (as rows where none can be
-/// written). Written as the store's walk reads the jobs: a batch's rows
-/// at a time in memory, however many jobs the store keeps on disk.
+/// written).
 fn whole(
     store: &bjh_store::LogStore,
     generation: &Generation,
     root: &Path,
     metrics: &bjh_metrics::HistoryMetrics,
 ) -> Completed {
-    let written = store.with_completed_by_id(|jobs| {
-        let batches = completed_batches(jobs, generation.totals());
-        let counted = batches.inspect(|b| metrics.sql_jobs_rows_built.inc_by(b.num_rows() as u64));
-        JobsFile::write_base(root, counted)
-    });
-    match written {
-        Ok(base) => Completed::Files(Arc::new(JobsFiles {
-            base: Arc::new(base),
-            changed: None,
-            left_out: Vec::new(),
-        })),
+    let never = std::sync::atomic::AtomicBool::new(false);
+    match base(store, generation, root, metrics, &never) {
+        Ok(files) => Completed::Files(Arc::new(files)),
         Err(e) => {
             log::warn!("history: the SQL jobs table is sent to each query: no file of it: {e}");
             Completed::Rows(completed_rows(store, generation))
         }
     }
+}
+
+/// Every completed job's rows as a base file, written as the store's
+/// walk reads the jobs: a batch's rows at a time in memory, however many
+/// jobs the store keeps on disk. Ended between batches once `stop` is
+/// set (an error; the file removed).
+fn base(
+    store: &bjh_store::LogStore,
+    generation: &Generation,
+    root: &Path,
+    metrics: &bjh_metrics::HistoryMetrics,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<JobsFiles, String> {
+    let stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
+    let base = store.with_completed_by_id(|jobs| {
+        let batches = completed_batches(jobs, generation.totals()).take_while(|_| !stopped());
+        let counted = batches.inspect(|b| metrics.sql_jobs_rows_built.inc_by(b.num_rows() as u64));
+        JobsFile::write_base(root, counted)
+    })?;
+    if stopped() {
+        return Err("stopped".into());
+    }
+    Ok(JobsFiles {
+        base: Arc::new(base),
+        changed: None,
+        left_out: Vec::new(),
+    })
 }
 
 /// The base less the jobs changed since it, and a file of the rows of
@@ -639,6 +806,57 @@ mod tests {
         all
     }
 
+    /// A folder of the upstream fixtures' logs under new ids, a store over
+    /// it keeping three jobs in memory (the rest on disk), and a columnar
+    /// history.
+    struct History {
+        _dir: tempfile::TempDir,
+        logs: std::path::PathBuf,
+        fixtures: Vec<(String, String, i64)>,
+        store: Arc<bjh_store::LogStore>,
+        columnar: bjh_columnar::Columnar,
+    }
+
+    impl History {
+        /// With `jobs` logs, read by the store, in `want`.
+        fn new(jobs: usize, want: &mut BTreeMap<String, Option<i64>>) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let logs = dir.path().join("logs");
+            std::fs::create_dir(&logs).unwrap();
+            let metrics = Arc::new(bjh_metrics::HistoryMetrics::unregistered());
+            let index = dir.path().join("store-index");
+            let store = Arc::new(
+                bjh_store::LogStore::new(&logs, metrics.clone())
+                    .with_index_file(Some(index.clone()))
+                    .with_memory_jobs(Some(3), Some(&index)),
+            );
+            let columnar = bjh_columnar::Columnar::open(Some(dir.path().join("columnar")), metrics);
+            let history = Self {
+                _dir: dir,
+                logs,
+                fixtures: fixtures(),
+                store,
+                columnar,
+            };
+            for k in 0..jobs {
+                history.write("a", k, want);
+            }
+            history.store.rescan();
+            history
+        }
+
+        /// Writes the `k`th fixture (cycled) under a new id of `tag` and
+        /// `k`, into `want`: the id.
+        fn write(&self, tag: &str, k: usize, want: &mut BTreeMap<String, Option<i64>>) -> String {
+            let (id, text, tasks) = &self.fixtures[k % self.fixtures.len()];
+            let new = format!("{tag}{k:03}{}", &id[4..]);
+            let path = self.logs.join(format!("{new}.eventlog"));
+            std::fs::write(path, text.replace(id, &new)).unwrap();
+            want.insert(new.clone(), Some(*tasks));
+            new
+        }
+    }
+
     /// The `jobs` rows the worker's view over `files` gives: each job's
     /// task total (each job once).
     async fn table(root: &Path, files: &JobsFiles) -> BTreeMap<String, Option<i64>> {
@@ -681,41 +899,23 @@ mod tests {
     /// one's task records counted in its text.
     #[tokio::test]
     async fn after_a_few_changes_the_base_stays_and_the_table_is_what_the_logs_say() {
-        let dir = tempfile::tempdir().unwrap();
-        let logs = dir.path().join("logs");
-        std::fs::create_dir(&logs).unwrap();
-        let fixtures = fixtures();
         let mut want = BTreeMap::new();
+        let history = History::new(6, &mut want);
         let write = |tag: &str, k: usize, want: &mut BTreeMap<String, Option<i64>>| {
-            let (id, text, tasks) = &fixtures[k % fixtures.len()];
-            let new = format!("{tag}{k:03}{}", &id[4..]);
-            std::fs::write(logs.join(format!("{new}.eventlog")), text.replace(id, &new)).unwrap();
-            want.insert(new.clone(), Some(*tasks));
-            new
+            history.write(tag, k, want)
         };
-        for k in 0..6 {
-            write("a", k, &mut want);
-        }
-        let metrics = Arc::new(bjh_metrics::HistoryMetrics::unregistered());
-        let index = dir.path().join("store-index");
-        let store = Arc::new(
-            bjh_store::LogStore::new(&logs, metrics.clone())
-                .with_index_file(Some(index.clone()))
-                .with_memory_jobs(Some(3), Some(&index)),
-        );
-        store.rescan();
-        let columnar = bjh_columnar::Columnar::open(Some(dir.path().join("columnar")), metrics);
+        let (logs, store, columnar) = (&history.logs, &history.store, &history.columnar);
         let root = columnar.dir().to_path_buf();
-        let kept = parking_lot::Mutex::new(None);
+        let kept = Keeper::default();
         let changed = |at| columnar.totals_changed_since(at);
         let counted = bjh_metrics::HistoryMetrics::unregistered();
-        let build =
-            |g: &Arc<Generation>| match completed_jobs(&kept, &store, g, &changed, &root, &counted)
-            {
-                Completed::Files(files) => files,
-                Completed::Rows(_) => panic!("rows, not files"),
-            };
-        let g0 = columnar.refresh(&store, false).await.unwrap();
+        let build = |g: &Arc<Generation>| match completed_jobs(
+            &kept, store, g, &changed, &root, &counted,
+        ) {
+            Completed::Files(files) => files,
+            Completed::Rows(_) => panic!("rows, not files"),
+        };
+        let g0 = columnar.refresh(store, false).await.unwrap();
 
         // A job completed that the columnar history has not read yet: in
         // the base, without its totals.
@@ -732,7 +932,7 @@ mod tests {
 
         // Read: its totals come in the file of the jobs changed, though
         // the store did not change.
-        let g1 = columnar.refresh(&store, false).await.unwrap();
+        let g1 = columnar.refresh(store, false).await.unwrap();
         let files = build(&g1);
         assert!(Arc::ptr_eq(&files.base, &base.base));
         assert_eq!(files.left_out, std::slice::from_ref(&late));
@@ -747,7 +947,7 @@ mod tests {
         want.remove(&gone);
         let new = write("b", 1, &mut want);
         store.rescan();
-        let g2 = columnar.refresh(&store, false).await.unwrap();
+        let g2 = columnar.refresh(store, false).await.unwrap();
         let files = build(&g2);
         assert!(Arc::ptr_eq(&files.base, &base.base));
         let mut left_out = vec![gone, late, new];
@@ -773,7 +973,7 @@ mod tests {
             since_last: Vec::new(),
             last: Some(last),
         };
-        let same = with_changes(&root, &store, &g2, changes, &counted).unwrap();
+        let same = with_changes(&root, store, &g2, changes, &counted).unwrap();
         assert!(Arc::ptr_eq(same.changed.as_ref().unwrap(), last));
         assert_eq!(same.left_out, files.left_out);
         assert_eq!(built(), 9);
@@ -784,7 +984,7 @@ mod tests {
             write("b", k, &mut want);
         }
         store.rescan();
-        let g3 = columnar.refresh(&store, false).await.unwrap();
+        let g3 = columnar.refresh(store, false).await.unwrap();
         let files = build(&g3);
         assert!(!Arc::ptr_eq(&files.base, &base.base));
         assert!(files.changed.is_none() && files.left_out.is_empty());
@@ -797,11 +997,179 @@ mod tests {
         store.rescan();
         std::fs::write(g3.index_path().unwrap(), b"not an index").unwrap();
         drop(g3);
-        let g4 = columnar.refresh(&store, false).await.unwrap();
+        let g4 = columnar.refresh(store, false).await.unwrap();
         let files = build(&g4);
         assert!(!Arc::ptr_eq(&files.base, &base.base));
         assert!(files.changed.is_none());
         assert_eq!(table(&root, &files).await, want);
         drop((g0, g1, g2));
+    }
+
+    /// The files under the `jobs` table's folder.
+    fn files_in(root: &Path) -> usize {
+        std::fs::read_dir(root.join(JOBS_DIR)).map_or(0, |d| d.count())
+    }
+
+    /// The background builds a base before a query needs one: at a start
+    /// where a query is expected, and once half the changes a base takes
+    /// came; the queries after it build no row of the jobs it holds. A
+    /// stop ends its build and keeps nothing. The oracle: the logs on
+    /// disk, as above.
+    #[tokio::test]
+    async fn the_background_builds_the_base_so_a_query_need_not() {
+        let mut want = BTreeMap::new();
+        let history = History::new(6, &mut want);
+        let (store, columnar) = (&*history.store, &history.columnar);
+        let root = columnar.dir().to_path_buf();
+        let keeper = Keeper::default();
+        let changed = |at| columnar.totals_changed_since(at);
+        let counted = bjh_metrics::HistoryMetrics::unregistered();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let prepare = |g: &Arc<Generation>, expected| {
+            prepare(
+                &keeper,
+                store,
+                g,
+                &changed,
+                (&root, &counted),
+                expected,
+                &stop,
+            )
+            .unwrap()
+        };
+        let query = |g: &Arc<Generation>| match completed_jobs(
+            &keeper, store, g, &changed, &root, &counted,
+        ) {
+            Completed::Files(files) => files,
+            Completed::Rows(_) => panic!("rows, not files"),
+        };
+        let built = || counted.sql_jobs_rows_built.get();
+        let g0 = columnar.refresh(&history.store, false).await.unwrap();
+
+        // Nothing kept and no query expected: nothing built.
+        assert!(!prepare(&g0, false));
+        assert_eq!((built(), files_in(&root)), (0, 0));
+        // Expected: every job's row; the query after it builds none.
+        assert!(prepare(&g0, true));
+        assert_eq!(built(), 6);
+        let first = query(&g0);
+        assert_eq!(
+            built(),
+            6,
+            "the query was served from the background's base"
+        );
+        assert!(first.changed.is_none() && first.left_out.is_empty());
+        assert_eq!(table(&root, &first).await, want);
+        assert!(!prepare(&g0, false), "nothing changed: not due");
+
+        // Two jobs (half the bound of four): not due; a query builds theirs.
+        for k in 0..2 {
+            history.write("b", k, &mut want);
+        }
+        store.rescan();
+        let g1 = columnar.refresh(&history.store, false).await.unwrap();
+        assert!(!prepare(&g1, false));
+        let files = query(&g1);
+        assert!(Arc::ptr_eq(&files.base, &first.base));
+        assert_eq!(built(), 8);
+        assert_eq!(table(&root, &files).await, want);
+
+        // One more: due; the background builds the base again, and the
+        // query after it builds nothing.
+        history.write("b", 2, &mut want);
+        store.rescan();
+        let g2 = columnar.refresh(&history.store, false).await.unwrap();
+        assert!(prepare(&g2, false));
+        assert_eq!(built(), 8 + 9);
+        let files = query(&g2);
+        assert_eq!(built(), 8 + 9);
+        assert!(!Arc::ptr_eq(&files.base, &first.base));
+        assert!(files.changed.is_none() && files.left_out.is_empty());
+        assert_eq!(table(&root, &files).await, want);
+        drop(first);
+
+        // A stop: the build ends, nothing of it kept or left on disk.
+        for k in 3..6 {
+            history.write("b", k, &mut want);
+        }
+        store.rescan();
+        let g3 = columnar.refresh(&history.store, false).await.unwrap();
+        let on_disk = files_in(&root);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(!prepare(&g3, false));
+        assert_eq!(files_in(&root), on_disk);
+        let after = query(&g3);
+        assert!(Arc::ptr_eq(&after.base, &files.base), "the base kept");
+        assert_eq!(table(&root, &after).await, want);
+        drop((files, after));
+
+        // The base gone and no file can be written (a file planted in the
+        // folder's place): the build fails once and is not tried again
+        // until a query keeps rows (here, in memory: never due).
+        stop.store(false, std::sync::atomic::Ordering::Relaxed);
+        let folder = root.join(JOBS_DIR);
+        std::fs::rename(&folder, root.join("moved")).unwrap();
+        std::fs::write(&folder, b"planted").unwrap();
+        let on = (root.as_path(), &counted);
+        let failed = super::prepare(&keeper, store, &g3, &changed, on, false, &stop);
+        assert!(failed.unwrap_err().contains("not a folder"));
+        assert!(!prepare(&g3, false), "not tried again");
+        let Completed::Rows(rows) = completed_jobs(&keeper, store, &g3, &changed, &root, &counted)
+        else {
+            panic!("a file written through a planted one");
+        };
+        assert_eq!(
+            rows.iter().map(RecordBatch::num_rows).sum::<usize>(),
+            want.len()
+        );
+        assert!(!prepare(&g3, false), "rows in memory are never due");
+        assert_eq!(std::fs::read(&folder).unwrap(), b"planted");
+    }
+
+    /// A query and the background asking for a base at once build one
+    /// between them, however they interleave (the query waits for the
+    /// background's build, or the background finds the query's).
+    #[tokio::test]
+    async fn a_query_and_the_background_build_one_base_between_them() {
+        let mut want = BTreeMap::new();
+        let history = History::new(5, &mut want);
+        let (store, columnar) = (&*history.store, &history.columnar);
+        let root = columnar.dir().to_path_buf();
+        let generation = columnar.refresh(&history.store, false).await.unwrap();
+        let changed = |at| columnar.totals_changed_since(at);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        for round in 0..20 {
+            let (keeper, counted) = (
+                Keeper::default(),
+                bjh_metrics::HistoryMetrics::unregistered(),
+            );
+            let barrier = std::sync::Barrier::new(2);
+            let served = std::thread::scope(|s| {
+                let background = s.spawn(|| {
+                    barrier.wait();
+                    let on = (root.as_path(), &counted);
+                    prepare(&keeper, store, &generation, &changed, on, true, &stop).unwrap()
+                });
+                barrier.wait();
+                let served = completed_jobs(&keeper, store, &generation, &changed, &root, &counted);
+                background.join().unwrap();
+                served
+            });
+            assert_eq!(counted.sql_jobs_rows_built.get(), 5, "round {round}");
+            let Completed::Files(files) = served else {
+                panic!("rows, not files");
+            };
+            let kept_base = match keeper.kept.lock().as_ref() {
+                Some(KeptJobs {
+                    rows: Completed::Files(kept),
+                    ..
+                }) => kept.base.clone(),
+                _ => panic!("nothing kept"),
+            };
+            assert!(Arc::ptr_eq(&kept_base, &files.base), "round {round}");
+            if round == 0 {
+                assert_eq!(table(&root, &files).await, want);
+            }
+        }
     }
 }

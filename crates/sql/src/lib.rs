@@ -44,7 +44,7 @@ use bjh_store::query::{JobFacts, ListQuery};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use futures::StreamExt;
-use jobs_file::{Completed, KeptJobs, completed_jobs, completed_rows};
+use jobs_file::{Completed, Keeper, completed_jobs, completed_rows};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -172,7 +172,11 @@ pub struct SqlEngine {
     /// server whose SQL is never used reads no log twice.
     used: std::sync::atomic::AtomicBool,
     /// The completed jobs' rows of the `jobs` table, kept between queries.
-    kept_jobs: Arc<parking_lot::Mutex<Option<KeptJobs>>>,
+    kept_jobs: Arc<Keeper>,
+    /// Whether a query naming `jobs` is expected before one asks: an
+    /// earlier run's SQL named it (its folder is there). The background's
+    /// first refresh then builds the table's base (once).
+    jobs_expected: std::sync::atomic::AtomicBool,
     /// The scheduler the cluster engine submits to (`http://host:port`).
     cluster: Option<String>,
     /// The engine a query that names none runs on.
@@ -203,6 +207,7 @@ impl SqlEngine {
         let columnar =
             Columnar::open_with(dir.into(), fresh, bjh_metrics::HistoryMetrics::global());
         cluster::sweep(columnar.dir(), cluster::STAGED_LEFTOVER);
+        let jobs_expected = columnar.dir().join(jobs_file::JOBS_DIR).is_dir();
         Self {
             source,
             store,
@@ -210,7 +215,8 @@ impl SqlEngine {
             limits,
             workers: pool::Workers::new(worker, limits, bjh_metrics::HistoryMetrics::global()),
             used: std::sync::atomic::AtomicBool::new(false),
-            kept_jobs: Arc::new(parking_lot::Mutex::new(None)),
+            kept_jobs: Arc::default(),
+            jobs_expected: jobs_expected.into(),
             cluster: None,
             default_engine: Engine::Local,
         }
@@ -258,7 +264,10 @@ impl SqlEngine {
     /// Once SQL is in use (a query was asked, or the folder holds files
     /// from an earlier run), brings the columnar history up to date every
     /// `interval` until `stop` resolves, so jobs are in it soon after they
-    /// complete and a query seldom waits for their logs to be read.
+    /// complete and a query seldom waits for their logs to be read; then
+    /// builds the `jobs` table's base when one is due
+    /// (`jobs_file::prepare`), so a query seldom waits for that either.
+    /// A stop ends that build.
     pub async fn keep_fresh(
         self: Arc<Self>,
         interval: Duration,
@@ -273,8 +282,27 @@ impl SqlEngine {
                     self.forget_idle_jobs();
                     let in_use = self.used.load(std::sync::atomic::Ordering::Relaxed)
                         || self.columnar.dir().join("manifest.json").exists();
-                    if in_use && let Err(e) = self.refresh(true).await {
-                        log::warn!("history: {e}");
+                    if !in_use {
+                        continue;
+                    }
+                    let generation = match self.refresh(true).await {
+                        Ok(generation) => generation,
+                        Err(e) => {
+                            log::warn!("history: {e}");
+                            continue;
+                        }
+                    };
+                    let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                    let preparing = tokio::task::spawn_blocking({
+                        let (engine, stopped) = (self.clone(), stopped.clone());
+                        move || engine.prepare_jobs(&generation, &stopped)
+                    });
+                    tokio::select! {
+                        _ = preparing => {}
+                        () = &mut stop => {
+                            stopped.store(true, std::sync::atomic::Ordering::Relaxed);
+                            return;
+                        }
                     }
                 }
                 () = &mut stop => return,
@@ -282,10 +310,31 @@ impl SqlEngine {
         }
     }
 
+    /// Builds the `jobs` table's base off any query's path when one is
+    /// due.
+    fn prepare_jobs(&self, generation: &Arc<Generation>, stopped: &std::sync::atomic::AtomicBool) {
+        let expected = (self.jobs_expected).swap(false, std::sync::atomic::Ordering::Relaxed);
+        let changed = |at| self.columnar.totals_changed_since(at);
+        let metrics = bjh_metrics::HistoryMetrics::global();
+        let root = self.columnar.dir();
+        let prepared = jobs_file::prepare(
+            &self.kept_jobs,
+            &self.store,
+            generation,
+            &changed,
+            (root, &*metrics),
+            expected,
+            stopped,
+        );
+        if let Err(e) = prepared {
+            log::warn!("history: the SQL jobs table's base is left to the next query: {e}");
+        }
+    }
+
     /// Drops the kept `jobs` rows once no query asked for them for
     /// [`KEPT_JOBS_IDLE`].
     fn forget_idle_jobs(&self) {
-        let mut kept = self.kept_jobs.lock();
+        let mut kept = self.kept_jobs.kept.lock();
         if kept
             .as_ref()
             .is_some_and(|k| k.used.elapsed() > KEPT_JOBS_IDLE)
@@ -746,7 +795,7 @@ mod tests {
             None,
         ));
         // The build cannot finish while this is held.
-        let held = engine.kept_jobs.lock();
+        let held = engine.kept_jobs.kept.lock();
         let (told, heard) = std::sync::mpsc::channel();
         let asking = engine.clone();
         let thread = std::thread::spawn(move || {
@@ -833,7 +882,7 @@ mod tests {
         assert_eq!(ids(&rows), want);
         let root = dir.path().join("columnar");
         std::fs::create_dir(&root).unwrap();
-        let kept = parking_lot::Mutex::new(None);
+        let kept = Keeper::default();
         let Completed::Files(files) = completed_jobs(
             &kept,
             &store,
@@ -866,7 +915,7 @@ mod tests {
         );
         let root = dir.path().join("columnar");
         std::fs::create_dir(&root).unwrap();
-        let kept = parking_lot::Mutex::new(None);
+        let kept = Keeper::default();
         let generation = Arc::new(Generation::default());
         let metrics = bjh_metrics::HistoryMetrics::unregistered();
         let file = |g: &Arc<Generation>| match completed_jobs(
@@ -902,7 +951,7 @@ mod tests {
         let planted = dir.path().join("planted");
         std::fs::create_dir(&planted).unwrap();
         std::os::unix::fs::symlink(dir.path(), planted.join(jobs_file::JOBS_DIR)).unwrap();
-        let kept = parking_lot::Mutex::new(None);
+        let kept = Keeper::default();
         let rows = completed_jobs(
             &kept,
             &store,

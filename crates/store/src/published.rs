@@ -203,34 +203,19 @@ pub(crate) struct Listing {
 
 impl LogStore {
     /// Reads only the manifests that changed and the segments not read
-    /// yet, then up to the configured number of listing pages.
+    /// yet, then up to the configured number of listing pages. A stop
+    /// ends the listing after the page under way (the pass covers the
+    /// names listed so far).
     pub(crate) fn remote_listing(&self, dir: &RemoteDir) -> std::io::Result<Listing> {
         if self.listing_pages == 0 {
-            let listed = dir.list().map_err(crate::remote::io_error)?;
-            return Ok(Listing {
-                listed,
-                covered: Covered::All,
-                published: Vec::new(),
-                gone: HashSet::new(),
-            });
+            return self.whole_listing(dir);
         }
         // A store that cannot list the folder fails the whole pass, as a
         // failed listing does: a page listed without the summaries would
         // read logs they describe.
         let (published, gone) = self.read_published(dir)?;
         let after = self.reading.lock().marker.clone();
-        let mut listed = Vec::new();
-        let mut at = after.clone();
-        for _ in 0..self.listing_pages {
-            let (page, next) = dir
-                .list_page(at.as_deref(), self.page_keys)
-                .map_err(crate::remote::io_error)?;
-            listed.extend(page);
-            at = next;
-            if at.is_none() {
-                break;
-            }
-        }
+        let (listed, at) = self.list_pages(dir, after.clone(), self.listing_pages)?;
         self.reading.lock().marker = at.clone();
         Ok(Listing {
             listed,
@@ -238,6 +223,50 @@ impl LogStore {
             published,
             gone,
         })
+    }
+
+    /// The whole prefix (`--listing-pages-per-rescan 0`): a page at a time
+    /// where the store lists by page (a request per 1,000 logs: 100,000 at
+    /// 100,000,000), so a stop ends it at the page it reached, the names
+    /// up to there covered; else in one listing.
+    fn whole_listing(&self, dir: &RemoteDir) -> std::io::Result<Listing> {
+        let (listed, covered) = match dir.lists_by_page() {
+            false => (dir.list().map_err(crate::remote::io_error)?, Covered::All),
+            true => {
+                let (listed, at) = self.list_pages(dir, None, usize::MAX)?;
+                let covered = |upto| Covered::Range { after: None, upto };
+                (listed, at.map_or(Covered::All, |at| covered(Some(at))))
+            }
+        };
+        Ok(Listing {
+            listed,
+            covered,
+            published: Vec::new(),
+            gone: HashSet::new(),
+        })
+    }
+
+    /// Up to `pages` pages of the prefix after `after`, ended early by a
+    /// stop: the logs listed, and the last name reached (`None`: the
+    /// end).
+    fn list_pages(
+        &self,
+        dir: &RemoteDir,
+        after: Option<String>,
+        pages: usize,
+    ) -> std::io::Result<(Vec<crate::remote::Listed>, Option<String>)> {
+        let (mut listed, mut at) = (Vec::new(), after);
+        for _ in 0..pages {
+            let (page, next) = dir
+                .list_page(at.as_deref(), self.page_keys)
+                .map_err(crate::remote::io_error)?;
+            listed.extend(page);
+            at = next;
+            if at.is_none() || self.stopping() {
+                break;
+            }
+        }
+        Ok((listed, at))
     }
 
     /// The summaries of the segments not read yet, from the manifests
@@ -1223,5 +1252,98 @@ mod tests {
         assert!(store.contains("a"));
         store.rescan();
         assert!(store.contains("b"));
+    }
+
+    /// A store that lists by page (as S3 does), over the bucket's memory,
+    /// counting the pages asked for and asking `reader` to stop once it
+    /// has served `stop_after` of them.
+    struct Paged {
+        memory: Arc<InMemory>,
+        pages: std::sync::atomic::AtomicUsize,
+        stop_after: std::sync::atomic::AtomicUsize,
+        reader: std::sync::OnceLock<std::sync::Weak<LogStore>>,
+    }
+
+    #[async_trait::async_trait]
+    impl object_store::list::PaginatedListStore for Paged {
+        async fn list_paginated(
+            &self,
+            prefix: Option<&str>,
+            opts: object_store::list::PaginatedListOptions,
+        ) -> object_store::Result<object_store::list::PaginatedListResult> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let folder = ObjPath::from(prefix.unwrap_or_default().trim_end_matches('/'));
+            let mut objects = self
+                .memory
+                .list_with_delimiter(Some(&folder))
+                .await?
+                .objects;
+            objects.sort_by(|a, b| a.location.cmp(&b.location));
+            objects.retain(|m| (opts.offset.as_deref()).is_none_or(|o| m.location.as_ref() > o));
+            let max = opts.max_keys.unwrap_or(usize::MAX);
+            let more = objects.len() > max;
+            objects.truncate(max);
+            if self.pages.fetch_add(1, SeqCst) + 1 == self.stop_after.load(SeqCst)
+                && let Some(reader) = self.reader.get().and_then(std::sync::Weak::upgrade)
+            {
+                reader.stop_passes();
+            }
+            Ok(object_store::list::PaginatedListResult {
+                result: object_store::ListResult {
+                    common_prefixes: Vec::new(),
+                    objects,
+                },
+                page_token: more.then(|| "more".to_string()),
+            })
+        }
+    }
+
+    /// A stop ends a rescan's listing after the page under way, whether
+    /// it lists the whole prefix (`--listing-pages-per-rescan 0`: 100,000
+    /// requests at 100,000,000 logs) or some pages: the pass covers the
+    /// names listed, so a deleted log among them leaves the list and one
+    /// past them stays until a pass reaches it.
+    #[test]
+    fn a_stop_ends_the_listing_at_the_page_it_reached() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let bucket = Bucket::new();
+        let ids: Vec<String> = (0..50).map(|i| format!("job-{i:03}")).collect();
+        for pages in [0, 10] {
+            for (i, id) in ids.iter().enumerate() {
+                bucket.put(&format!("{id}.eventlog"), log_bytes(id, 1000 + i as u64));
+            }
+            let paged = Arc::new(Paged {
+                memory: bucket.memory.clone(),
+                pages: 0.into(),
+                stop_after: usize::MAX.into(),
+                reader: std::sync::OnceLock::new(),
+            });
+            let dir = bucket.dir().with_paged_listing(paged.clone());
+            let metrics = Arc::new(bjh_metrics::HistoryMetrics::unregistered());
+            let mut store = LogStore::remote(dir, metrics).with_listing_pages(pages);
+            store.page_keys = 10;
+            let store = Arc::new(store);
+            paged.reader.set(Arc::downgrade(&store)).unwrap();
+            store.rescan();
+            assert_eq!((paged.pages.load(SeqCst), store.len()), (5, 50), "{pages}");
+
+            // Asked to stop as the second page comes: two pages listed.
+            let (near, far) = ("job-005", "job-045");
+            bucket.delete(&format!("{near}.eventlog"));
+            bucket.delete(&format!("{far}.eventlog"));
+            paged.pages.store(0, SeqCst);
+            paged.stop_after.store(2, SeqCst);
+            store.rescan();
+            assert_eq!(paged.pages.load(SeqCst), 2, "{pages}: the listing went on");
+            assert!(
+                !store.contains(near),
+                "{pages}: a covered log gone stays listed"
+            );
+            assert!(
+                store.contains(far),
+                "{pages}: a log not reached left the list"
+            );
+            assert_eq!(store.len(), 49, "{pages}");
+        }
     }
 }

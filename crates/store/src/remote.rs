@@ -304,6 +304,12 @@ impl RemoteDir {
             .collect())
     }
 
+    /// Whether the store lists a page at a time ([`RemoteDir::list_page`]
+    /// is one request).
+    pub(crate) fn lists_by_page(&self) -> bool {
+        self.inner.paged.is_some()
+    }
+
     /// At most `max_keys` entries directly under the prefix after the
     /// name `after` (from the first when `None`), in name order: the logs
     /// among them, and the last name the page reached, `None` when it
