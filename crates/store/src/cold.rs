@@ -1033,6 +1033,42 @@ mod tests {
         the_same(&oracle, &again, &ids, &mut r, 0);
     }
 
+    /// A stop ends a rescan's listing of a directory after the chunk of
+    /// names it stamped (`STAMP_CHUNK`, 64 here): the pass covers the
+    /// names up to there, so a deleted log among them leaves the list and
+    /// one past them stays until a pass reaches it; with the jobs in
+    /// memory and on disk.
+    #[test]
+    fn a_stop_ends_the_listing_of_a_directory_at_the_chunk_it_reached() {
+        for spilling in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let spill = tempfile::tempdir().unwrap();
+            let s = match spilling {
+                true => plain(dir.path()).with_spill(spill.path().join("segments"), 0),
+                false => plain(dir.path()),
+            };
+            let (mut r, mut ids) = (below(83), Vec::new());
+            write_logs(dir.path(), 150, "s", &mut ids, &mut r);
+            s.rescan();
+            assert_eq!(s.len(), 150);
+            assert_eq!(s.spilled() > 0, spilling);
+            // Names and ids sort alike (ids of one length).
+            ids.sort();
+            let (near, far) = (&ids[5], &ids[140]);
+            for id in [near, far] {
+                std::fs::remove_file(dir.path().join(format!("{id}.eventlog"))).unwrap();
+            }
+            s.stop_passes();
+            s.rescan();
+            assert!(
+                s.facts(near).is_none(),
+                "{spilling}: covered and gone, still listed"
+            );
+            assert!(s.facts(far).is_some(), "{spilling}: not reached, yet gone");
+            assert_eq!(s.len(), 149);
+        }
+    }
+
     /// `n` new logs under `dir`, their ids added to `ids`.
     fn write_logs(
         dir: &Path,

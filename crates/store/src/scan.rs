@@ -9,6 +9,10 @@ use super::*;
 use crate::parallel::{PARALLEL_FROM, REMOTE_READERS, local_readers, parallel_map};
 use crate::published::Covered;
 
+/// Logs of a directory stamped between two looks at whether to stop (a
+/// few seconds of `stat`s at most). A few in unit tests.
+const STAMP_CHUNK: usize = if cfg!(test) { 64 } else { 65_536 };
+
 /// The log-named entries of a directory or a store prefix, with stamps.
 pub(super) enum Entries {
     Local(std::vec::IntoIter<(String, Stamp)>),
@@ -135,34 +139,55 @@ impl LogStore {
                 (entries, listing.covered, listing.published, listing.gone)
             }),
             None => {
-                let mut names: Vec<String> = std::fs::read_dir(&self.dir)?
-                    .filter_map(|e| e.ok()?.file_name().into_string().ok())
-                    .filter(|name| LogName::parse(name).is_some())
-                    .collect();
-                let out = twins_left_out(names.iter().map(String::as_str));
-                self.warn_twins(&out);
-                names.retain(|n| !out.contains(n));
-                // A log is a regular file of the directory: a link is not
-                // followed (it could point anywhere; reads refuse it too).
-                let stamp = |name: &String| {
-                    let meta = std::fs::symlink_metadata(self.dir.join(name)).ok()?;
-                    meta.is_file().then(|| (name.clone(), Stamp::of(&meta)))
-                };
-                // A large directory is stamped on several threads.
-                let stamped: Vec<Option<(String, Stamp)>> = if names.len() >= PARALLEL_FROM {
-                    parallel_map(&names, local_readers(), stamp)
-                } else {
-                    names.iter().map(stamp).collect()
-                };
-                let stamped: Vec<(String, Stamp)> = stamped.into_iter().flatten().collect();
-                Ok((
-                    Entries::Local(stamped.into_iter()),
-                    Covered::All,
-                    Vec::new(),
-                    HashSet::new(),
-                ))
+                let (stamped, covered) = self.local_listing()?;
+                let entries = Entries::Local(stamped.into_iter());
+                Ok((entries, covered, Vec::new(), HashSet::new()))
             }
         }
+    }
+
+    /// The directory's logs, stamped (a `stat` each) in name order
+    /// [`STAMP_CHUNK`] at a time until asked to stop: a stop ends the
+    /// listing at the chunk it reached (10,000,000 stats take tens of
+    /// seconds), the names up to there covered.
+    fn local_listing(&self) -> std::io::Result<(Vec<(String, Stamp)>, Covered)> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.dir)?
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|name| LogName::parse(name).is_some())
+            .collect();
+        let out = twins_left_out(names.iter().map(String::as_str));
+        self.warn_twins(&out);
+        names.retain(|n| !out.contains(n));
+        // In name order, as `Covered` ranges are (and as the pass sorts
+        // them anyway).
+        names.sort_unstable();
+        // A log is a regular file of the directory: a link is not
+        // followed (it could point anywhere; reads refuse it too).
+        let stamp = |name: &String| {
+            let meta = std::fs::symlink_metadata(self.dir.join(name)).ok()?;
+            meta.is_file().then(|| (name.clone(), Stamp::of(&meta)))
+        };
+        let mut stamped = Vec::with_capacity(names.len());
+        for (i, chunk) in names.chunks(STAMP_CHUNK).enumerate() {
+            // A large directory is stamped on several threads.
+            let got: Vec<Option<(String, Stamp)>> = if chunk.len() >= PARALLEL_FROM {
+                parallel_map(chunk, local_readers(), stamp)
+            } else {
+                chunk.iter().map(stamp).collect()
+            };
+            stamped.extend(got.into_iter().flatten());
+            let reached = (i + 1) * STAMP_CHUNK;
+            if self.stopping() && reached < names.len() {
+                log::info!(
+                    "history: stopping: {} logs of {} left to the next listing",
+                    names.len() - reached,
+                    self.dir.display()
+                );
+                let upto = Some(names[reached - 1].clone());
+                return Ok((stamped, Covered::Range { after: None, upto }));
+            }
+        }
+        Ok((stamped, Covered::All))
     }
 
     /// Says once per name which logs were left out for a twin.
