@@ -386,7 +386,13 @@ pub(crate) fn completed_jobs(
     root: &Path,
     metrics: &bjh_metrics::HistoryMetrics,
 ) -> Completed {
-    let served = || kept_or_changed(keeper, store, generation, totals_changed, root, metrics);
+    let from = Inputs {
+        store,
+        totals_changed,
+        root,
+        metrics,
+    };
+    let served = || kept_or_changed(keeper, generation, &from);
     if let Some(rows) = served() {
         return rows;
     }
@@ -405,6 +411,16 @@ pub(crate) fn completed_jobs(
     rows
 }
 
+/// What a build of the table's rows reads, and where it writes.
+pub(crate) struct Inputs<'a> {
+    pub(crate) store: &'a bjh_store::LogStore,
+    /// The columnar history's journal (`Columnar::totals_changed_since`).
+    pub(crate) totals_changed: &'a dyn Fn(u64) -> Option<(Vec<String>, u64)>,
+    /// The columnar folder, the files' root.
+    pub(crate) root: &'a Path,
+    pub(crate) metrics: &'a bjh_metrics::HistoryMetrics,
+}
+
 /// Where the store's journal and the columnar history's stand.
 fn positions(store: &bjh_store::LogStore, generation: &Generation) -> (u64, u64) {
     (store.changes_at(), generation.changes_at)
@@ -416,27 +432,24 @@ fn positions(store: &bjh_store::LogStore, generation: &Generation) -> (u64, u64)
 /// newer than `generation` (the background's) are served with theirs.
 fn kept_or_changed(
     keeper: &Keeper,
-    store: &bjh_store::LogStore,
     generation: &Arc<Generation>,
-    totals_changed: &dyn Fn(u64) -> Option<(Vec<String>, u64)>,
-    root: &Path,
-    metrics: &bjh_metrics::HistoryMetrics,
+    from: &Inputs<'_>,
 ) -> Option<Completed> {
     let mut kept = keeper.kept.lock();
     let k = kept.as_mut()?;
     let newer = (k.generation.upgrade()).filter(|g| g.changes_at > generation.changes_at);
     let generation = newer.as_ref().unwrap_or(generation);
     let (version, at, weak) = (
-        store.version(),
-        positions(store, generation),
+        from.store.version(),
+        positions(from.store, generation),
         Arc::downgrade(generation),
     );
     if k.version == version && k.generation.ptr_eq(&weak) && k.rows.is_there() {
         k.used = std::time::Instant::now();
         return Some(k.rows.clone());
     }
-    let changes = k.changes(store, generation, totals_changed)?;
-    let files = with_changes(root, store, generation, changes, metrics)
+    let changes = k.changes(from.store, generation, from.totals_changed)?;
+    let files = with_changes(from.root, from.store, generation, changes, from.metrics)
         .map_err(|e| log::warn!("history: the SQL jobs table is built again: {e}"))
         .ok()?;
     // The replaced files go once no query holds them.
@@ -460,10 +473,8 @@ fn kept_or_changed(
 /// the build between batches, keeping nothing (not an error).
 pub(crate) fn prepare(
     keeper: &Keeper,
-    store: &bjh_store::LogStore,
     generation: &Arc<Generation>,
-    totals_changed: &dyn Fn(u64) -> Option<(Vec<String>, u64)>,
-    (root, metrics): (&Path, &bjh_metrics::HistoryMetrics),
+    from: &Inputs<'_>,
     expected: bool,
     stop: &std::sync::atomic::AtomicBool,
 ) -> Result<bool, String> {
@@ -477,11 +488,11 @@ pub(crate) fn prepare(
     let used = match keeper.kept.lock().as_ref() {
         None if expected => std::time::Instant::now(),
         None => return Ok(false),
-        Some(k) if k.due(store, totals_changed) => k.used,
+        Some(k) if k.due(from.store, from.totals_changed) => k.used,
         Some(_) => return Ok(false),
     };
-    let (version, at) = (store.version(), positions(store, generation));
-    let files = match base(store, generation, root, metrics, stop) {
+    let (version, at) = (from.store.version(), positions(from.store, generation));
+    let files = match base(from.store, generation, from.root, from.metrics, stop) {
         Ok(files) => files,
         Err(_) if stop.load(Relaxed) => return Ok(false),
         Err(e) => {
@@ -1025,18 +1036,14 @@ mod tests {
         let changed = |at| columnar.totals_changed_since(at);
         let counted = bjh_metrics::HistoryMetrics::unregistered();
         let stop = std::sync::atomic::AtomicBool::new(false);
-        let prepare = |g: &Arc<Generation>, expected| {
-            prepare(
-                &keeper,
-                store,
-                g,
-                &changed,
-                (&root, &counted),
-                expected,
-                &stop,
-            )
-            .unwrap()
+        let on = Inputs {
+            store,
+            totals_changed: &changed,
+            root: &root,
+            metrics: &counted,
         };
+        let prepare =
+            |g: &Arc<Generation>, expected| prepare(&keeper, g, &on, expected, &stop).unwrap();
         let query = |g: &Arc<Generation>| match completed_jobs(
             &keeper, store, g, &changed, &root, &counted,
         ) {
@@ -1110,8 +1117,7 @@ mod tests {
         let folder = root.join(JOBS_DIR);
         std::fs::rename(&folder, root.join("moved")).unwrap();
         std::fs::write(&folder, b"planted").unwrap();
-        let on = (root.as_path(), &counted);
-        let failed = super::prepare(&keeper, store, &g3, &changed, on, false, &stop);
+        let failed = super::prepare(&keeper, &g3, &on, false, &stop);
         assert!(failed.unwrap_err().contains("not a folder"));
         assert!(!prepare(&g3, false), "not tried again");
         let Completed::Rows(rows) = completed_jobs(&keeper, store, &g3, &changed, &root, &counted)
@@ -1147,8 +1153,13 @@ mod tests {
             let served = std::thread::scope(|s| {
                 let background = s.spawn(|| {
                     barrier.wait();
-                    let on = (root.as_path(), &counted);
-                    prepare(&keeper, store, &generation, &changed, on, true, &stop).unwrap()
+                    let on = Inputs {
+                        store,
+                        totals_changed: &changed,
+                        root: &root,
+                        metrics: &counted,
+                    };
+                    prepare(&keeper, &generation, &on, true, &stop).unwrap()
                 });
                 barrier.wait();
                 let served = completed_jobs(&keeper, store, &generation, &changed, &root, &counted);

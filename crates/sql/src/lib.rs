@@ -317,15 +317,13 @@ impl SqlEngine {
         let changed = |at| self.columnar.totals_changed_since(at);
         let metrics = bjh_metrics::HistoryMetrics::global();
         let root = self.columnar.dir();
-        let prepared = jobs_file::prepare(
-            &self.kept_jobs,
-            &self.store,
-            generation,
-            &changed,
-            (root, &*metrics),
-            expected,
-            stopped,
-        );
+        let from = jobs_file::Inputs {
+            store: &self.store,
+            totals_changed: &changed,
+            root,
+            metrics: &metrics,
+        };
+        let prepared = jobs_file::prepare(&self.kept_jobs, generation, &from, expected, stopped);
         if let Err(e) = prepared {
             log::warn!("history: the SQL jobs table's base is left to the next query: {e}");
         }
