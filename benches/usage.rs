@@ -140,6 +140,7 @@ fn main() {
         to: Some((YEAR_START + 181 * DAY).to_string()),
         group_by: Some("query".into()),
         tag: None,
+        scheduler_id: None,
     };
     let first = Instant::now();
     let u = runtime

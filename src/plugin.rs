@@ -94,6 +94,11 @@ impl JobHistory {
         mut options: HistoryOptions,
         config: &mut SchedulerConfig,
     ) -> Result<Self, ServerError> {
+        // A SQL query runs in a worker process started from this same
+        // executable: when this process is one, it answers its query and
+        // exits here, before it writes anything (an embedder's `main` need
+        // not know).
+        bjh_sql::worker::exit_if_worker();
         config.event_log_dir = None;
         let spool = match options.remote {
             Some(_) => Some(lock_spool(&options.event_log_dir).map_err(ServerError::Config)?),

@@ -188,10 +188,12 @@ struct Cli {
     #[arg(long, default_value_t = 1024)]
     http_max_connections: usize,
     /// Connections one client (an IPv4 address, or an IPv6 /64) may hold
-    /// at once; more are closed when accepted. Behind a proxy every user
-    /// shares the proxy's address: raise it there.
-    #[arg(long, default_value_t = 256)]
-    http_max_connections_per_client: usize,
+    /// at once; more are closed when accepted. Default: a sixteenth of
+    /// --http-max-connections (64 of 1024), so that sixteen hosts are
+    /// needed to fill the port. Behind a proxy every user shares the
+    /// proxy's address: raise it there.
+    #[arg(long)]
+    http_max_connections_per_client: Option<usize>,
     /// How long an HTTP/2 connection (a browser's over a TLS proxy, an
     /// executor's gRPC) may stay with no request under way before it is
     /// closed; a client reconnects when it needs to.
@@ -646,7 +648,10 @@ fn history_options(
     options.http = ballista_job_history::HttpLimits {
         header_timeout: Duration::from_secs(cli.http_header_timeout_seconds.max(1)),
         max_connections: cli.http_max_connections.max(1),
-        max_connections_per_client: cli.http_max_connections_per_client.max(1),
+        max_connections_per_client: cli
+            .http_max_connections_per_client
+            .unwrap_or(cli.http_max_connections / ballista_job_history::HttpLimits::CLIENTS_TO_FILL)
+            .max(1),
         idle_timeout: Duration::from_secs(cli.http_idle_timeout_seconds.max(1)),
         drain_timeout: shutdown - shutdown / 3,
     };

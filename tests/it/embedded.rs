@@ -60,6 +60,17 @@ async fn the_example_scheduler_records_a_real_job_and_serves_it() {
     assert!(String::from_utf8_lossy(&body).contains(&job_id));
     let stages = get_json(&scheduler.url(&format!("/api/job/{job_id}/stages"))).await;
     assert!(!stages["stages"].as_array().unwrap().is_empty(), "{stages}");
+    // SQL: its worker is the example's own executable, which never calls
+    // `run_if_worker` (a regression test: the worker ran the example as a
+    // second scheduler, killed by the limit on files, "signal 25").
+    let rows = crate::sql::sql(
+        &scheduler,
+        "SELECT job_id, count(*) AS n FROM jobs GROUP BY job_id",
+    )
+    .await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["job_id"], job_id.as_str());
+    assert_eq!(rows[0]["n"], 1);
 
     // Stopped by SIGTERM: a clean exit, and the scheduler's own codec wrote
     // the plans the executor ran.

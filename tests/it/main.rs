@@ -26,6 +26,7 @@ mod history;
 mod hostile;
 mod isolation;
 mod labels;
+mod ledger;
 mod library;
 mod live;
 mod mcp;

@@ -179,6 +179,44 @@ async fn one_address_cannot_take_every_connection_and_silent_ones_are_closed() {
     server.terminate();
 }
 
+/// A regression test: with 1,024 connections in all and 256 per client,
+/// four addresses holding their share refused 28 to 30 of 30 probes from a
+/// fifth. By default a client holds a sixteenth of the port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_addresses_holding_their_share_leave_room_for_a_fifth() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixtures(tmp.path());
+    allow_descriptors(1200);
+    let mut server = Proc::history(tmp.path(), &["--http-header-timeout-seconds", "120"]);
+    server.wait_ready().await;
+    // Four hosts, 256 silent connections each: what 256 a client allowed.
+    let mut held = Vec::new();
+    for host in 20..24u8 {
+        for _ in 0..256 {
+            held.push(connect_from(&server, [127, 0, 0, host]).await);
+        }
+    }
+    let fifth = client_from([127, 0, 0, 24]);
+    let mut answered = 0;
+    for _ in 0..30 {
+        let r = fifth.get(server.url("/healthz")).send().await;
+        answered += usize::from(r.is_ok_and(|r| r.status() == 200));
+    }
+    assert_eq!(
+        answered, 30,
+        "a fifth host is refused while four hold their share"
+    );
+    // Each of the four holds its sixteenth (64), the rest closed at once.
+    let closed = futures::future::join_all(
+        held.iter_mut()
+            .map(|s| closed_within(s, Duration::from_millis(500))),
+    )
+    .await;
+    let open = closed.iter().filter(|c| !**c).count();
+    assert_eq!(open, 4 * 64, "connections the four still hold");
+    server.terminate();
+}
+
 /// The HTTP/2 connection preface.
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// An empty SETTINGS frame.

@@ -249,7 +249,7 @@ fn groups(b: &Busy<'_>, idle: &[f64], price: Option<f64>) -> Vec<GroupUsage> {
         busy[k] += ms;
         share[k] += idle[h] * ms / b.by_hour[h];
     }
-    let mut out: Vec<GroupUsage> = b
+    let out: Vec<GroupUsage> = b
         .keys
         .iter()
         .enumerate()
@@ -263,6 +263,12 @@ fn groups(b: &Busy<'_>, idle: &[f64], price: Option<f64>) -> Vec<GroupUsage> {
             cost: price.map(|p| cost(busy[k] + share[k], p)),
         })
         .collect();
+    capped(out, price)
+}
+
+/// `groups` the largest total first; past [`MAX_GROUPS`] the rest summed
+/// in one `(others)`.
+fn capped(mut out: Vec<GroupUsage>, price: Option<f64>) -> Vec<GroupUsage> {
     out.sort_by(|a, b| {
         b.total_slot_ms
             .cmp(&a.total_slot_ms)
@@ -270,7 +276,8 @@ fn groups(b: &Busy<'_>, idle: &[f64], price: Option<f64>) -> Vec<GroupUsage> {
     });
     if out.len() > MAX_GROUPS {
         let rest = out.split_off(MAX_GROUPS - 1);
-        let sum = |f: fn(&GroupUsage) -> u64| rest.iter().map(f).sum::<u64>();
+        let sum =
+            |f: fn(&GroupUsage) -> u64| rest.iter().map(f).fold(0u64, |a, b| a.saturating_add(b));
         let total = sum(|g| g.total_slot_ms);
         out.push(GroupUsage {
             key: "(others)".into(),
@@ -336,8 +343,8 @@ pub fn usage(
         utilisation: (total_capacity > 0.0)
             .then(|| ((total_busy - over) / total_capacity).clamp(0.0, 1.0)),
         cost: price.map(|p| cost(total_capacity + over, p)),
-        jobs: b.jobs.iter().sum(),
-        waited_ms: b.waited.iter().sum(),
+        jobs: b.jobs.iter().fold(0u64, |a, &n| a.saturating_add(n)),
+        waited_ms: b.waited.iter().fold(0u64, |a, &n| a.saturating_add(n)),
         jobs_without_usage: unknown,
         groups: groups(&b, &idle, price),
         hours: hourly,
@@ -346,30 +353,47 @@ pub fn usage(
 
 /// Usages over the same range (one per executor, each over its own
 /// intervals and the busy time its jobs had on it) as one: the totals and
-/// hours summed, each a group keyed `key` whose idle share is the idle
-/// time its own usage attributed; the idle time of hours in which nothing
-/// ran on it stays unattributed, so the books still balance.
-pub fn combined(parts: Vec<(String, Usage)>, (from, to): (u64, u64), price: Option<f64>) -> Usage {
+/// hours summed (saturating: a sum is never less than a part), each a
+/// group keyed `key` whose idle share is the idle time its own usage
+/// attributed, past [`MAX_GROUPS`] the rest in `(others)`; the idle time
+/// of hours in which nothing ran on it stays unattributed, so the books
+/// still balance. `parts` is consumed one at a time, so a lazy iterator
+/// holds one part's hours at once, whatever the number of executors.
+pub fn combined(
+    parts: impl IntoIterator<Item = (String, Usage)>,
+    (from, to): (u64, u64),
+    price: Option<f64>,
+) -> Usage {
     let hours = Hours::new(from, to.max(from));
     let mut out = usage(&[], &[], 0, (from, to), price);
     let mut utilised = 0f64;
+    let add = |a: &mut u64, b: u64| *a = a.saturating_add(b);
     for (key, u) in parts {
-        let shares: u64 = u.groups.iter().map(|g| g.idle_share_slot_ms).sum();
-        out.capacity_slot_ms += u.capacity_slot_ms;
-        out.estimated_capacity_slot_ms += u.estimated_capacity_slot_ms;
-        out.busy_slot_ms += u.busy_slot_ms;
-        out.over_capacity_slot_ms += u.over_capacity_slot_ms;
-        out.idle_slot_ms += u.idle_slot_ms;
-        out.unattributed_idle_slot_ms += u.unattributed_idle_slot_ms;
+        let shares = u
+            .groups
+            .iter()
+            .fold(0u64, |a, g| a.saturating_add(g.idle_share_slot_ms));
+        add(&mut out.capacity_slot_ms, u.capacity_slot_ms);
+        add(
+            &mut out.estimated_capacity_slot_ms,
+            u.estimated_capacity_slot_ms,
+        );
+        add(&mut out.busy_slot_ms, u.busy_slot_ms);
+        add(&mut out.over_capacity_slot_ms, u.over_capacity_slot_ms);
+        add(&mut out.idle_slot_ms, u.idle_slot_ms);
+        add(
+            &mut out.unattributed_idle_slot_ms,
+            u.unattributed_idle_slot_ms,
+        );
         out.jobs_without_usage = out.jobs_without_usage.max(u.jobs_without_usage);
         utilised += u.busy_slot_ms.saturating_sub(u.over_capacity_slot_ms) as f64;
         for (mine, theirs) in out.hours.iter_mut().zip(&u.hours) {
-            mine.capacity_slot_ms += theirs.capacity_slot_ms;
-            mine.busy_slot_ms += theirs.busy_slot_ms;
-            mine.idle_slot_ms += theirs.idle_slot_ms;
-            mine.peak_slots += theirs.peak_slots;
+            add(&mut mine.capacity_slot_ms, theirs.capacity_slot_ms);
+            add(&mut mine.busy_slot_ms, theirs.busy_slot_ms);
+            add(&mut mine.idle_slot_ms, theirs.idle_slot_ms);
+            add(&mut mine.peak_slots, theirs.peak_slots);
         }
-        let total = u.busy_slot_ms + shares;
+        let total = u.busy_slot_ms.saturating_add(shares);
         out.groups.push(GroupUsage {
             key,
             jobs: u.jobs,
@@ -381,14 +405,78 @@ pub fn combined(parts: Vec<(String, Usage)>, (from, to): (u64, u64), price: Opti
         });
     }
     debug_assert_eq!(out.hours.len(), hours.n);
-    out.groups.sort_by(|a, b| {
-        b.total_slot_ms
-            .cmp(&a.total_slot_ms)
-            .then(a.key.cmp(&b.key))
-    });
+    out.groups = capped(std::mem::take(&mut out.groups), price);
     out.utilisation = (out.capacity_slot_ms > 0)
         .then(|| (utilised / out.capacity_slot_ms as f64).clamp(0.0, 1.0));
-    out.cost = price.map(|p| cost((out.capacity_slot_ms + out.over_capacity_slot_ms) as f64, p));
+    let priced = out
+        .capacity_slot_ms
+        .saturating_add(out.over_capacity_slot_ms);
+    out.cost = price.map(|p| cost(priced as f64, p));
+    out
+}
+
+/// Usages over the same range of clusters apart (each over its own
+/// executors and its own jobs, so one cluster's idle time is shared among
+/// its own jobs only) as one: totals, hours and `jobs_without_usage`
+/// summed (saturating), the groups of the same key merged, past
+/// [`MAX_GROUPS`] the rest in `(others)`. The books balance as each
+/// part's do.
+pub fn merged(
+    parts: impl IntoIterator<Item = Usage>,
+    (from, to): (u64, u64),
+    price: Option<f64>,
+) -> Usage {
+    let mut out = usage(&[], &[], 0, (from, to), price);
+    let mut utilised = 0f64;
+    let mut groups: HashMap<String, GroupUsage> = HashMap::new();
+    let add = |a: &mut u64, b: u64| *a = a.saturating_add(b);
+    for u in parts {
+        add(&mut out.capacity_slot_ms, u.capacity_slot_ms);
+        add(
+            &mut out.estimated_capacity_slot_ms,
+            u.estimated_capacity_slot_ms,
+        );
+        add(&mut out.busy_slot_ms, u.busy_slot_ms);
+        add(&mut out.over_capacity_slot_ms, u.over_capacity_slot_ms);
+        add(&mut out.idle_slot_ms, u.idle_slot_ms);
+        add(
+            &mut out.unattributed_idle_slot_ms,
+            u.unattributed_idle_slot_ms,
+        );
+        add(&mut out.jobs, u.jobs);
+        add(&mut out.waited_ms, u.waited_ms);
+        add(&mut out.jobs_without_usage, u.jobs_without_usage);
+        utilised += u.busy_slot_ms.saturating_sub(u.over_capacity_slot_ms) as f64;
+        for (mine, theirs) in out.hours.iter_mut().zip(&u.hours) {
+            add(&mut mine.capacity_slot_ms, theirs.capacity_slot_ms);
+            add(&mut mine.busy_slot_ms, theirs.busy_slot_ms);
+            add(&mut mine.idle_slot_ms, theirs.idle_slot_ms);
+            add(&mut mine.peak_slots, theirs.peak_slots);
+        }
+        for g in u.groups {
+            match groups.entry(g.key.clone()) {
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(g);
+                }
+                std::collections::hash_map::Entry::Occupied(mut e) => {
+                    let m = e.get_mut();
+                    add(&mut m.jobs, g.jobs);
+                    add(&mut m.busy_slot_ms, g.busy_slot_ms);
+                    add(&mut m.idle_share_slot_ms, g.idle_share_slot_ms);
+                    add(&mut m.total_slot_ms, g.total_slot_ms);
+                    add(&mut m.waited_ms, g.waited_ms);
+                    m.cost = price.map(|p| cost(m.total_slot_ms as f64, p));
+                }
+            }
+        }
+    }
+    out.groups = capped(groups.into_values().collect(), price);
+    out.utilisation = (out.capacity_slot_ms > 0)
+        .then(|| (utilised / out.capacity_slot_ms as f64).clamp(0.0, 1.0));
+    let priced = out
+        .capacity_slot_ms
+        .saturating_add(out.over_capacity_slot_ms);
+    out.cost = price.map(|p| cost(priced as f64, p));
     out
 }
 
@@ -518,6 +606,92 @@ mod tests {
         assert_eq!(both.idle_slot_ms, shares + both.unattributed_idle_slot_ms);
         assert_eq!(both.hours[0].peak_slots, 3);
         assert_eq!(both.cost, Some(6.0));
+    }
+
+    /// A regression test: two executors' parts of 1.2e19 slot-ms each
+    /// summed to 5.55e18, less than either.
+    #[test]
+    fn sums_of_huge_parts_saturate_and_are_never_less_than_a_part() {
+        let h = HOUR_MS;
+        let part = |key: &str| {
+            let u = usage(
+                &[],
+                &[job(key, 0, h, 12_000_000_000_000_000_000)],
+                0,
+                (0, h),
+                None,
+            );
+            (key.to_string(), u)
+        };
+        let both = combined([part("a"), part("b")], (0, h), None);
+        let most = both.groups.iter().map(|g| g.busy_slot_ms).max().unwrap();
+        assert!(most >= 12_000_000_000_000_000_000, "{both:?}");
+        assert!(both.busy_slot_ms >= most, "{} < {most}", both.busy_slot_ms);
+        assert!(both.hours[0].busy_slot_ms >= most);
+    }
+
+    #[test]
+    fn combining_more_executors_than_the_groups_cap_keeps_the_cap_and_the_totals() {
+        let h = HOUR_MS;
+        let parts = (0..MAX_GROUPS + 5).map(|i| {
+            let key = format!("e{i:05}");
+            let u = usage(
+                &[up(&key, 1, 0, h)],
+                &[job(&key, 0, h, 10)],
+                0,
+                (0, h),
+                None,
+            );
+            (key, u)
+        });
+        let all = combined(parts, (0, h), None);
+        assert_eq!(all.groups.len(), MAX_GROUPS);
+        assert_eq!(all.groups.last().unwrap().key, "(others)");
+        let busy: u64 = all.groups.iter().map(|g| g.busy_slot_ms).sum();
+        assert_eq!(busy, 10 * (MAX_GROUPS as u64 + 5));
+        assert_eq!(all.capacity_slot_ms, h * (MAX_GROUPS as u64 + 5));
+    }
+
+    /// Two clusters in one bucket: the idle time of the one where q2 did
+    /// not run is not q2's (pooled, q2 took half of cluster b's idle).
+    #[test]
+    fn each_clusters_idle_time_goes_to_its_own_jobs() {
+        let h = HOUR_MS;
+        let a = usage(
+            &[up("a", 1, 0, h)],
+            &[job("q1", 0, h, 1_000)],
+            0,
+            (0, h),
+            None,
+        );
+        let b = usage(
+            &[up("b", 3, 0, h)],
+            &[job("q2", 0, h, 1_000)],
+            0,
+            (0, h),
+            None,
+        );
+        let both = merged([a, b], (0, h), None);
+        let total = |k: &str| {
+            both.groups
+                .iter()
+                .find(|g| g.key == k)
+                .unwrap()
+                .total_slot_ms
+        };
+        assert_eq!((total("q1"), total("q2")), (h, 3 * h));
+        assert_eq!(both.capacity_slot_ms, 4 * h);
+        let shares: u64 = both.groups.iter().map(|g| g.idle_share_slot_ms).sum();
+        assert_eq!(both.idle_slot_ms, shares + both.unattributed_idle_slot_ms);
+        // Pooled, the same jobs split the four slot-hours evenly.
+        let pooled = usage(
+            &[up("a", 1, 0, h), up("b", 3, 0, h)],
+            &[job("q1", 0, h, 1_000), job("q2", 0, h, 1_000)],
+            0,
+            (0, h),
+            None,
+        );
+        assert_eq!(pooled.groups[0].total_slot_ms, 2 * h);
     }
 
     #[test]

@@ -66,6 +66,11 @@ pub static USAGE: LazyLock<SchemaRef> = LazyLock::new(|| {
     ]))
 });
 
+/// Rows the `usage` table holds at most (an executor's hour each: 100
+/// executors over a year and more); past it, the oldest hours are left
+/// out and the server's log says so.
+pub const MAX_USAGE_ROWS: usize = 1 << 20;
+
 /// The `usage` rows of `intervals`, cut into hours.
 pub fn usage_batch(intervals: &[bjh_store::cluster::SlotInterval]) -> RecordBatch {
     use datafusion::arrow::array::BooleanBuilder;
@@ -74,9 +79,16 @@ pub fn usage_batch(intervals: &[bjh_store::cluster::SlotInterval]) -> RecordBatc
     let mut text: [StringViewBuilder; 2] = Default::default();
     let mut ints: [Int64Builder; 3] = Default::default();
     let mut estimated = BooleanBuilder::new();
-    for i in intervals {
+    // The newest intervals first, so that past the cap the oldest hours
+    // are the ones left out (the store's intervals end at now, so a log
+    // dated ahead adds none).
+    let mut order: Vec<&bjh_store::cluster::SlotInterval> = intervals.iter().collect();
+    order.sort_by_key(|i| std::cmp::Reverse(i.to));
+    let mut rows = 0usize;
+    for i in order {
         let mut at = i.from - i.from % HOUR;
-        while at < i.to {
+        while at < i.to && rows < MAX_USAGE_ROWS {
+            rows += 1;
             let up = i.to.min(at + HOUR).saturating_sub(i.from.max(at));
             if up > 0 {
                 hour.append_value(at as i64);
@@ -89,6 +101,9 @@ pub fn usage_batch(intervals: &[bjh_store::cluster::SlotInterval]) -> RecordBatc
             }
             at += HOUR;
         }
+    }
+    if rows >= MAX_USAGE_ROWS {
+        log::warn!("the usage table holds its newest {MAX_USAGE_ROWS} executor-hours only");
     }
     let [scheduler, executor] = text;
     let [slots, up, capacity] = ints;

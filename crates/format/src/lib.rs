@@ -11,6 +11,7 @@
 
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
+pub mod bounds;
 pub mod cluster;
 pub mod footer;
 pub mod label;

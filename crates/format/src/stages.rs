@@ -112,6 +112,41 @@ impl StageAnswer {
         self.stage_plan.as_deref().unwrap_or("")
     }
 
+    /// How adaptive planning emptied this stage's reads, if it did: its
+    /// plan holds `EmptyExec` (a join or union whose input came back
+    /// empty) or `PlaceholderRowExec` (an aggregate or projection over an
+    /// input found empty, which keeps its one row), or it reads no stage
+    /// and no data of its own (any other rewrite that dropped every
+    /// read). `None` for a plan that reads as planned, or no plan.
+    pub fn emptied(&self) -> Option<&'static str> {
+        /// Operators that read data themselves: a stage holding one is a
+        /// leaf, not an emptied reader.
+        const SOURCES: [&str; 9] = [
+            "DataSourceExec",
+            "ParquetExec",
+            "CsvExec",
+            "NdJsonExec",
+            "AvroExec",
+            "ArrowExec",
+            "MemoryExec",
+            "StreamingTableExec",
+            "ValuesExec",
+        ];
+        let plan = self.plan();
+        if plan.contains("EmptyExec") {
+            Some("EmptyExec")
+        } else if plan.contains("PlaceholderRowExec") {
+            Some("PlaceholderRowExec")
+        } else if !plan.trim().is_empty()
+            && self.reads_from().is_empty()
+            && !SOURCES.iter().any(|s| plan.contains(s))
+        {
+            Some("a plan that reads nothing")
+        } else {
+            None
+        }
+    }
+
     /// The stages whose output this stage reads, as its plan states them:
     /// every shuffle reader (`ShuffleReaderExec`, `RangeShuffleReaderExec`,
     /// any `...ShuffleReaderExec`) writes `upstream_stage: N`. Each stage
@@ -217,10 +252,11 @@ pub struct StageEdge {
 /// after the rewrites). So the link is inferred: stage ids are given in
 /// the order stages become runnable, and a stage is runnable only once
 /// its inputs have finished, so the stage a pruned stage fed came after
-/// it and had its read replaced: the first later stage (by id) whose plan
-/// holds `EmptyExec` and whose tasks began after the pruned stage's
-/// ended, else (a stage adaptive planning superseded while it still ran)
-/// the first later stage whose plan holds `EmptyExec`. Where no stage
+/// it and had its read replaced: the first later stage (by id) that
+/// adaptive planning [emptied](StageAnswer::emptied) (`EmptyExec`,
+/// `PlaceholderRowExec`, or no read left) and whose tasks began after the
+/// pruned stage's ended, else (a stage adaptive planning superseded while
+/// it still ran) the first later emptied stage. Where no stage
 /// fits, no edge is drawn. The inference is right
 /// for a chain of emptied stages and can pick the wrong one of two
 /// emptied stages made runnable together (both then wait for the same
@@ -247,20 +283,20 @@ pub fn stage_edges<'a>(stages: impl IntoIterator<Item = &'a StageAnswer>) -> Vec
         let emptied = || {
             stages
                 .range(from + 1..)
-                .filter(|(_, s)| s.plan().contains("EmptyExec"))
+                .filter_map(|(id, s)| s.emptied().map(|how| (id, s, how)))
         };
         // One that began after it ended, else (a stage superseded while
         // it ran) the first emptied after it.
         let fed = emptied()
-            .find(|(_, s)| ended == 0 || s.began() == 0 || s.began() >= ended)
+            .find(|(_, s, _)| ended == 0 || s.began() == 0 || s.began() >= ended)
             .or_else(|| emptied().next());
-        if let Some((&to, _)) = fed {
+        if let Some((&to, _, how)) = fed {
             out.push(StageEdge {
                 from,
                 to,
                 inferred: Some(format!(
                     "inferred: no stage's final plan reads stage {from}; adaptive planning \
-                     replaced reads with EmptyExec (an input came back empty) in stage {to}, \
+                     replaced reads with {how} (an input came back empty) in stage {to}, \
                      the first stage after it to be so rewritten"
                 )),
             });
@@ -456,6 +492,66 @@ mod tests {
             stage(1, "ShuffleWriterExec\n  DataSourceExec", 3, 4),
         ];
         assert!(stage_edges(&lone).is_empty());
+    }
+
+    /// A regression test: TPC-DS q38's last stage became
+    /// `ProjectionExec`/`PlaceholderRowExec` once adaptive planning found
+    /// its input empty, and the last edge was missing.
+    #[test]
+    fn a_stage_emptied_to_a_placeholder_row_or_to_no_read_is_fed_too() {
+        let stage = |id: u32, plan: &str, began: u64, ended: u64| StageAnswer {
+            stage_id: id,
+            stage_plan: Some(plan.into()),
+            tasks: vec![TaskAnswer {
+                launch_time: began,
+                end_exec_time: ended,
+                ..TaskAnswer::default()
+            }],
+            ..StageAnswer::default()
+        };
+        let stages = [
+            stage(0, "ShuffleWriterExec\n  DataSourceExec", 1, 10),
+            stage(1, "ShuffleWriterExec\n  DataSourceExec", 1, 10),
+            stage(
+                2,
+                "ShuffleWriterExec\n  HashJoinExec\n    ShuffleReaderExec: upstream_stage: 0\n    ShuffleReaderExec: upstream_stage: 1",
+                11,
+                20,
+            ),
+            stage(
+                3,
+                "ProjectionExec: expr=[0 as count(*)]\n  PlaceholderRowExec",
+                21,
+                22,
+            ),
+        ];
+        let edges = stage_edges(&stages);
+        let last = edges
+            .iter()
+            .find(|e| e.from == 2)
+            .expect("stage 2 feeds stage 3");
+        assert_eq!(last.to, 3);
+        assert!(
+            last.inferred
+                .as_deref()
+                .unwrap()
+                .contains("PlaceholderRowExec")
+        );
+        // A plan left with no read and no data of its own.
+        let bare = [
+            stage(0, "ShuffleWriterExec\n  DataSourceExec", 1, 10),
+            stage(
+                1,
+                "CoalescePartitionsExec\n  ProjectionExec: expr=[]",
+                11,
+                12,
+            ),
+        ];
+        let edges = stage_edges(&bare);
+        assert_eq!((edges[0].from, edges[0].to), (0, 1));
+        // Without a plan nothing is inferred (an old log may lack them).
+        let planless = [stage(0, "", 1, 2), stage(1, "", 3, 4)];
+        assert!(stage_edges(&planless).is_empty());
     }
 
     #[test]

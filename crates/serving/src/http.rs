@@ -63,12 +63,19 @@ pub struct HttpLimits {
     pub drain_timeout: Duration,
 }
 
+impl HttpLimits {
+    /// Clients needed to take every connection by default: each may hold
+    /// this fraction of them (64 of 1,024), so a few hosts holding their
+    /// share leave room for everyone else.
+    pub const CLIENTS_TO_FILL: usize = 16;
+}
+
 impl Default for HttpLimits {
     fn default() -> Self {
         Self {
             header_timeout: Duration::from_secs(10),
             max_connections: 1024,
-            max_connections_per_client: 256,
+            max_connections_per_client: 1024 / Self::CLIENTS_TO_FILL,
             idle_timeout: Duration::from_secs(120),
             drain_timeout: Duration::from_secs(10),
         }

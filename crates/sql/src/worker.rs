@@ -227,20 +227,52 @@ fn read_frame(input: &mut impl Read) -> std::io::Result<Option<((u8, Bytes), Byt
 
 /// Runs the worker when this process was started as one: returns its exit
 /// code, or `None` in any other process. A binary that embeds the history
-/// server calls this first thing in `main`.
+/// server calls this first thing in `main` (the plugin's constructor calls
+/// [`exit_if_worker`], which does the same from inside a runtime).
 pub fn run_if_worker() -> Option<std::process::ExitCode> {
+    worker_code().map(|ok| {
+        if ok {
+            std::process::ExitCode::SUCCESS
+        } else {
+            std::process::ExitCode::FAILURE
+        }
+    })
+}
+
+/// When this process was started as a worker: runs it on a thread of its
+/// own (so it may be called inside an async runtime, which the worker's
+/// own runtime cannot be started in) and exits the process with its
+/// code. In any other process it returns at once. It must run before the
+/// process writes a file or a byte to standard output (a worker may
+/// write no file, and its standard output is the server's pipe).
+pub fn exit_if_worker() {
+    if std::env::var_os(WORKER_ENV).is_none() {
+        return;
+    }
+    let ok = std::thread::Builder::new()
+        .name("history-sql-worker-main".into())
+        .spawn(worker_code)
+        .ok()
+        .and_then(|t| t.join().ok())
+        .flatten()
+        .unwrap_or(false);
+    std::process::exit(if ok { 0 } else { 1 });
+}
+
+/// The worker run, when this process is one: whether it succeeded.
+fn worker_code() -> Option<bool> {
     let parent = std::env::var(WORKER_ENV).ok()?;
     // Dies with the server, and not at all if the server is already gone.
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
     let ppid = rustix::process::getppid().map(|p| p.as_raw_nonzero().get().to_string());
     if ppid.as_deref() != Some(parent.as_str()) {
-        return Some(std::process::ExitCode::FAILURE);
+        return Some(false);
     }
     match serve() {
-        Ok(()) => Some(std::process::ExitCode::SUCCESS),
+        Ok(()) => Some(true),
         Err(e) => {
             eprintln!("sql worker: {e}");
-            Some(std::process::ExitCode::FAILURE)
+            Some(false)
         }
     }
 }

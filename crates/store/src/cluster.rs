@@ -15,8 +15,20 @@
 //! - a time that goes backwards (a clock step) ends nothing before it
 //!   began: an interval is never negative;
 //! - intervals of one executor that overlap are merged;
-//! - slots are held to 1..=[`MAX_SLOTS`].
+//! - slots are held to 1..=[`MAX_SLOTS`];
+//! - a time past now (plus `format::bounds`' skew) is cut there when the
+//!   line is read, and counted (`ClusterHistory::future_lines`);
+//! - time in a stream never goes backwards: a record dated before one
+//!   already read is taken at the latest time read;
+//! - a silence longer than the marks' period ([`ALIVE_WITHIN_MS`]: the
+//!   scheduler was not recording) closes every open executor at the last
+//!   time before it, estimated; so an interval is covered by records at
+//!   most that far apart, and a log cannot stretch one over years it did
+//!   not record;
+//! - at most [`MAX_OPEN`] executors are open at once in a stream (more
+//!   are counted as bad lines, not opened).
 
+use bjh_format::bounds::Clock;
 use bjh_format::cluster::{
     CLUSTER_DIR, CLUSTER_SUFFIX, ClusterMark, ExecutorDown, ExecutorUp, kind,
 };
@@ -27,6 +39,9 @@ use std::path::Path;
 /// Slots one executor is taken to have at most (a lying log's `u32::MAX`
 /// would otherwise dwarf every real cluster).
 pub const MAX_SLOTS: u32 = 65_536;
+/// Executors open at once in one scheduler's stream, at most: a mark
+/// listing a million is a lie that would otherwise be a million intervals.
+pub const MAX_OPEN: usize = 100_000;
 /// A cluster log larger than this is not read (a day of a thousand
 /// executors coming and going is a few MB).
 const MAX_FILE_BYTES: u64 = 256 << 20;
@@ -59,6 +74,8 @@ pub struct ClusterHistory {
     pub bad_lines: u64,
     /// Files not read (too large, unreadable).
     pub bad_files: usize,
+    /// Records whose time was past now (plus the skew) and was cut there.
+    pub future_lines: u64,
     /// Each scheduler whose cluster log names it, and its last sight
     /// (`now` while its log is still being written): a scheduler with
     /// no executor yet has no interval, but it is seen.
@@ -67,42 +84,71 @@ pub struct ClusterHistory {
 
 /// A stream whose last record is at most this old is of a scheduler still
 /// running: its executors are taken as up until now.
-const ALIVE_WITHIN_MS: u64 = 2 * bjh_format::cluster::MARK_EVERY_MS + 5_000;
+pub const ALIVE_WITHIN_MS: u64 = 2 * bjh_format::cluster::MARK_EVERY_MS + 5_000;
 
 /// One record of a cluster log, as read.
 #[derive(Debug, Clone)]
 enum Event {
     Up(ExecutorUp),
     Down(ExecutorDown),
-    Mark(ClusterMark),
+    /// A mark, and whether it bridges: the marks of its run left out
+    /// between the one before it and this one came no further apart than
+    /// [`ALIVE_WITHIN_MS`], so the time between the two is no silence.
+    Mark(ClusterMark, bool),
 }
 
 /// One cluster log's records, kept while the file is unchanged. A run of
 /// marks listing the same executors keeps its first and last mark only
-/// (the ones between change nothing a replay reads).
+/// (the ones between change nothing a replay reads but the silences
+/// between them: a run is collapsed only over marks that came no further
+/// apart than a silence, and its last mark then bridges it).
 #[derive(Debug, Default)]
 struct ParsedFile {
     stamp: Option<crate::location::Stamp>,
     events: Vec<Event>,
     bad_lines: u64,
+    future_lines: u64,
 }
 
 impl ParsedFile {
-    fn parse(bytes: &[u8], stamp: crate::location::Stamp) -> Self {
+    fn parse(bytes: &[u8], stamp: crate::location::Stamp, clock: Clock) -> Self {
         let mut out = ParsedFile {
             stamp: Some(stamp),
             ..Default::default()
         };
         for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-            match event(line) {
-                Some(Event::Mark(mark)) => {
-                    // `.., same, same` → `.., same`: the middle one goes.
+            let read = event(line).map(|mut e| {
+                let at = match &mut e {
+                    Event::Up(up) => &mut up.at,
+                    Event::Down(down) => &mut down.at,
+                    Event::Mark(mark, _) => &mut mark.at,
+                };
+                let (t, cut) = clock.time(*at);
+                *at = t;
+                out.future_lines += u64::from(cut);
+                e
+            });
+            match read {
+                Some(Event::Mark(mark, _)) => {
+                    // `.., same, same` → `.., same`: the middle one goes
+                    // when no silence is on either side of it.
                     let n = out.events.len();
-                    let same = |e: Option<&Event>| matches!(e, Some(Event::Mark(m)) if m.executors == mark.executors);
+                    let same = |e: Option<&Event>| matches!(e, Some(Event::Mark(m, _)) if m.executors == mark.executors);
+                    let mut bridges = false;
                     if n >= 2 && same(out.events.get(n - 1)) && same(out.events.get(n - 2)) {
-                        out.events.pop();
+                        let (Some(Event::Mark(before, _)), Some(Event::Mark(middle, bridged))) =
+                            (out.events.get(n - 2), out.events.get(n - 1))
+                        else {
+                            unreachable!("two marks, as matched")
+                        };
+                        let short = |a: u64, b: u64| b.saturating_sub(a) <= ALIVE_WITHIN_MS;
+                        bridges =
+                            (*bridged || short(before.at, middle.at)) && short(middle.at, mark.at);
+                        if bridges {
+                            out.events.pop();
+                        }
                     }
-                    out.events.push(Event::Mark(mark));
+                    out.events.push(Event::Mark(mark, bridges));
                 }
                 Some(e) => out.events.push(e),
                 None => out.bad_lines += 1,
@@ -123,7 +169,9 @@ fn event(line: &[u8]) -> Option<Event> {
     match env.ev.as_str() {
         kind::EXECUTOR_UP => serde_json::from_str(data).ok().map(Event::Up),
         kind::EXECUTOR_DOWN => serde_json::from_str(data).ok().map(Event::Down),
-        kind::CLUSTER_MARK => serde_json::from_str(data).ok().map(Event::Mark),
+        kind::CLUSTER_MARK => serde_json::from_str(data)
+            .ok()
+            .map(|m| Event::Mark(m, false)),
         _ => None,
     }
 }
@@ -167,8 +215,14 @@ impl ClusterCache {
             };
             match bytes {
                 Ok(bytes) => {
-                    self.files
-                        .insert(name.clone(), ParsedFile::parse(&bytes, *stamp));
+                    let parsed = ParsedFile::parse(&bytes, *stamp, Clock { now });
+                    if parsed.future_lines > 0 {
+                        log::warn!(
+                            "cluster log {name}: {} records dated past now, cut to now",
+                            parsed.future_lines
+                        );
+                    }
+                    self.files.insert(name.clone(), parsed);
                 }
                 Err(e) => {
                     log::warn!("cluster log {name}: not read: {e}");
@@ -192,11 +246,13 @@ impl ClusterCache {
         for (hash, _, file) in ordered {
             out.files += 1;
             out.bad_lines += file.bad_lines;
+            out.future_lines += file.future_lines;
             let stream = streams.entry(hash).or_default();
             for e in &file.events {
                 stream.read(e);
             }
         }
+        out.bad_lines += streams.values().map(|s| s.refused).sum::<u64>();
         for (_, stream) in streams {
             if !stream.scheduler_id.is_empty() {
                 out.sightings
@@ -258,30 +314,44 @@ struct Stream {
     /// Its last records say the scheduler stopped.
     stopped: bool,
     closed: Vec<SlotInterval>,
+    /// Executors not opened: past [`MAX_OPEN`].
+    refused: u64,
 }
 
 impl Stream {
     fn read(&mut self, event: &Event) {
         self.stopped =
             matches!(event, Event::Down(d) if d.reason == bjh_format::cluster::SCHEDULER_STOPPED);
+        let at = match event {
+            Event::Up(up) => up.at,
+            Event::Down(down) => down.at,
+            Event::Mark(mark, _) => mark.at,
+        };
+        // Never backwards; and a silence closes what was open before it.
+        let at = at.max(self.last);
+        let bridges = matches!(event, Event::Mark(_, true));
+        if self.last > 0 && at - self.last > ALIVE_WITHIN_MS && !bridges {
+            let open: Vec<String> = self.open.keys().cloned().collect();
+            let last = self.last;
+            for id in open {
+                self.close(&id, last, true);
+            }
+        }
         match event {
             Event::Up(up) => {
                 if self.open.contains_key(&up.executor_id) {
-                    let at = self.last;
-                    self.close(&up.executor_id, at, true);
+                    let last = self.last;
+                    self.close(&up.executor_id, last, true);
                 }
-                self.see(up.at);
-                self.open.insert(
-                    up.executor_id.clone(),
-                    (up.slots.clamp(1, MAX_SLOTS), up.at),
-                );
+                self.see(at);
+                self.open_one(&up.executor_id, up.slots, at);
             }
             Event::Down(down) => {
-                self.see(down.at);
-                self.close(&down.executor_id, down.at, false);
+                self.see(at);
+                self.close(&down.executor_id, at, false);
             }
-            Event::Mark(mark) => {
-                self.see(mark.at);
+            Event::Mark(mark, _) => {
+                self.see(at);
                 if self.scheduler_id.is_empty() {
                     self.scheduler_id = mark.scheduler_id.clone();
                 }
@@ -300,13 +370,25 @@ impl Stream {
                     .cloned()
                     .collect();
                 for id in gone {
-                    self.close(&id, mark.at, true);
+                    self.close(&id, at, true);
                 }
                 for (id, slots) in listed {
-                    self.open.entry(id).or_insert((slots, mark.at));
+                    if !self.open.contains_key(&id) {
+                        self.open_one(&id, slots, at);
+                    }
                 }
             }
         }
+    }
+
+    /// Opens `executor_id` at `at`, unless [`MAX_OPEN`] are open.
+    fn open_one(&mut self, executor_id: &str, slots: u32, at: u64) {
+        if self.open.len() >= MAX_OPEN {
+            self.refused += 1;
+            return;
+        }
+        self.open
+            .insert(executor_id.to_string(), (slots.clamp(1, MAX_SLOTS), at));
     }
 
     fn see(&mut self, at: u64) {
@@ -329,8 +411,8 @@ impl Stream {
     /// The stream's last sight: `now` while it is still being written
     /// (lately, and not ending with the scheduler's stop).
     fn last_sight(&self, now: u64) -> u64 {
-        let alive = !self.stopped && now >= self.last && now - self.last <= ALIVE_WITHIN_MS;
-        if alive { now } else { self.last }
+        let alive = !self.stopped && now.saturating_sub(self.last) <= ALIVE_WITHIN_MS;
+        if alive { now } else { self.last.min(now) }
     }
 
     fn finish(mut self, now: u64) -> Vec<SlotInterval> {
@@ -340,13 +422,16 @@ impl Stream {
             self.close(&id, last, true);
         }
         let scheduler_id = self.scheduler_id;
+        // Nothing is up after now (a time within the skew of it is cut).
         self.closed
             .into_iter()
-            .filter(|i| i.to > i.from)
             .map(|i| SlotInterval {
                 scheduler_id: scheduler_id.clone(),
+                from: i.from.min(now),
+                to: i.to.min(now),
                 ..i
             })
+            .filter(|i| i.to > i.from)
             .collect()
     }
 }
@@ -361,7 +446,7 @@ fn merged(mut intervals: Vec<SlotInterval>) -> Vec<SlotInterval> {
         if let Some(last) = out.last_mut()
             && last.scheduler_id == i.scheduler_id
             && last.executor_id == i.executor_id
-            && i.from < last.to
+            && i.from <= last.to
         {
             if i.to > last.to {
                 last.to = i.to;
@@ -520,5 +605,77 @@ mod tests {
                 ("c", 1, 10_000, 25_000, false)
             ]
         );
+    }
+
+    /// A regression test: an `ExecutorDown` dated two years (or
+    /// `u64::MAX`) ahead made hours of capacity up to then, and an
+    /// `ExecutorUp` dated 1970 in today's stream made 56 years of it.
+    #[test]
+    fn a_log_dated_in_the_future_or_the_distant_past_is_up_only_while_it_recorded() {
+        let now = 1_800_000_000_000u64;
+        let two_years = 2 * 365 * 86_400_000;
+        for far in [now + two_years, u64::MAX] {
+            let dir = tempfile::tempdir().unwrap();
+            let folder = dir.path().join(CLUSTER_DIR);
+            std::fs::create_dir_all(&folder).unwrap();
+            let lines = [
+                up("a", 2, now - 3_600_000),
+                mark(now - 3_600_000, &[("a", 2)]),
+                down("a", far),
+            ]
+            .concat();
+            std::fs::write(folder.join(file_name("s", now)), lines).unwrap();
+            let h = read_cluster(dir.path(), now);
+            assert_eq!(h.future_lines, 1, "the record past now is counted");
+            // Up from its registration until now at the latest (an hour
+            // without a mark is a silence: it ends at the last record).
+            for i in &h.intervals {
+                assert!(i.to <= now && i.from >= now - 3_600_000, "{i:?}");
+            }
+            assert_eq!(h.sightings.len(), 1);
+            assert!(h.sightings[0].1 <= now, "{:?}", h.sightings);
+        }
+        // A record from 1970 after today's: taken at the latest time read.
+        let h = history(&[
+            up("a", 1, 100_000),
+            mark(160_000, &[("a", 1)]),
+            up("b", 1, 0),
+            down("b", 200_000),
+        ]);
+        assert_eq!(
+            spans(&h),
+            [
+                ("a", 1, 100_000, 200_000, true),
+                ("b", 1, 160_000, 200_000, false)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_silence_longer_than_the_marks_period_ends_what_was_up_before_it() {
+        let h = history(&[
+            up("a", 1, 1_000),
+            mark(1_000, &[("a", 1)]),
+            mark(61_000, &[("a", 1)]),
+            // The scheduler recorded nothing for ten minutes.
+            mark(661_000, &[("a", 1)]),
+            down("a", 700_000),
+        ]);
+        assert_eq!(
+            spans(&h),
+            [
+                ("a", 1, 1_000, 61_000, true),
+                ("a", 1, 661_000, 700_000, false)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_mark_listing_more_executors_than_a_cluster_has_opens_at_most_the_cap() {
+        let many: Vec<(String, u32)> = (0..MAX_OPEN + 10).map(|i| (format!("e{i}"), 1)).collect();
+        let refs: Vec<(&str, u32)> = many.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+        let h = history(&[mark(1_000, &refs), mark(2_000, &refs)]);
+        assert_eq!(h.intervals.len(), MAX_OPEN);
+        assert!(h.bad_lines >= 10, "the executors past the cap are counted");
     }
 }

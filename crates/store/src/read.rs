@@ -534,7 +534,17 @@ pub(super) fn parse_footer(line: &[u8]) -> Result<Option<Footer>, StoreError> {
     }
     let env = envelope(line)?;
     match serde_json::from_str::<Footer>(env.data.get()) {
-        Ok(footer) => Ok(Some(footer)),
+        Ok(footer) => {
+            let (footer, cut) = footer.bounded(bjh_format::bounds::Clock::now());
+            if cut {
+                log::warn!(
+                    "the footer of job {} states a time past now or a slot time beyond its \
+                     span: cut to the bounds (format::bounds)",
+                    footer.index.job_id
+                );
+            }
+            Ok(Some(footer))
+        }
         Err(e) => Err(StoreError::Malformed(format!("footer: {e}"))),
     }
 }

@@ -40,6 +40,8 @@ pub struct PageParams {
     pub group_by: Option<String>,
     /// As `/api/usage` takes it.
     pub tag: Option<String>,
+    /// As `/api/usage` takes it: one cluster.
+    pub scheduler_id: Option<String>,
 }
 
 /// `GET /ui/usage`.
@@ -61,6 +63,7 @@ pub async fn page(State(ui): State<Ui>, params: Result<Params<PageParams>, ApiEr
         to: p.to.clone(),
         group_by: p.group_by.clone(),
         tag: p.tag.clone(),
+        scheduler_id: p.scheduler_id.clone(),
     };
     let group_by = match asked(&asked_params, now) {
         Ok((_, _, g)) => g,
@@ -82,7 +85,7 @@ pub async fn page(State(ui): State<Ui>, params: Result<Params<PageParams>, ApiEr
              scheduler's cluster log; busy is the jobs' slot time (every task attempt's span times \
              its slots), spread over each job's run; idle goes to the jobs that ran in the same hour \
              by their share of the busy time, or stays unattributed. "
-            a href={ "/api/usage" (query_string([("from", usage.from.to_string().as_str()), ("to", usage.to.to_string().as_str()), ("group_by", group_by.word())])) } { "The same as JSON" }
+            a href={ "/api/usage" (query_string([("from", usage.from.to_string().as_str()), ("to", usage.to.to_string().as_str()), ("group_by", group_by.word())].into_iter().chain(p.scheduler_id.as_deref().map(|s| ("scheduler_id", s))))) } { "The same as JSON" }
             "."
         }
     };
@@ -94,14 +97,30 @@ pub async fn page(State(ui): State<Ui>, params: Result<Params<PageParams>, ApiEr
 
 /// The range presets and groupings, as links that keep the other choice.
 fn choices(preset: Option<&str>, group_by: GroupBy, p: &PageParams) -> Markup {
-    let range = |word: &str| query_string([("range", word), ("group_by", group_by.word())]);
+    // One cluster stays chosen whatever else is.
+    let cluster = p.scheduler_id.as_deref().map(|s| ("scheduler_id", s));
+    let range = |word: &str| {
+        query_string(
+            [("range", word), ("group_by", group_by.word())]
+                .into_iter()
+                .chain(cluster),
+        )
+    };
     let by = |g: GroupBy| match (preset, &p.from) {
-        (_, Some(from)) => query_string([
-            ("from", from.as_str()),
-            ("to", p.to.as_deref().unwrap_or("")),
-            ("group_by", g.word()),
-        ]),
-        (word, None) => query_string([("range", word.unwrap_or("24h")), ("group_by", g.word())]),
+        (_, Some(from)) => query_string(
+            [
+                ("from", from.as_str()),
+                ("to", p.to.as_deref().unwrap_or("")),
+                ("group_by", g.word()),
+            ]
+            .into_iter()
+            .chain(cluster),
+        ),
+        (word, None) => query_string(
+            [("range", word.unwrap_or("24h")), ("group_by", g.word())]
+                .into_iter()
+                .chain(cluster),
+        ),
     };
     html! {
         nav.choices aria-label="Range and grouping" {
