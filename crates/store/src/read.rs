@@ -327,6 +327,19 @@ fn footer_summary(path: &LogRef, footer: Footer, file_len: u64) -> JobEndSummary
     }
 }
 
+/// `summary` (of job `id`'s log) within `format::bounds`, said in the
+/// log when it was not.
+pub(crate) fn bounded(summary: JobEndSummary, id: &str) -> JobEndSummary {
+    let (summary, cut) = summary.bounded(bjh_format::bounds::Clock::now());
+    if cut {
+        log::warn!(
+            "the log of job {id} states a time past now or a slot time beyond its span: \
+             cut to the bounds (format::bounds)"
+        );
+    }
+    summary
+}
+
 /// The bytes of the log's `JobEnd` line: where the footer says it is, else
 /// (no footer, or one that does not match the file) read the slow way.
 pub fn terminal_line(log: impl Into<LogRef>) -> Result<Vec<u8>, StoreError> {

@@ -238,13 +238,7 @@ impl JobSummary {
         file_name: &str,
         stamp: Stamp,
     ) -> Self {
-        let (summary, cut) = summary.bounded(bjh_format::bounds::Clock::now());
-        if cut {
-            log::warn!(
-                "the log of job {id} states a time past now or a slot time beyond its span: \
-                 cut to the bounds (format::bounds)"
-            );
-        }
+        let summary = crate::read::bounded(summary, id);
         let query_hash = summary.query_hash();
         match (&summary.stated_label, &summary.plans.logical_plan) {
             (Some(label), _) => crate::labels::remember(query_hash, Some(label)),
