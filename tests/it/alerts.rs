@@ -33,7 +33,7 @@ fn runs(dir: &Path, name: &str, last_s: u64) {
     let plan = "Projection: t.k\n  TableScan: t";
     for i in 0..5u64 {
         let id = format!("run-{i}");
-        let start = 1_800_000_000_000 + i * 3_600_000;
+        let start = 1_700_000_000_000 + i * 3_600_000;
         let end = start + if i == 4 { last_s } else { 10 } * 1000;
         let text = [
             line(

@@ -35,7 +35,7 @@ pub(crate) fn write_run_by(
     tasks: u32,
     slow_ms: u64,
 ) {
-    let base = 1_800_000_000_000u64;
+    let base = 1_700_000_000_000u64;
     let mut text = line(
         "JobStart",
         json!({"job_id": id, "job_name": "planted", "queued_at": base - 10,

@@ -37,6 +37,7 @@ mod planted;
 mod published;
 mod races;
 mod record;
+mod replays;
 mod routes;
 mod security;
 mod several;

@@ -353,6 +353,9 @@ async fn slow_clients_are_cut_off_and_cannot_use_up_the_connections() {
             "1",
             "--http-max-connections",
             "40",
+            // One address plays every client here: its share is the port.
+            "--http-max-connections-per-client",
+            "40",
         ],
     );
     server.wait_healthy().await;

@@ -82,6 +82,12 @@ pub struct HistoryMetrics {
     pub live_page_looks: IntCounter,
     /// Wrong API tokens presented (bearer or sign-in).
     pub wrong_tokens: IntCounter,
+    /// Pieces of a request's heavy work (a replay, a grade, a diagnosis,
+    /// a job's tasks read for them) computed.
+    pub heavy_computed: IntCounter,
+    /// Pieces of heavy work answered from what was kept for the same
+    /// question about the same logs.
+    pub heavy_kept: IntCounter,
 }
 
 /// The `status` labels of the finished-job series.
@@ -279,6 +285,14 @@ impl HistoryMetrics {
                 "ballista_job_history_wrong_tokens_total",
                 "Wrong API tokens presented, as bearer headers or on the sign-in page",
             ),
+            heavy_computed: counter(
+                "ballista_job_history_heavy_computed_total",
+                "Pieces of a request's heavy work (replays, grades, diagnoses, a job's tasks read for them) computed off the async threads",
+            ),
+            heavy_kept: counter(
+                "ballista_job_history_heavy_kept_total",
+                "Pieces of a request's heavy work answered from what was kept for the same question about the same logs",
+            ),
         }
     }
 
@@ -342,6 +356,8 @@ impl HistoryMetrics {
             &self.rescans,
             &self.live_page_looks,
             &self.wrong_tokens,
+            &self.heavy_computed,
+            &self.heavy_kept,
         ] {
             registry.register(Box::new(c.clone()))?;
         }

@@ -27,6 +27,9 @@ pub enum ApiError {
     /// Too much work already under way; the client may try again soon.
     #[error("{0}")]
     Busy(String),
+    /// This client has its share of such work under way already.
+    #[error("{0}")]
+    TooMany(String),
     /// A request body of a type the route does not take.
     #[error("{0}")]
     UnsupportedType(String),
@@ -60,6 +63,7 @@ impl ApiError {
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::UnsupportedType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
@@ -71,7 +75,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let retry_after = match &self {
-            ApiError::Busy(_) => Some("1".to_string()),
+            ApiError::Busy(_) | ApiError::TooMany(_) => Some("1".to_string()),
             _ => None,
         };
         let error = match self {
@@ -80,6 +84,7 @@ impl IntoResponse for ApiError {
             | ApiError::BadRequest(e)
             | ApiError::Internal(e)
             | ApiError::Busy(e)
+            | ApiError::TooMany(e)
             | ApiError::UnsupportedType(e)
             | ApiError::Forbidden(e)
             | ApiError::Conflict(e) => Some(e),

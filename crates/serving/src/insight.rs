@@ -5,8 +5,9 @@
 //! same [`JobSource`] as every job route and compute with `analysis`.
 
 use crate::error::ApiError;
+use crate::heavy::Keep;
 use crate::params::{NoParams, Params, check};
-use crate::source::{JobSource, Resource, read_log};
+use crate::source::{JobSource, Resource};
 use axum::extract::{Path, State};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -15,7 +16,7 @@ use bjh_analysis::advice::{advise, check_next_run};
 use bjh_analysis::compare::{ComparedRun, compare};
 use bjh_analysis::diagnosis::{Diagnosis, Thresholds, diagnose, operator_memory};
 use bjh_analysis::queries::{most_recent, recurring_top};
-use bjh_analysis::whatif::{Layout, Work};
+use bjh_analysis::whatif::Work;
 use bjh_store::LogStore;
 use bjh_store::query::{JobFacts, ListQuery, Order, Sort};
 use bjh_store::records::JobRecords;
@@ -32,7 +33,8 @@ pub const MAX_QUERIES: usize = 10_000;
 /// The explaining routes over `source`; the recurring queries over
 /// `store`, the log directory behind it.
 pub(crate) fn routes(source: Source, store: Option<Arc<LogStore>>) -> Router {
-    Router::new()
+    // The routes that replay, diagnose or compare: a share per client.
+    let heavy = Router::new()
         .route("/api/job/{job_id}/diagnosis", get(get_diagnosis))
         .route("/api/compare", get(get_compare))
         .with_state(source.clone())
@@ -44,6 +46,8 @@ pub(crate) fn routes(source: Source, store: Option<Arc<LogStore>>) -> Router {
             "/api/whatif/accuracy",
             get(crate::whatif::get_accuracy).with_state((source, store.clone())),
         )
+        .route_layer(axum::middleware::from_fn(crate::heavy::one_share));
+    heavy
         .route("/api/queries", get(get_queries).with_state(store.clone()))
         .route(
             "/api/clusters",
@@ -90,28 +94,51 @@ pub(crate) async fn diagnosis_of(
     let Some((header, log)) = source.log_of(job_id) else {
         return Ok(None);
     };
-    let records = read_log(job_id, move || JobRecords::read(&log)).await?;
+    // Kept by this log's identity and the next run's (the advice is
+    // checked against it).
+    let finished = !header.state.is_unfinished();
+    let next = if finished {
+        next_run(source, job_id).await
+    } else {
+        None
+    };
+    let next_identity = next
+        .as_ref()
+        .and_then(|(id, _)| crate::whatif::identity_of(source, id).ok());
+    let key = format!("diagnosis|{job_id}|{}|{next_identity:?}", log.identity());
+    let heavy = crate::heavy::shared();
+    if let Some(kept) = heavy.kept::<Diagnosis>(Keep::Answer, &key) {
+        return Ok(Some(kept));
+    }
     // Memory and spill metrics, where the stored metrics plans carry them
     // (a job still running has none stored; its findings say so).
-    let operators = match source
+    let metrics = match source
         .get(job_id, Resource::Stages(PlanFormat::Metrics))
         .await
     {
-        Ok(Some(answer)) if answer.status == StatusCode::OK => operator_memory(&answer.body),
-        _ => Vec::new(),
+        Ok(Some(answer)) if answer.status == StatusCode::OK => Some(answer.body),
+        _ => None,
     };
-    let mut diagnosis = diagnose(&header, &records, &operators, &Thresholds::default());
-    if !header.state.is_unfinished() {
-        let layout = crate::whatif::layout_of(source, job_id).await;
-        let next = next_run(source, job_id).await;
-        diagnosis = tokio::task::spawn_blocking(move || {
-            add_advice(&mut diagnosis, &header, &records, &layout, next.as_ref());
-            diagnosis
+    let loaded = match finished {
+        true => Some(crate::whatif::load(source, job_id).await?),
+        false => None,
+    };
+    let id = job_id.to_string();
+    let diagnosis = heavy
+        .run(Keep::Answer, key, "the diagnosis", move || {
+            let records = JobRecords::read(&log).map_err(|e| {
+                log::warn!("history: job {id}: {e}");
+                format!("the event log of job {id} cannot be served: {e}")
+            })?;
+            let operators = metrics.map_or_else(Vec::new, |body| operator_memory(&body));
+            let mut d = diagnose(&header, &records, &operators, &Thresholds::default());
+            if let Some(loaded) = &loaded {
+                add_advice(&mut d, &loaded.work, &records, next.as_ref());
+            }
+            Ok::<_, String>(d)
         })
-        .await
-        .map_err(|e| ApiError::Internal(format!("the replay failed: {e}")))?;
-    }
-    Ok(Some(diagnosis))
+        .await?;
+    diagnosis.map(Some).map_err(ApiError::Internal)
 }
 
 /// Settings with a predicted effect (`analysis::advice`) added to the
@@ -120,18 +147,13 @@ pub(crate) async fn diagnosis_of(
 /// next run, [`next_run`]) set beside them.
 pub(crate) fn add_advice(
     d: &mut Diagnosis,
-    header: &bjh_store::records::JobHeader,
+    work: &Work,
     records: &JobRecords,
-    layout: &Layout,
-    next: Option<&(String, Work)>,
+    next: Option<&(String, Arc<Work>)>,
 ) {
-    if header.state.is_unfinished() {
-        return;
-    }
-    let work = Work::of(records, layout, header.start_time, header.end_time);
-    d.advice = advise(&work, &records.executors, &mut d.findings);
+    d.advice = advise(work, &records.executors, &mut d.findings);
     if let Some((id, next)) = next {
-        d.next_run = Some(check_next_run(&work, &mut d.advice, id, next));
+        d.next_run = Some(check_next_run(work, &mut d.advice, id, next));
     }
 }
 
@@ -142,7 +164,7 @@ const NEXT_RUN_SCAN: usize = 100;
 /// then id: the later run of the pair `GET /api/whatif/accuracy` makes of
 /// the two) and its work, when it has a query hash, such a run and a
 /// readable log.
-pub(crate) async fn next_run(source: &dyn JobSource, job_id: &str) -> Option<(String, Work)> {
+pub(crate) async fn next_run(source: &dyn JobSource, job_id: &str) -> Option<(String, Arc<Work>)> {
     let facts = source.facts(job_id).await.ok()??;
     if facts.query_hash == 0 {
         return None;
@@ -166,13 +188,8 @@ pub(crate) async fn next_run(source: &dyn JobSource, job_id: &str) -> Option<(St
         .min()?
         .1
         .to_string();
-    let (header, records, layout) = crate::whatif::load(source, &next).await.ok()?;
-    let work = tokio::task::spawn_blocking(move || {
-        Work::of(&records, &layout, header.start_time, header.end_time)
-    })
-    .await
-    .ok()?;
-    Some((next, work))
+    let loaded = crate::whatif::load(source, &next).await.ok()?;
+    Some((next, loaded.work.clone()))
 }
 
 /// `GET /api/job/{id}/diagnosis`.

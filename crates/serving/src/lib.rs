@@ -33,6 +33,7 @@ pub mod clusters;
 pub mod error;
 pub mod fuzzing;
 pub mod headers;
+pub mod heavy;
 pub mod hosts;
 pub mod http;
 pub mod insight;

@@ -5,8 +5,9 @@
 //! (`analysis::accuracy`).
 
 use crate::error::ApiError;
+use crate::heavy::Keep;
 use crate::params::{Params, check};
-use crate::source::{JobSource, Resource, read_log};
+use crate::source::{JobSource, Resource};
 use axum::Json;
 use axum::extract::{Path, State};
 use ballista_api_types::dto::PlanFormat;
@@ -15,7 +16,6 @@ use bjh_analysis::whatif::{Layout, MAX_EXECUTORS, MAX_SLOTS, Point, Shape, Work,
 use bjh_format::query_hash::{hash_text, parse_hash};
 use bjh_format::stages::{StagesAnswer, stage_edges, task_slots};
 use bjh_store::LogStore;
-use bjh_store::records::JobHeader;
 use bjh_store::records::JobRecords;
 use http::StatusCode;
 use serde::Serialize;
@@ -38,7 +38,7 @@ pub struct WhatIfParams {
 }
 
 /// The shape a job ran on, and whether the log said so or its tasks did.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ObservedShape {
     /// Executors: registered when the job started, as its log records
     /// them; else those that ran a task.
@@ -55,7 +55,7 @@ pub struct ObservedShape {
 
 /// `GET /api/job/{id}/whatif`'s answer. Times (ms) run from the job's
 /// `start_time` to its `end_time`, as the job list has them.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct WhatIf {
     /// The job.
     pub job_id: String,
@@ -151,11 +151,20 @@ pub(crate) async fn whatif_of(
     if let Some(s) = asked.slots {
         check("slots", s, (1..=MAX_SLOTS).contains(&s), &takes(MAX_SLOTS))?;
     }
-    let (header, records, layout) = load(source, &job_id).await?;
+    let identity = identity_of(source, &job_id)?;
+    let key = format!(
+        "whatif|{job_id}|{identity}|{:?}|{:?}|{:?}",
+        asked.executors, asked.slots, asked.without_executor
+    );
+    let heavy = crate::heavy::shared();
+    if let Some(answer) = heavy.kept::<WhatIf>(Keep::Answer, &key) {
+        return Ok(answer);
+    }
+    let loaded = load(source, &job_id).await?;
     let without = match &asked.without_executor {
         None => None,
         Some(id) => Some(
-            records
+            loaded
                 .executors
                 .iter()
                 .position(|e| e == id)
@@ -166,51 +175,63 @@ pub(crate) async fn whatif_of(
                 })? as u32,
         ),
     };
-    tokio::task::spawn_blocking(move || {
-        let mut work = Work::of(&records, &layout, header.start_time, header.end_time);
-        let seen = work.observed_shape();
-        let replayed_ms = work.replay(seen);
-        if let Some(x) = without {
-            work = work.without_executor(x);
-        }
-        let shape = Shape {
-            executors: asked.executors.unwrap_or(seen.executors),
-            slots: asked.slots.unwrap_or(seen.slots),
-        };
-        let critical_path_ms = work.critical_path();
-        let curve = if asked.executors.is_some() || asked.slots.is_some() {
-            Vec::new()
-        } else {
-            work.curve(shape.slots)
-        };
-        WhatIf {
-            job_id,
-            observed_ms: work.observed_ms(),
-            replayed_ms,
-            predicted_ms: work.replay(shape),
-            critical_path_ms,
-            ideal_ms: work.ideal(shape),
-            shape,
-            observed_shape: ObservedShape {
-                executors: seen.executors,
-                slots: seen.slots,
-                inferred: !work.shape_recorded(),
-            },
-            without_executor: asked.without_executor,
-            knee: knee(&curve, critical_path_ms),
-            curve,
-            history: None,
-        }
-    })
-    .await
-    .map_err(|e| ApiError::Internal(format!("the replay failed: {e}")))
+    heavy
+        .run(Keep::Answer, key, "the replay", move || {
+            let seen = loaded.work.observed_shape();
+            let replayed_ms = loaded.work.replay(seen);
+            let owned;
+            let work: &Work = match without {
+                Some(x) => {
+                    owned = loaded.work.without_executor(x);
+                    &owned
+                }
+                None => &loaded.work,
+            };
+            let shape = Shape {
+                executors: asked.executors.unwrap_or(seen.executors),
+                slots: asked.slots.unwrap_or(seen.slots),
+            };
+            let critical_path_ms = work.critical_path();
+            let curve = if asked.executors.is_some() || asked.slots.is_some() {
+                Vec::new()
+            } else {
+                work.curve(shape.slots)
+            };
+            WhatIf {
+                job_id,
+                observed_ms: work.observed_ms(),
+                replayed_ms,
+                predicted_ms: work.replay(shape),
+                critical_path_ms,
+                ideal_ms: work.ideal(shape),
+                shape,
+                observed_shape: ObservedShape {
+                    executors: seen.executors,
+                    slots: seen.slots,
+                    inferred: !work.shape_recorded(),
+                },
+                without_executor: asked.without_executor,
+                knee: knee(&curve, critical_path_ms),
+                curve,
+                history: None,
+            }
+        })
+        .await
 }
 
-/// A finished job's header, records and layout, for a replay.
-pub(crate) async fn load(
-    source: &dyn JobSource,
-    job_id: &str,
-) -> Result<(JobHeader, JobRecords, Layout), ApiError> {
+/// A finished job as a replay reads it: its work (tasks,
+/// stage graph, slots) and the executors that ran its tasks.
+#[derive(Debug)]
+pub(crate) struct Loaded {
+    /// Its tasks on its stage graph.
+    pub(crate) work: Arc<Work>,
+    /// The executors that ran its tasks, as its records number them.
+    pub(crate) executors: Vec<String>,
+}
+
+/// The identity of the log `source` has of the finished job `job_id`
+/// (`LogRef::identity`), which what is computed from it is kept by.
+pub(crate) fn identity_of(source: &dyn JobSource, job_id: &str) -> Result<String, ApiError> {
     let Some((header, log)) = source.log_of(job_id) else {
         return Err(ApiError::Missing(format!(
             "no event log of job {job_id} here: a what-if reads the job's log"
@@ -221,31 +242,69 @@ pub(crate) async fn load(
             "job {job_id} has not finished: a what-if replays a finished job"
         )));
     }
-    let records = read_log(job_id, move || JobRecords::read(&log)).await?;
-    let layout = layout_of(source, job_id).await;
-    Ok((header, records, layout))
+    Ok(log.identity())
 }
 
-/// The stage graph and the tasks' slots of `job_id`, from its stored
-/// `/stages` answer (empty without one: every task one slot, no edges):
-/// the plans' reads and the inferred links of stages adaptive planning
-/// pruned ([`stage_edges`]); a pruned stage's reader still waited for it.
-pub(crate) async fn layout_of(source: &dyn JobSource, job_id: &str) -> Layout {
+/// A finished job's header, work and executors, for a replay: read,
+/// parsed and built on a blocking thread behind the heavy work's gate,
+/// and kept by the log's identity.
+pub(crate) async fn load(source: &dyn JobSource, job_id: &str) -> Result<Arc<Loaded>, ApiError> {
+    let identity = identity_of(source, job_id)?;
+    let Some((header, log)) = source.log_of(job_id) else {
+        return Err(ApiError::Missing(format!(
+            "no event log of job {job_id} here"
+        )));
+    };
+    let key = format!("work|{job_id}|{identity}");
+    let heavy = crate::heavy::shared();
+    if let Some(loaded) = heavy.kept::<Arc<Loaded>>(Keep::Work, &key) {
+        return Ok(loaded);
+    }
+    let stages = stored_stages(source, job_id).await;
+    let id = job_id.to_string();
+    let loaded = heavy
+        .run(Keep::Work, key, "reading the job's tasks", move || {
+            let records = JobRecords::read(&log).map_err(|e| {
+                log::warn!("history: job {id}: {e}");
+                format!("the event log of job {id} cannot be served: {e}")
+            })?;
+            let layout = layout_of(stages.as_deref());
+            let work = Work::of(&records, &layout, header.start_time, header.end_time);
+            Ok::<_, String>(Arc::new(Loaded {
+                work: Arc::new(work),
+                executors: records.executors.clone(),
+            }))
+        })
+        .await?;
+    loaded.map_err(ApiError::Internal)
+}
+
+/// `job_id`'s stored `/stages` answer, when it has one.
+async fn stored_stages(source: &dyn JobSource, job_id: &str) -> Option<bytes::Bytes> {
     match source
         .get(job_id, Resource::Stages(PlanFormat::Default))
         .await
     {
-        Ok(Some(a)) if a.status == StatusCode::OK => {
-            let stages = StagesAnswer::parse(&a.body).stages;
-            Layout {
-                edges: stage_edges(&stages)
-                    .into_iter()
-                    .map(|e| (e.from, e.to))
-                    .collect(),
-                task_slots: task_slots(&stages),
-            }
-        }
-        _ => Layout::default(),
+        Ok(Some(a)) if a.status == StatusCode::OK => Some(a.body),
+        _ => None,
+    }
+}
+
+/// The stage graph and the tasks' slots of a job, from its stored
+/// `/stages` answer (empty without one: every task one slot, no edges):
+/// the plans' reads and the inferred links of stages adaptive planning
+/// pruned ([`stage_edges`]); a pruned stage's reader still waited for it.
+pub(crate) fn layout_of(stages: Option<&[u8]>) -> Layout {
+    let Some(body) = stages else {
+        return Layout::default();
+    };
+    let stages = StagesAnswer::parse(body).stages;
+    Layout {
+        edges: stage_edges(&stages)
+            .into_iter()
+            .map(|e| (e.from, e.to))
+            .collect(),
+        task_slots: task_slots(&stages),
     }
 }
 
@@ -339,50 +398,56 @@ pub(crate) async fn accuracy_kept(
             store.with_completed_by_query(hashes, |jobs| newest_pairs(jobs, limit))
         })
         .await?;
-    let mut works: HashMap<String, Option<Work>> = HashMap::new();
     let mut graded = Vec::with_capacity(pairs.len());
+    let heavy = crate::heavy::shared();
     for (a, b) in pairs {
         let key = (a.2.clone(), b.2.clone());
         if let Some(pair) = kept.and_then(|k| k.lock().get(&key).cloned()) {
             graded.push(pair);
             continue;
         }
-        for id in [&a.2, &b.2] {
-            if !works.contains_key(id) {
-                let work = match load(source.as_ref(), id).await {
-                    Ok((header, records, layout)) => Some(
-                        tokio::task::spawn_blocking(move || {
-                            Work::of(&records, &layout, header.start_time, header.end_time)
-                        })
-                        .await
-                        .map_err(|e| ApiError::Internal(format!("the replay failed: {e}")))?,
-                    ),
-                    // A log gone or unreadable since it was listed: the
-                    // pair is left out, not the answer.
-                    Err(_) => None,
-                };
-                works.insert(id.clone(), work);
-            }
-        }
-        let (Some(Some(wa)), Some(Some(wb))) = (works.get(&a.2), works.get(&b.2)) else {
+        // A log gone or unreadable since it was listed: the pair is left
+        // out, not the answer.
+        let (Ok(ia), Ok(ib)) = (
+            identity_of(source.as_ref(), &a.2),
+            identity_of(source.as_ref(), &b.2),
+        ) else {
             continue;
         };
-        let shape_b = wb.observed_shape();
-        graded.push(Pair {
-            query_hash: hash_text(a.0),
-            a: a.2.clone(),
-            b: b.2.clone(),
-            shape_a: wa.observed_shape(),
-            shape_b,
-            predicted_ms: wa.replay(shape_b),
-            actual_ms: wb.observed_ms(),
-            naive_ms: wa.observed_ms(),
-            partitions_a: wa.partitions(),
-            partitions_b: wb.partitions(),
-        });
-        if let (Some(k), Some(pair)) = (kept, graded.last()) {
+        let pair_key = format!("pair|{}|{ia}|{}|{ib}", a.2, b.2);
+        let pair = match heavy.kept::<Pair>(Keep::Answer, &pair_key) {
+            Some(pair) => pair,
+            None => {
+                let (Ok(la), Ok(lb)) = (
+                    load(source.as_ref(), &a.2).await,
+                    load(source.as_ref(), &b.2).await,
+                ) else {
+                    continue;
+                };
+                heavy
+                    .run(Keep::Answer, pair_key, "grading a replay", move || {
+                        let (wa, wb) = (&la.work, &lb.work);
+                        let shape_b = wb.observed_shape();
+                        Pair {
+                            query_hash: hash_text(a.0),
+                            a: a.2.clone(),
+                            b: b.2.clone(),
+                            shape_a: wa.observed_shape(),
+                            shape_b,
+                            predicted_ms: wa.replay(shape_b),
+                            actual_ms: wb.observed_ms(),
+                            naive_ms: wa.observed_ms(),
+                            partitions_a: wa.partitions(),
+                            partitions_b: wb.partitions(),
+                        }
+                    })
+                    .await?
+            }
+        };
+        if let Some(k) = kept {
             k.lock().insert(key, pair.clone());
         }
+        graded.push(pair);
     }
     if let Some(k) = kept {
         let now: std::collections::HashSet<(&str, &str)> = graded

@@ -101,13 +101,12 @@ pub async fn predictions(
         let replayed = match known {
             Some(r) => r,
             None => {
-                let Ok((header, records, layout)) = load(source, job_id).await else {
+                let Ok(loaded) = load(source, job_id).await else {
                     continue;
                 };
                 let (hash, id, scheduler_id) = (*hash, job_id.clone(), scheduler_id.clone());
                 let r = tokio::task::spawn_blocking(move || {
-                    let work = Work::of(&records, &layout, header.start_time, header.end_time);
-                    replays(&work, hash, &id, scheduler_id)
+                    replays(&loaded.work, hash, &id, scheduler_id)
                 })
                 .await
                 .map_err(|e| format!("the replay failed: {e}"))?;

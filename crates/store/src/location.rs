@@ -81,6 +81,25 @@ impl LogRef {
         }
     }
 
+    /// What tells this log's bytes from any other's: its path with its
+    /// size and modification time as indexed (a file's size as it is now
+    /// when it was not indexed: a log still growing), or its object's name
+    /// and length. What is computed from a log is kept by it, and a log
+    /// replaced or grown has another.
+    pub fn identity(&self) -> String {
+        match self {
+            LogRef::File(path) => format!("{}|{:?}", path.display(), self.current_len()),
+            LogRef::Indexed { path, stamp } => {
+                let modified = stamp
+                    .modified
+                    .and_then(|m| m.duration_since(SystemTime::UNIX_EPOCH).ok())
+                    .map(|d| d.as_nanos());
+                format!("{}|{}|{modified:?}", path.display(), stamp.len)
+            }
+            LogRef::Object { dir, name, len } => format!("{}/{name}|{len}", dir.url()),
+        }
+    }
+
     /// Opens the log, with its length.
     pub(super) fn open(&self) -> std::io::Result<(Box<dyn ReadSeek>, u64)> {
         match self {

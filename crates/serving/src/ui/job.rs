@@ -17,7 +17,7 @@ use crate::ui::{Ui, api_error, error, html_response};
 use axum::extract::{Path, State};
 use axum::response::Response;
 use ballista_api_types::dto::PlanFormat;
-use bjh_analysis::diagnosis::{Diagnosis, Thresholds, diagnose, operator_memory};
+use bjh_analysis::diagnosis::Diagnosis;
 use bjh_analysis::stats::quantile;
 use bjh_format::stages::{StageAnswer, StagesAnswer};
 use bjh_pictures::graph::Dot;
@@ -574,17 +574,18 @@ pub async fn diagnosis_tab(
     job_id: &str,
     loaded: Option<&(JobHeader, JobRecords)>,
 ) -> Markup {
-    let Some((header, records)) = loaded else {
-        return html! { p.muted { "No event log of this job here: a diagnosis reads the job's log." } };
+    let no_log =
+        html! { p.muted { "No event log of this job here: a diagnosis reads the job's log." } };
+    if loaded.is_none() {
+        return no_log;
+    }
+    // The route's own answer: computed off the async threads, kept by
+    // the log's identity.
+    let d: Diagnosis = match crate::insight::diagnosis_of(&*ui.source, job_id).await {
+        Ok(Some(d)) => d,
+        Ok(None) => return no_log,
+        Err(e) => return html! { p.notice { "The diagnosis cannot be made: " (e.to_string()) } },
     };
-    let operators = match body(ui, job_id, Resource::Stages(PlanFormat::Metrics)).await {
-        Some(b) => operator_memory(&b),
-        None => Vec::new(),
-    };
-    let mut d: Diagnosis = diagnose(header, records, &operators, &Thresholds::default());
-    let layout = crate::whatif::layout_of(&*ui.source, job_id).await;
-    let next = crate::insight::next_run(&*ui.source, job_id).await;
-    crate::insight::add_advice(&mut d, header, records, &layout, next.as_ref());
     let base = job_href(job_id);
     html! {
         @if d.partial {

@@ -82,14 +82,25 @@ pub fn routes(ui: Ui) -> Router {
         .route("/", get(jobs::page))
         .route("/ui", get(|| async { Redirect::permanent("/") }))
         .route("/ui/", get(|| async { Redirect::permanent("/") }))
-        .route("/ui/job/{job_id}", get(job::page))
+        // Pages that replay, diagnose or compare: a share per client.
+        .route(
+            "/ui/job/{job_id}",
+            get(job::page).route_layer(axum::middleware::from_fn(crate::heavy::one_share)),
+        )
         .route("/ui/job/{job_id}/stage/{stage_id}", get(stage::stage_page))
         .route("/ui/job/{job_id}/timeline.json", get(data::timeline_data))
         .route("/ui/job/{job_id}/timeline.svg", get(data::timeline_svg))
         .route("/ui/job/{job_id}/eventlog", get(data::eventlog))
         .route("/ui/queries", get(insight::queries_page))
-        .route("/ui/compare", get(insight::compare_page))
-        .route("/ui/accuracy", get(accuracy::page))
+        .route(
+            "/ui/compare",
+            get(insight::compare_page)
+                .route_layer(axum::middleware::from_fn(crate::heavy::one_share)),
+        )
+        .route(
+            "/ui/accuracy",
+            get(accuracy::page).route_layer(axum::middleware::from_fn(crate::heavy::one_share)),
+        )
         .route("/ui/usage", get(usage::page))
         .route("/ui/clusters", get(clusters::page))
         .route("/ui/sql", get(sql::page))
