@@ -317,3 +317,87 @@ async fn each_clusters_idle_time_is_shared_among_its_own_jobs_only() {
     );
     server.terminate();
 }
+
+/// The example executor's executable (upstream's executor process),
+/// built beside this test binary.
+fn executor_example() -> std::path::PathBuf {
+    let deps = std::env::current_exe().unwrap();
+    let debug = deps.parent().unwrap().parent().unwrap();
+    let path = debug.join("examples").join("executor");
+    if !path.exists() {
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "--example", "executor"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "the example builds");
+    }
+    path
+}
+
+/// A regression test: an executor stopped with SIGINT (upstream's
+/// executor says in a heartbeat that it is terminating, then exits) stayed
+/// capacity until the scheduler expired it: on a 22-second window with
+/// one of two executors stopped 2 s before its end, capacity was 19% above
+/// the slots times the time each was really up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_executor_stopped_by_its_operator_stops_counting_as_capacity_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let logs = tmp.path().join("logs");
+    let mut sched = Proc::scheduler(&logs, &[]);
+    sched.wait_healthy().await;
+    start_executor_with(sched.port, 2).await;
+    let mut stopped = std::process::Command::new(executor_example())
+        .args([
+            sched.port.to_string(),
+            "2".into(),
+            free_port().to_string(),
+            free_port().to_string(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the executor starts");
+    // Both recorded up: the cluster log's last sight lists two.
+    eventually("both executors are recorded", || async {
+        let clusters = get_json(&sched.url("/api/clusters")).await;
+        clusters["clusters"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["executors"] == 2))
+    })
+    .await;
+    // Time passes with both up, then the operator stops one; then time
+    // passes with one. The windows are measured here, not assumed.
+    let t0 = now();
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let stopped_at = now();
+    let signalled = std::process::Command::new("kill")
+        .args(["-INT", &stopped.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(signalled.success());
+    let exited = tokio::task::spawn_blocking(move || stopped.wait())
+        .await
+        .unwrap();
+    assert!(exited.is_ok());
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let t1 = now();
+    // The scheduler still lists it (its grace period is 30 s).
+    let listed = get_json(&sched.url("/api/executors")).await;
+    assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+    let usage = get_json(&sched.url(&format!("/api/usage?from={t0}&to={t1}"))).await;
+    let capacity = u(&usage, "capacity_slot_ms") as f64;
+    // Slots times the time each was really up, from this test's clock.
+    let truth = (2 * (t1 - t0) + 2 * (stopped_at - t0)) as f64;
+    let error = (capacity - truth).abs() / truth;
+    println!(
+        "capacity {capacity} slot-ms against {truth} really up: {:.1}% off",
+        error * 100.0
+    );
+    assert!(
+        error <= 0.10,
+        "capacity {capacity} against {truth}: {:.1}% off",
+        error * 100.0
+    );
+    sched.terminate();
+}

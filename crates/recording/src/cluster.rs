@@ -31,12 +31,24 @@ use std::time::Duration;
 /// How often the executors are sampled.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 
-/// Each executor's last call to the scheduler (epoch millis), as the gRPC
-/// tap sees them: the last sign of life of an executor that then goes
-/// silent, finer than the scheduler's heartbeat seconds (and known in pull
-/// mode, where the scheduler keeps no heartbeat time).
+/// Each executor's first and last call to the scheduler (epoch millis), as
+/// the gRPC tap sees them: the last sign of life of an executor that then
+/// goes silent, finer than the scheduler's heartbeat seconds (and known in
+/// pull mode, where the scheduler keeps no heartbeat time); and when an
+/// executor said it was leaving (a heartbeat saying it is terminating, or
+/// its `executor_stopped` call): the scheduler keeps such an executor
+/// listed for its termination grace period (30 s by default), but it
+/// runs nothing more and stops counting as capacity from then.
 #[derive(Debug, Clone, Default)]
-pub struct Contacts(Arc<parking_lot::Mutex<HashMap<String, [u64; 2]>>>);
+pub struct Contacts(Arc<parking_lot::Mutex<HashMap<String, Calls>>>);
+
+/// One executor's calls: first, last, and when it said it was leaving.
+#[derive(Debug, Clone, Copy)]
+struct Calls {
+    first: u64,
+    last: u64,
+    left: Option<u64>,
+}
 
 /// Executors remembered at most (ids from hostile callers cannot grow it).
 const MAX_CONTACTS: usize = 100_000;
@@ -46,15 +58,29 @@ impl Contacts {
     pub fn seen(&self, executor_id: &str) {
         let now = bjh_format::now_millis();
         let mut map = self.0.lock();
-        if let Some([_, last]) = map.get_mut(executor_id) {
-            *last = now;
+        if let Some(calls) = map.get_mut(executor_id) {
+            calls.last = now;
         } else if map.len() < MAX_CONTACTS && !executor_id.is_empty() {
-            map.insert(executor_id.to_string(), [now, now]);
+            let calls = Calls {
+                first: now,
+                last: now,
+                left: None,
+            };
+            map.insert(executor_id.to_string(), calls);
         }
     }
 
-    /// The first and last calls of `executor_id` noted.
-    fn of(&self, executor_id: &str) -> Option<[u64; 2]> {
+    /// Notes that `executor_id` said now that it is leaving (its
+    /// heartbeat's terminating status, or its `executor_stopped` call).
+    pub fn leaving(&self, executor_id: &str) {
+        self.seen(executor_id);
+        if let Some(calls) = self.0.lock().get_mut(executor_id) {
+            calls.left = calls.left.or(Some(calls.last));
+        }
+    }
+
+    /// The calls of `executor_id` noted.
+    fn of(&self, executor_id: &str) -> Option<Calls> {
         self.0.lock().get(executor_id).copied()
     }
 
@@ -231,12 +257,24 @@ impl ClusterRecorder {
         // when later) is when it was last alive.
         for e in &mut listed {
             let calls = self.contacts.of(&e.id);
-            e.first_seen = calls.map(|c| c[0]);
-            e.last_seen = e.last_seen.max(calls.map(|c| c[1]));
+            e.first_seen = calls.map(|c| c.first);
+            e.last_seen = e.last_seen.max(calls.map(|c| c.last));
         }
         for gone in up.keys().filter(|id| !listed.iter().any(|e| &e.id == *id)) {
             self.contacts.forget(gone);
         }
+        // An executor that said it is leaving is gone from then, though
+        // the scheduler lists it until its grace period ends (its note is
+        // kept until then, so it is not taken as come back).
+        listed.retain(|e| {
+            let Some(left) = self.contacts.of(&e.id).and_then(|c| c.left) else {
+                return true;
+            };
+            if let Some(was) = up.get_mut(&e.id) {
+                was.last_seen = left;
+            }
+            false
+        });
         let now = bjh_format::now_millis();
         let marked = *last_mark;
         let lines = changes(up, listed, now, self.api.scheduler_id(), last_mark);

@@ -299,7 +299,15 @@ impl<S: SchedulerGrpc> SchedulerGrpc for TappedScheduler<S> {
         request: Request<pb::HeartBeatParams>,
     ) -> Result<Response<pb::HeartBeatResult>, Status> {
         if let Some(tap) = &self.tap {
-            tap.contact(&request.get_ref().executor_id);
+            let params = request.get_ref();
+            let terminating = matches!(
+                params.status.as_ref().and_then(|s| s.status.as_ref()),
+                Some(pb::executor_status::Status::Terminating(_))
+            );
+            match (terminating, &tap.contacts) {
+                (true, Some(contacts)) => contacts.leaving(&params.executor_id),
+                _ => tap.contact(&params.executor_id),
+            }
         }
         self.inner.heart_beat_from_executor(request).await
     }
@@ -362,6 +370,9 @@ impl<S: SchedulerGrpc> SchedulerGrpc for TappedScheduler<S> {
         &self,
         request: Request<pb::ExecutorStoppedParams>,
     ) -> Result<Response<pb::ExecutorStoppedResult>, Status> {
+        if let Some(contacts) = self.tap.as_ref().and_then(|t| t.contacts.as_ref()) {
+            contacts.leaving(&request.get_ref().executor_id);
+        }
         self.inner.executor_stopped(request).await
     }
 
