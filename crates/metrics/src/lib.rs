@@ -165,6 +165,20 @@ fn counter(name: &str, help: &str) -> IntCounter {
     IntCounter::with_opts(Opts::new(name, help)).expect("valid metric name")
 }
 
+/// The heavy work's counters: computed, and answered from what was kept.
+fn heavy_counters() -> [IntCounter; 2] {
+    [
+        counter(
+            "ballista_job_history_heavy_computed_total",
+            "Pieces of a request's heavy work (replays, grades, diagnoses, a job's tasks read for them) computed off the async threads",
+        ),
+        counter(
+            "ballista_job_history_heavy_kept_total",
+            "Pieces of a request's heavy work answered from what was kept for the same question about the same logs",
+        ),
+    ]
+}
+
 /// The retention cleaner's counters: jobs, bytes and orphans removed,
 /// passes.
 fn retention_counters() -> [IntCounter; 4] {
@@ -197,6 +211,7 @@ impl HistoryMetrics {
             retention_removed_orphans,
             retention_passes,
         ] = retention_counters();
+        let [heavy_computed, heavy_kept] = heavy_counters();
         Self {
             dropped_records: counter(
                 "ballista_job_history_dropped_records_total",
@@ -285,14 +300,8 @@ impl HistoryMetrics {
                 "ballista_job_history_wrong_tokens_total",
                 "Wrong API tokens presented, as bearer headers or on the sign-in page",
             ),
-            heavy_computed: counter(
-                "ballista_job_history_heavy_computed_total",
-                "Pieces of a request's heavy work (replays, grades, diagnoses, a job's tasks read for them) computed off the async threads",
-            ),
-            heavy_kept: counter(
-                "ballista_job_history_heavy_kept_total",
-                "Pieces of a request's heavy work answered from what was kept for the same question about the same logs",
-            ),
+            heavy_computed,
+            heavy_kept,
         }
     }
 
