@@ -88,6 +88,9 @@ pub struct HistoryMetrics {
     /// Pieces of heavy work answered from what was kept for the same
     /// question about the same logs.
     pub heavy_kept: IntCounter,
+    /// Summary segments found damaged and set aside (their jobs read
+    /// again from their logs).
+    pub segments_set_aside: IntCounter,
 }
 
 /// The `status` labels of the finished-job series.
@@ -165,9 +168,14 @@ fn counter(name: &str, help: &str) -> IntCounter {
     IntCounter::with_opts(Opts::new(name, help)).expect("valid metric name")
 }
 
-/// The heavy work's counters: computed, and answered from what was kept.
-fn heavy_counters() -> [IntCounter; 2] {
+/// The guards' counters: wrong tokens; the heavy work computed and
+/// answered from what was kept; damaged segments set aside.
+fn guard_counters() -> [IntCounter; 4] {
     [
+        counter(
+            "ballista_job_history_wrong_tokens_total",
+            "Wrong API tokens presented, as bearer headers or on the sign-in page",
+        ),
         counter(
             "ballista_job_history_heavy_computed_total",
             "Pieces of a request's heavy work (replays, grades, diagnoses, a job's tasks read for them) computed off the async threads",
@@ -175,6 +183,10 @@ fn heavy_counters() -> [IntCounter; 2] {
         counter(
             "ballista_job_history_heavy_kept_total",
             "Pieces of a request's heavy work answered from what was kept for the same question about the same logs",
+        ),
+        counter(
+            "ballista_job_history_segments_set_aside_total",
+            "Job summary segments found damaged and set aside (renamed *.damaged); their jobs are read again from their logs",
         ),
     ]
 }
@@ -211,7 +223,7 @@ impl HistoryMetrics {
             retention_removed_orphans,
             retention_passes,
         ] = retention_counters();
-        let [heavy_computed, heavy_kept] = heavy_counters();
+        let [wrong_tokens, heavy_computed, heavy_kept, segments_set_aside] = guard_counters();
         Self {
             dropped_records: counter(
                 "ballista_job_history_dropped_records_total",
@@ -296,12 +308,10 @@ impl HistoryMetrics {
                 "ballista_job_history_live_page_looks_total",
                 "Looks taken for the live pages' event streams (one a second per watched list or job, however many pages watch it)",
             ),
-            wrong_tokens: counter(
-                "ballista_job_history_wrong_tokens_total",
-                "Wrong API tokens presented, as bearer headers or on the sign-in page",
-            ),
+            wrong_tokens,
             heavy_computed,
             heavy_kept,
+            segments_set_aside,
         }
     }
 
@@ -367,6 +377,7 @@ impl HistoryMetrics {
             &self.wrong_tokens,
             &self.heavy_computed,
             &self.heavy_kept,
+            &self.segments_set_aside,
         ] {
             registry.register(Box::new(c.clone()))?;
         }

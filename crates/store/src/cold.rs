@@ -270,14 +270,57 @@ impl LogStore {
         self.cold.read().len()
     }
 
-    /// An error reading the segments, logged once until another.
+    /// An error reading the segments, logged once until another; the
+    /// segments are checked (and those damaged set aside) at the next
+    /// chance (`set_aside_damaged`: this may run under their lock).
     pub(crate) fn cold_failed(&self, e: &IndexError) {
+        self.cold_damaged.store(true, Ordering::Relaxed);
         let message = e.to_string();
         let mut last = self.cold_error.lock();
         if last.as_ref() != Some(&message) {
             log::warn!("history: cannot read the job summaries on disk: {message}");
         }
         *last = Some(message);
+    }
+
+    /// When a read of the segments failed since they were last checked:
+    /// each is checked whole, and those that fail are taken out of
+    /// service and their files renamed `*.damaged` (logged, counted in
+    /// `ballista_job_history_segments_set_aside_total`). Their jobs are
+    /// then in neither the catalog nor the segments, so the listing pass
+    /// finds their logs new and reads them again; a damaged segment hides
+    /// nothing but its own jobs, and only until then. Whether any was set
+    /// aside.
+    pub(crate) fn set_aside_damaged(&self) -> bool {
+        if !self.cold_damaged.swap(false, Ordering::Relaxed) {
+            return false;
+        }
+        let removed = match self.cold.write().without_damaged() {
+            Ok(removed) => removed,
+            Err(e) => {
+                log::warn!("history: cannot check the job summaries on disk: {e}");
+                return false;
+            }
+        };
+        for path in &removed {
+            let aside = path.with_extension("damaged");
+            log::warn!(
+                "history: the job summaries on disk in {} are damaged: set aside as {}; \
+                 their jobs are read again from their logs",
+                path.display(),
+                aside.display()
+            );
+            if let Err(e) = std::fs::rename(path, &aside) {
+                log::warn!("history: cannot rename {}: {e}", path.display());
+            }
+            self.metrics.segments_set_aside.inc();
+        }
+        if !removed.is_empty() {
+            self.cold_version.fetch_add(1, Ordering::Relaxed);
+            self.journal.overflow();
+            *self.cold_error.lock() = None;
+        }
+        !removed.is_empty()
     }
 
     /// `ask` of the segments; an error is logged (once until another)
@@ -655,7 +698,18 @@ impl LogStore {
         deferred: Vec<(String, Stamp)>,
     ) {
         let objects = self.remote.is_some();
-        let Some(out) = self.cold_sort_out(&deferred, objects, &pass.covered) else {
+        // A segment that cannot be read is set aside and the listing
+        // sorted out again: new logs are never held back by one bad file.
+        let out = match self.cold_sort_out(&deferred, objects, &pass.covered) {
+            Some(out) => Some(out),
+            None if self.set_aside_damaged() => {
+                self.cold_sort_out(&deferred, objects, &pass.covered)
+            }
+            None => None,
+        };
+        let Some(out) = out else {
+            // Unreadable, yet no segment fails its check (they could not
+            // be opened again): what they hold is kept, logged.
             return;
         };
         for ((name, stamp), standing) in deferred.into_iter().zip(out.standing) {
@@ -776,6 +830,65 @@ mod tests {
             .unwrap()
             .count();
         assert_eq!(left, s.cold.read().paths().len());
+    }
+
+    /// A regression test: with jobs on disk, one segment truncated in
+    /// place took the list from 8 jobs to none, and a new log was never
+    /// indexed until a restart. Now the segment is set aside at the next
+    /// pass and its jobs read again from their logs (the oracle: a store
+    /// holding every job in memory, over the same directory).
+    #[test]
+    fn a_damaged_segment_is_set_aside_and_its_jobs_are_read_again_from_their_logs() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill = tempfile::tempdir().unwrap();
+        let oracle = plain(dir.path());
+        let s = plain(dir.path()).with_spill(spill.path().join("segments"), 2);
+        let mut r = below(5);
+        let mut write = |id: &str| {
+            let path = dir.path().join(format!("{id}.eventlog"));
+            std::fs::write(path, log(id, &mut r)).unwrap();
+        };
+        for i in 0..8 {
+            write(&format!("job-{i}"));
+        }
+        s.rescan();
+        assert!(s.spilled() > 0);
+        let all = ListQuery::default();
+        let none = HashSet::new();
+        assert_eq!(s.page(&all, None, &none).total, 8);
+        // Truncated in place, under the open segment.
+        let damaged = s.cold.read().paths()[0].clone();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&damaged)
+            .unwrap();
+        file.set_len(16).unwrap();
+        drop(file);
+        write("job-new");
+        s.rescan();
+        oracle.rescan();
+        let ids = |store: &LogStore| {
+            let mut ids = page_ids(&store.page(&all, None, &none));
+            ids.sort();
+            ids
+        };
+        assert_eq!(ids(&s), ids(&oracle), "every job, the new one too");
+        assert_eq!(s.page(&all, None, &none).total, 9);
+        assert!(!damaged.exists(), "the damaged segment serves no more");
+        assert!(damaged.with_extension("damaged").exists(), "set aside");
+        assert_eq!(s.metrics.segments_set_aside.get(), 1);
+        // A read that fails later (the list) sets the next one aside too.
+        let next = s.cold.read().paths()[0].clone();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&next)
+            .unwrap()
+            .set_len(16)
+            .unwrap();
+        let _ = s.page(&all, None, &none);
+        s.rescan();
+        assert_eq!(ids(&s), ids(&oracle));
+        assert_eq!(s.metrics.segments_set_aside.get(), 2);
     }
 
     /// Moves of the same size carry as a binary counter does: after `k`

@@ -202,6 +202,8 @@ pub struct LogStore {
     cold_version: std::sync::atomic::AtomicU64,
     /// The last error reading the segments, so a lasting one is logged once.
     cold_error: parking_lot::Mutex<Option<String>>,
+    /// A read of the segments failed since they were last checked.
+    cold_damaged: AtomicBool,
     /// Segments no longer serving, to remove once a saved manifest no
     /// longer names them.
     retired: parking_lot::Mutex<Vec<PathBuf>>,
@@ -260,6 +262,7 @@ impl LogStore {
             spill: None,
             cold_version: std::sync::atomic::AtomicU64::new(0),
             cold_error: parking_lot::Mutex::new(None),
+            cold_damaged: AtomicBool::new(false),
             retired: parking_lot::Mutex::new(Vec::new()),
             spilled_before: AtomicBool::new(false),
             stopping: AtomicBool::new(false),

@@ -340,6 +340,9 @@ impl LogStore {
     }
 
     fn rescan_now(&self) -> ScanReport {
+        // Segments a read found damaged since the last pass, set aside:
+        // this pass reads their jobs' logs again.
+        self.set_aside_damaged();
         let (entries, covered, published, gone) = match self.entries() {
             Ok(listing) => listing,
             Err(e) => return self.listing_failed(e),

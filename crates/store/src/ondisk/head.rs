@@ -193,6 +193,29 @@ impl Layered {
         Ok(out)
     }
 
+    /// Takes out the segments that fail [`Segment::check`], keeping the
+    /// others with the hidden jobs they hold (a hidden job of a segment
+    /// taken out is held nowhere now); the files taken out, for the
+    /// caller to set aside.
+    pub fn without_damaged(&mut self) -> Result<Vec<PathBuf>, IndexError> {
+        let bad: Vec<usize> = (self.segments.iter().enumerate())
+            .filter(|(_, s)| s.check().is_err())
+            .map(|(i, _)| i)
+            .collect();
+        if bad.is_empty() {
+            return Ok(Vec::new());
+        }
+        let paths = self.segments.paths();
+        let (out, keep): (Vec<_>, Vec<_>) =
+            (paths.iter().cloned().enumerate()).partition(|(i, _)| bad.contains(i));
+        let keep: Vec<PathBuf> = keep.into_iter().map(|(_, p)| p).collect();
+        let segments = Segments::open(&keep)?;
+        self.hidden
+            .retain(|id, _| segments.get(id).ok().flatten().is_some());
+        self.segments = segments;
+        Ok(out.into_iter().map(|(_, p)| p).collect())
+    }
+
     /// The files of the segments.
     pub fn paths(&self) -> &[PathBuf] {
         self.segments.paths()

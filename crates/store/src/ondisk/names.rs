@@ -95,6 +95,19 @@ pub(super) fn encode_names(order: &[&JobSummary]) -> Result<(Vec<u8>, Vec<NameBl
 }
 
 impl Segment {
+    /// Every row, record and listing block read and checked against the
+    /// header: `Ok` when the whole file is as it says (a file truncated
+    /// or overwritten in place is not).
+    pub fn check(&self) -> Result<(), IndexError> {
+        for job in self.jobs() {
+            job?;
+        }
+        for b in 0..self.name_blocks.len() {
+            self.name_block(b)?;
+        }
+        Ok(())
+    }
+
     /// The logs of block `b` of the listing table, checked: against the
     /// block's checksum, its first name, the order, the row count.
     fn name_block(&self, b: usize) -> Result<Vec<Listed>, IndexError> {
