@@ -76,6 +76,8 @@ fn add_footer(dir: &Path, name: &str, scheduler: &str, busy: u64, by: &[(&str, u
         "index": end["data"]["index"],
         "dropped_records": 0,
         "scheduler_id": scheduler,
+        // A query hash of its own, as our writer states one.
+        "query_hash": format!("{:016x}", name.bytes().map(u64::from).sum::<u64>()),
         "busy_slot_ms": busy,
         "failed_slot_ms": 0,
         "busy_by_executor": by,
@@ -400,4 +402,85 @@ async fn an_executor_stopped_by_its_operator_stops_counting_as_capacity_at_once(
         error * 100.0
     );
     sched.terminate();
+}
+
+/// A regression test: the history's own SQL jobs (run on the cluster,
+/// named `history SQL: ...`) were counted as a user's work: they took
+/// idle time in usage, and stood in the recurring queries as if a user
+/// had run them. Two runs of one hour on one executor of 1 slot: a
+/// user's job and one of the history's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_historys_own_jobs_are_marked_and_kept_apart_from_users_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_fixtures(tmp.path());
+    let logs = ["038HEXYE9M000.eventlog", "038HEXYEEG000.eventlog"];
+    // The second is the history's: its name, as the cluster engine gives it.
+    let path = tmp.path().join(logs[1]);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let named = r#""job_name":"history SQL: SELECT count(*) FROM jobs""#;
+    std::fs::write(&path, text.replace(r#""job_name":"""#, named)).unwrap();
+    add_footer(tmp.path(), logs[0], "s", 1_000, &[("e", 1_000)]);
+    add_footer(tmp.path(), logs[1], "s", 3_000, &[("e", 3_000)]);
+    let (start, _) = span_of(tmp.path(), logs[0]);
+    let hour = start - start % HOUR;
+    let mut text = line(
+        "ExecutorUp",
+        serde_json::json!({"executor_id": "e", "slots": 1, "at": hour}),
+    );
+    text.push_str(&marks("s", hour, hour + HOUR, &[("e", 1)]));
+    plant_cluster_log(tmp.path(), hour, "0000000e", &text);
+    let mut server = Proc::history(tmp.path(), &[]);
+    server.wait_ready().await;
+    // Marked in the list.
+    let jobs = get_json(&server.url("/api/jobs")).await;
+    let origin = |id: &str| {
+        let job = jobs
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["job_id"] == id)
+            .unwrap();
+        job.get("origin").cloned()
+    };
+    assert_eq!(origin("038HEXYEEG000"), Some(serde_json::json!("history")));
+    assert_eq!(origin("038HEXYE9M000"), None);
+    // Usage: the history's busy time a group of its own with no idle
+    // share; the user's job takes the hour's idle time.
+    let usage = get_json(&server.url(&format!(
+        "/api/usage?group_by=name&from={hour}&to={}",
+        hour + HOUR
+    )))
+    .await;
+    let group = |key: &str| {
+        usage["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["key"] == key)
+            .cloned()
+            .unwrap_or_else(|| panic!("{key} in {usage}"))
+    };
+    assert_eq!(u(&group("(history)"), "busy_slot_ms"), 3_000);
+    assert_eq!(u(&group("(history)"), "idle_share_slot_ms"), 0);
+    assert_eq!(u(&group(""), "idle_share_slot_ms"), HOUR - 4_000, "{usage}");
+    // Recurring queries and what-if pairs leave it out unless asked.
+    let queries = |query: &'static str| {
+        let url = server.url(&format!("/api/queries{query}"));
+        async move {
+            let answer = get_json(&url).await;
+            answer["queries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|q| q["last_job_id"].as_str().unwrap_or("").to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert!(!queries("").await.contains(&"038HEXYEEG000".to_string()));
+    assert!(
+        queries("?include_history=true")
+            .await
+            .contains(&"038HEXYEEG000".to_string())
+    );
+    server.terminate();
 }

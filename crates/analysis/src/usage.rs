@@ -12,7 +12,9 @@
 //!   range);
 //! - *idle* is capacity less busy; it goes to the jobs that ran in the hour
 //!   in proportion to their busy time, or, when none ran, to
-//!   *unattributed*;
+//!   *unattributed*; the history's own jobs (`format::origin`, the group
+//!   [`HISTORY_GROUP`]) are busy but take no idle share: it goes to the
+//!   users' jobs of the hour, or is unattributed;
 //! - busy beyond capacity (a job whose cluster recorded nothing: upstream's
 //!   scheduler, a scheduler without a cluster log, a lying log) is
 //!   reported apart as *over capacity*, never as negative idle.
@@ -21,6 +23,7 @@
 //! `idle = Σ idle shares + unattributed idle`, to within the rounding of
 //! each figure to a millisecond.
 
+pub use bjh_format::origin::HISTORY_GROUP;
 use bjh_store::cluster::SlotInterval;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -189,6 +192,8 @@ fn capacity(intervals: &[SlotInterval], hours: &Hours) -> Capacity {
 /// over its run.
 struct Busy<'a> {
     by_hour: Vec<f64>,
+    /// The busy time of the jobs that take an idle share, per hour.
+    sharing_by_hour: Vec<f64>,
     keys: Vec<&'a str>,
     jobs: Vec<u64>,
     waited: Vec<u64>,
@@ -199,6 +204,7 @@ struct Busy<'a> {
 fn busy<'a>(jobs: &'a [UsageJob], hours: &Hours) -> Busy<'a> {
     let mut out = Busy {
         by_hour: vec![0f64; hours.n],
+        sharing_by_hour: vec![0f64; hours.n],
         keys: Vec::new(),
         jobs: Vec::new(),
         waited: Vec::new(),
@@ -229,6 +235,9 @@ fn busy<'a>(jobs: &'a [UsageJob], hours: &Hours) -> Busy<'a> {
             let ms = job.busy_slot_ms as f64 * part;
             if ms > 0.0 {
                 out.by_hour[h] += ms;
+                if job.key != HISTORY_GROUP {
+                    out.sharing_by_hour[h] += ms;
+                }
                 *out.by_key.entry((h, k)).or_default() += ms;
             }
         }
@@ -247,7 +256,9 @@ fn groups(b: &Busy<'_>, idle: &[f64], price: Option<f64>) -> Vec<GroupUsage> {
     let mut share = vec![0f64; b.keys.len()];
     for (&(h, k), &ms) in &b.by_key {
         busy[k] += ms;
-        share[k] += idle[h] * ms / b.by_hour[h];
+        if b.keys[k] != HISTORY_GROUP {
+            share[k] += idle[h] * ms / b.sharing_by_hour[h];
+        }
     }
     let out: Vec<GroupUsage> = b
         .keys
@@ -317,7 +328,7 @@ pub fn usage(
         .map(|h| (b.by_hour[h] - cap.by_hour[h]).max(0.0))
         .sum();
     let unattributed: f64 = (0..hours.n)
-        .filter(|&h| b.by_hour[h] <= 0.0)
+        .filter(|&h| b.sharing_by_hour[h] <= 0.0)
         .map(|h| idle[h])
         .sum();
     let hourly = (0..hours.n)
@@ -692,6 +703,28 @@ mod tests {
             None,
         );
         assert_eq!(pooled.groups[0].total_slot_ms, 2 * h);
+    }
+
+    /// The history's own jobs (its SQL on the cluster) are busy in a
+    /// group of their own and take no idle share: the users' job of the
+    /// hour takes all of it; an hour when only the history's ran stays
+    /// unattributed. The books still balance.
+    #[test]
+    fn the_historys_own_jobs_take_no_idle_share() {
+        let h = HOUR_MS;
+        let jobs = [
+            job("q", 0, h, 1_000),
+            job(HISTORY_GROUP, 0, h, 3_000),
+            job(HISTORY_GROUP, h, 2 * h, 500),
+        ];
+        let u = usage(&[up("a", 1, 0, 2 * h)], &jobs, 0, (0, 2 * h), None);
+        let group = |k: &str| u.groups.iter().find(|g| g.key == k).unwrap().clone();
+        assert_eq!(group("q").idle_share_slot_ms, h - 4_000);
+        assert_eq!(group(HISTORY_GROUP).idle_share_slot_ms, 0);
+        assert_eq!(group(HISTORY_GROUP).busy_slot_ms, 3_500);
+        assert_eq!(u.unattributed_idle_slot_ms, h - 500);
+        let shares: u64 = u.groups.iter().map(|g| g.idle_share_slot_ms).sum();
+        assert_eq!(u.idle_slot_ms, shares + u.unattributed_idle_slot_ms);
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod footer;
 pub mod label;
 pub mod name;
+pub mod origin;
 pub mod query_hash;
 pub mod record;
 pub mod stages;

@@ -69,6 +69,9 @@ pub struct QueriesParams {
     /// Only the runs of these schedulers (comma-separated ids): each query
     /// grouped over their runs alone.
     pub scheduler_id: Option<String>,
+    /// `true`: the history's own jobs (its SQL run on the cluster,
+    /// `origin: "history"` in the list) grouped too; left out by default.
+    pub include_history: Option<bool>,
 }
 
 /// Queries answered unless `limit` says otherwise.
@@ -250,31 +253,38 @@ pub(crate) async fn get_queries(
             .map(str::to_string)
             .collect()
     });
-    let (total, queries) = recurring_queries(store.as_ref(), schedulers, limit).await?;
+    let with_history = value.include_history == Some(true);
+    let (total, queries) =
+        recurring_queries(store.as_ref(), schedulers, limit, with_history).await?;
     Ok(Json(Queries { total, queries }))
 }
 
 /// How many recurring queries the log directory `store` holds, and the
 /// `keep` most recently run, most recent first; with `schedulers`, of
-/// their runs alone. Walked query by query: what stays in memory is one
-/// query's runs and the rows kept.
+/// their runs alone; the history's own jobs only `with_history`. Walked
+/// query by query: what stays in memory is one query's runs and the rows
+/// kept.
 pub(crate) async fn recurring_queries(
     store: Option<&Arc<LogStore>>,
     schedulers: Option<Vec<String>>,
     keep: usize,
+    with_history: bool,
 ) -> Result<(usize, Vec<bjh_analysis::queries::QueryRow>), ApiError> {
     let Some(store) = store.cloned() else {
         return Err(ApiError::Missing("no log directory here".into()));
     };
-    let key = format!("queries {keep} {schedulers:?}");
+    let key = format!("queries {keep} {schedulers:?} {with_history}");
     crate::walks::shared()
         .walk(&store, Some(key), "grouping the queries", move |store| {
             store.with_completed_by_query(1..=u64::MAX, |jobs| {
-                let ran = |j: &Arc<bjh_store::JobSummary>| match &schedulers {
-                    None => true,
-                    Some(ids) => j
-                        .scheduler_id()
-                        .is_some_and(|id| ids.iter().any(|i| i == id)),
+                let ran = |j: &Arc<bjh_store::JobSummary>| {
+                    let theirs = match &schedulers {
+                        None => true,
+                        Some(ids) => j
+                            .scheduler_id()
+                            .is_some_and(|id| ids.iter().any(|i| i == id)),
+                    };
+                    theirs && (with_history || !bjh_format::origin::is_history(j.job_name()))
                 };
                 recurring_top(jobs.filter(ran), keep, most_recent)
             })

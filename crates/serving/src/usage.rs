@@ -172,6 +172,10 @@ pub async fn usage_of(
             };
             let job = {
                 let key = match group_by {
+                    // The history's own work, whatever the grouping.
+                    _ if bjh_format::origin::is_history(j.job_name()) => {
+                        bjh_analysis::usage::HISTORY_GROUP.to_string()
+                    }
                     GroupBy::Name => j.job_name().to_string(),
                     GroupBy::Scheduler => j.scheduler_id().unwrap_or("").to_string(),
                     GroupBy::Query => match j.query_hash() {

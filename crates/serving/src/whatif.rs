@@ -316,6 +316,9 @@ pub struct AccuracyParams {
     pub limit: Option<usize>,
     /// Only the runs of this query (16 hex digits).
     pub query_hash: Option<String>,
+    /// `true`: the history's own jobs (its SQL run on the cluster) paired
+    /// too; left out by default.
+    pub include_history: Option<bool>,
 }
 
 /// Pairs graded unless `limit` says otherwise.
@@ -362,7 +365,10 @@ pub(crate) async fn get_accuracy(
     let Some(store) = store else {
         return Err(ApiError::Missing("no log directory here".into()));
     };
-    Ok(Json(accuracy_of(source, store, only, limit).await?))
+    let with_history = value.include_history == Some(true);
+    Ok(Json(
+        accuracy_kept(source, store, only, limit, None, with_history).await?,
+    ))
 }
 
 /// The newest `limit` pairs of consecutive completed runs (of the query
@@ -373,7 +379,7 @@ pub(crate) async fn accuracy_of(
     only: Option<u64>,
     limit: usize,
 ) -> Result<Accuracy, ApiError> {
-    accuracy_kept(source, store, only, limit, None).await
+    accuracy_kept(source, store, only, limit, None, false).await
 }
 
 /// Graded pairs kept by `(earlier, later)` run: both logs are complete, so
@@ -388,14 +394,23 @@ pub(crate) async fn accuracy_kept(
     only: Option<u64>,
     limit: usize,
     kept: Option<&KeptPairs>,
+    with_history: bool,
 ) -> Result<Accuracy, ApiError> {
     // The newest pairs, walked query by query: one query's runs in
     // memory at a time.
     let hashes = only.map_or(1..=u64::MAX, |h| h..=h);
-    let key = format!("pairs {limit} {hashes:?}");
+    let key = format!("pairs {limit} {hashes:?} {with_history}");
     let pairs: Vec<(Run, Run)> = crate::walks::shared()
         .walk(&store, Some(key), "listing the runs", move |store| {
-            store.with_completed_by_query(hashes, |jobs| newest_pairs(jobs, limit))
+            store.with_completed_by_query(hashes, |jobs| {
+                let users = jobs.filter(|j| {
+                    with_history
+                        || !bjh_format::origin::is_history(bjh_store::query::JobFacts::job_name(
+                            &**j,
+                        ))
+                });
+                newest_pairs(users, limit)
+            })
         })
         .await?;
     let mut graded = Vec::with_capacity(pairs.len());

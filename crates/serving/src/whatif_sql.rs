@@ -38,6 +38,7 @@ pub async fn pairs(
         None,
         bjh_sql::whatif::MAX_PAIRS,
         Some(&kept.pairs),
+        false,
     )
     .await
     .map_err(|e| e.to_string())?;

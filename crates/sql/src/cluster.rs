@@ -37,7 +37,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// What names a job as the history's own query.
-pub const JOB_NAME_PREFIX: &str = "history SQL";
+pub const JOB_NAME_PREFIX: &str = bjh_format::origin::HISTORY_JOB_PREFIX;
 
 /// The cluster part of a worker's request.
 #[derive(Debug, Clone, Serialize, Deserialize)]

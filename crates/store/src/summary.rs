@@ -3,6 +3,7 @@
 //! newest-first order.
 
 use super::*;
+use bjh_format::origin::{HISTORY, is_history};
 
 /// What the index keeps per completed job: the facts the list filters and
 /// sorts on, and the rest of its list entry.
@@ -465,6 +466,9 @@ impl JobSummary {
             /// Ours: slot-milliseconds (`null`: the log does not say).
             busy_slot_ms: Option<u64>,
             failed_slot_ms: Option<u64>,
+            /// Ours: `"history"` for the history's own jobs (`format::origin`).
+            #[serde(skip_serializing_if = "Option::is_none")]
+            origin: Option<&'static str>,
         }
         let usage = self.usage();
         let entry = Entry {
@@ -481,6 +485,7 @@ impl JobSummary {
             query_label: labels.get(self.query_hash),
             busy_slot_ms: usage.map(|u| u.busy_slot_ms),
             failed_slot_ms: usage.map(|u| u.failed_slot_ms),
+            origin: is_history(self.job_name()).then_some(HISTORY),
         };
         let _ = serde_json::to_writer(out, &entry);
     }

@@ -19,7 +19,7 @@ pub const QUERY_ROWS: usize = 200;
 
 /// `GET /ui/queries`.
 pub async fn queries_page(State(ui): State<Ui>) -> Response {
-    let (total, rows) = match recurring_queries(ui.store.as_ref(), None, QUERY_ROWS).await {
+    let (total, rows) = match recurring_queries(ui.store.as_ref(), None, QUERY_ROWS, false).await {
         Ok(r) => r,
         Err(e) => return api_error(&ui, e),
     };
