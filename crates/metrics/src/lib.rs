@@ -91,6 +91,9 @@ pub struct HistoryMetrics {
     /// Summary segments found damaged and set aside (their jobs read
     /// again from their logs).
     pub segments_set_aside: IntCounter,
+    /// Published manifests not believed (naming another scheduler's jobs
+    /// or figures beyond their bounds).
+    pub manifests_distrusted: IntCounter,
 }
 
 /// The `status` labels of the finished-job series.
@@ -168,9 +171,23 @@ fn counter(name: &str, help: &str) -> IntCounter {
     IntCounter::with_opts(Opts::new(name, help)).expect("valid metric name")
 }
 
+/// The passes' and the live pages' counters.
+fn pass_counters() -> [IntCounter; 2] {
+    [
+        counter(
+            "ballista_job_history_rescans_total",
+            "Passes over the event-log directory or prefix (the first index and each rescan)",
+        ),
+        counter(
+            "ballista_job_history_live_page_looks_total",
+            "Looks taken for the live pages' event streams (one a second per watched list or job, however many pages watch it)",
+        ),
+    ]
+}
+
 /// The guards' counters: wrong tokens; the heavy work computed and
 /// answered from what was kept; damaged segments set aside.
-fn guard_counters() -> [IntCounter; 4] {
+fn guard_counters() -> [IntCounter; 5] {
     [
         counter(
             "ballista_job_history_wrong_tokens_total",
@@ -187,6 +204,10 @@ fn guard_counters() -> [IntCounter; 4] {
         counter(
             "ballista_job_history_segments_set_aside_total",
             "Job summary segments found damaged and set aside (renamed *.damaged); their jobs are read again from their logs",
+        ),
+        counter(
+            "ballista_job_history_manifests_distrusted_total",
+            "Published summary manifests not believed: an entry of another scheduler's job, or figures beyond their bounds",
         ),
     ]
 }
@@ -223,7 +244,14 @@ impl HistoryMetrics {
             retention_removed_orphans,
             retention_passes,
         ] = retention_counters();
-        let [wrong_tokens, heavy_computed, heavy_kept, segments_set_aside] = guard_counters();
+        let [
+            wrong_tokens,
+            heavy_computed,
+            heavy_kept,
+            segments_set_aside,
+            manifests_distrusted,
+        ] = guard_counters();
+        let [rescans, live_page_looks] = pass_counters();
         Self {
             dropped_records: counter(
                 "ballista_job_history_dropped_records_total",
@@ -300,18 +328,13 @@ impl HistoryMetrics {
                 "ballista_job_history_otlp_export_errors_total",
                 "OTLP export requests that failed (their job's spans were let go)",
             ),
-            rescans: counter(
-                "ballista_job_history_rescans_total",
-                "Passes over the event-log directory or prefix (the first index and each rescan)",
-            ),
-            live_page_looks: counter(
-                "ballista_job_history_live_page_looks_total",
-                "Looks taken for the live pages' event streams (one a second per watched list or job, however many pages watch it)",
-            ),
+            rescans,
+            live_page_looks,
             wrong_tokens,
             heavy_computed,
             heavy_kept,
             segments_set_aside,
+            manifests_distrusted,
         }
     }
 
@@ -378,6 +401,7 @@ impl HistoryMetrics {
             &self.heavy_computed,
             &self.heavy_kept,
             &self.segments_set_aside,
+            &self.manifests_distrusted,
         ] {
             registry.register(Box::new(c.clone()))?;
         }

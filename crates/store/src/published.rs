@@ -101,6 +101,32 @@ pub struct SegmentRef {
     pub jobs: u64,
 }
 
+/// Why the entries of `scheduler_id`'s manifest are not to be believed,
+/// if they are not: one is of another scheduler's job, or states a time
+/// past now or a slot time beyond its span (`format::bounds`).
+fn lie_in(scheduler_id: &str, entries: &[JobSummary]) -> Option<String> {
+    let clock = bjh_format::bounds::Clock::now();
+    entries.iter().find_map(|job| {
+        if job.scheduler_id().is_some_and(|s| s != scheduler_id) {
+            return Some(format!(
+                "an entry of job {:?} names scheduler {:?}",
+                job.job_id(),
+                job.scheduler_id()
+            ));
+        }
+        let times = [job.queued_time(), job.start_time(), job.end_time()];
+        let most = bjh_format::bounds::max_slot_ms(job.start_time(), job.end_time());
+        let beyond = times.iter().any(|&t| clock.time(t).1)
+            || job.usage().is_some_and(|u| u.busy_slot_ms > most);
+        beyond.then(|| {
+            format!(
+                "the entry of job {:?} states figures beyond their bounds",
+                job.job_id()
+            )
+        })
+    })
+}
+
 /// The key (manifest name and folder) of `scheduler_id`.
 pub fn key_of(scheduler_id: &str) -> String {
     blake3::hash(scheduler_id.as_bytes()).to_hex()[..32].to_string()
@@ -291,8 +317,41 @@ impl LogStore {
                 self.reading.lock().manifests.insert(name, stamp);
             }
         }
+        self.drop_contested(&mut out);
         let gone = self.check_removed(dir, removed, &mut out);
         Ok((out, gone))
+    }
+
+    /// Two manifests that describe one log differently (another
+    /// scheduler, or other facts): neither is believed for it, and the
+    /// listing pass reads the log itself, the truth.
+    fn drop_contested(&self, out: &mut Vec<JobSummary>) {
+        let mut by_file: HashMap<String, usize> = HashMap::new();
+        let mut contested: HashSet<String> = HashSet::new();
+        for (i, job) in out.iter().enumerate() {
+            let file = job.file_name().into_owned();
+            if let Some(&j) = by_file.get(&file) {
+                let other = &out[j];
+                if other.scheduler_id() != job.scheduler_id() || other.entry() != job.entry() {
+                    contested.insert(file);
+                }
+            } else {
+                by_file.insert(file, i);
+            }
+        }
+        if contested.is_empty() {
+            return;
+        }
+        let first = contested.iter().next().cloned().unwrap_or_default();
+        self.say_once(
+            &format!("contested {first}"),
+            format!(
+                "{} logs are described differently by two manifests (the first: {first}); \
+                 each is read from the log itself",
+                contested.len()
+            ),
+        );
+        out.retain(|job| !contested.contains(job.file_name().as_ref()));
     }
 
     /// Of the logs manifests say were removed (`removed`, new ones, each
@@ -392,13 +451,16 @@ impl LogStore {
                 return false;
             }
         };
-        removed.extend(
-            (manifest.removed.into_iter().rev().take(MAX_REMOVED))
-                .map(|name| (format!("{key}/{name}"), name)),
-        );
+        // A manifest speaks for its own scheduler only: its name is that
+        // scheduler's key, and every entry is of that scheduler's jobs.
+        if key_of(&manifest.scheduler_id) != key {
+            self.distrust(&name, "its name is not its scheduler's key".into());
+            return true;
+        }
         let folder = format!("{FOLDER}/{key}");
         let mut done = true;
         let mut current = HashSet::new();
+        let mut entries = Vec::new();
         for seg in &manifest.segments {
             let path = format!("{key}/{}", seg.name);
             current.insert(path.clone());
@@ -406,7 +468,7 @@ impl LogStore {
                 continue;
             }
             match self.read_segment(dir, &folder, &seg.name) {
-                Ok(jobs) => out.extend(jobs),
+                Ok(jobs) => entries.extend(jobs),
                 Err(SegmentError::Again(e)) => {
                     self.say_once(&path, format!("cannot read {path}: {e}"));
                     done = false;
@@ -429,7 +491,29 @@ impl LogStore {
             .lock()
             .segments
             .retain(|p| !p.starts_with(&prefix) || current.contains(p));
+        // An entry of another scheduler's job, or one beyond the bounds
+        // of a figure (a time past now, a slot time beyond its span): the
+        // manifest lies, and none of it is believed, its removals neither
+        // (its scheduler's logs are found by the listing pass).
+        if let Some(why) = lie_in(&manifest.scheduler_id, &entries) {
+            self.distrust(&name, why);
+            return done;
+        }
+        removed.extend(
+            (manifest.removed.into_iter().rev().take(MAX_REMOVED))
+                .map(|name| (format!("{key}/{name}"), name)),
+        );
+        out.extend(entries);
         done
+    }
+
+    /// Says once that the manifest `name` is not believed, and counts it.
+    fn distrust(&self, name: &str, why: String) {
+        self.metrics.manifests_distrusted.inc();
+        self.say_once(
+            &format!("distrusted {name}"),
+            format!("{name} is not believed: {why}; its scheduler's logs are listed instead"),
+        );
     }
 
     /// One segment's summaries, checked: its bytes match its name, the
@@ -1066,6 +1150,99 @@ mod tests {
             reader.rescan();
         }
         assert_eq!(listed(&reader).len(), 31, "every log, by listing");
+    }
+
+    /// A regression test: scheduler A's manifest describing B's log (its
+    /// real name) made the list show B's job as failed under a forged
+    /// name, and billed 9e18 slot-ms to B. Now an entry of another
+    /// scheduler's job, or with figures beyond their bounds, makes its
+    /// manifest not believed at all (counted); two manifests describing
+    /// one log differently are neither believed for it. The jobs are
+    /// listed from their logs.
+    #[test]
+    fn a_manifest_describing_another_schedulers_log_is_not_believed() {
+        let bucket = Bucket::new();
+        bucket.publish("sched-b", &ids("b", 5));
+        // A log whose scheduler published nothing (it died first).
+        bucket.put("x0001.eventlog", log_bytes("x0001", 1));
+        let forged = |id: &str, scheduler: &str, busy: u64| {
+            JobSummary::restore(SummaryParts {
+                facts: FactsRef {
+                    job_id: id,
+                    job_name: "forged",
+                    state: JobState::Failed,
+                    queued_time: 1,
+                    start_time: 1,
+                    end_time: 2,
+                    query_hash: 0,
+                },
+                job_status: "Failed",
+                status: "Failed",
+                stages: [1, 0],
+                percent_complete: 0,
+                dropped_records: 0,
+                file_name: &format!("{id}.eventlog"),
+                len: 10,
+                modified: None,
+                ranges: None,
+                scheduler_id: Some(scheduler),
+                usage: Some(bjh_format::usage::SlotUsage {
+                    busy_slot_ms: busy,
+                    failed_slot_ms: 0,
+                }),
+                tags: None,
+            })
+        };
+        let plant = |liar: &str, job: JobSummary| {
+            let (seg, bytes) = segment([&job].into_iter());
+            let key = key_of(liar);
+            bucket.put(&format!("{FOLDER}/{key}/{seg}"), bytes);
+            let manifest = Manifest {
+                version: MANIFEST_VERSION,
+                scheduler_id: liar.into(),
+                segments: vec![SegmentRef { name: seg, jobs: 1 }],
+                removed: vec!["b0002.eventlog".into()],
+            };
+            bucket.put(
+                &format!("{FOLDER}/{key}{MANIFEST_SUFFIX}"),
+                serde_json::to_vec(&manifest).unwrap(),
+            );
+        };
+        // Billing another scheduler; an impossible figure; naming itself
+        // but contradicting B's own manifest.
+        plant(
+            "liar-a",
+            forged("x0001", "sched-x", 9_000_000_000_000_000_000),
+        );
+        plant(
+            "liar-c",
+            forged("x0001", "liar-c", 9_000_000_000_000_000_000),
+        );
+        plant("liar-d", forged("b0004", "liar-d", 1));
+        // One page of two names a rescan: the others from the manifests.
+        let reader = bucket.reader(1, 2);
+        let forged_listed = |reader: &LogStore| {
+            listed(reader)
+                .into_iter()
+                .filter(|(_, entry)| String::from_utf8_lossy(entry).contains("forged"))
+                .map(|(id, _)| id)
+                .collect::<Vec<_>>()
+        };
+        reader.rescan();
+        assert!(
+            forged_listed(&reader).is_empty(),
+            "{:?}",
+            forged_listed(&reader)
+        );
+        let said = reader.reading.lock().said.clone();
+        assert_eq!(reader.metrics.manifests_distrusted.get(), 2, "{said:?}");
+        assert!(said.iter().any(|s| s.starts_with("contested")), "{said:?}");
+        for _ in 0..5 {
+            reader.rescan();
+        }
+        let jobs = listed(&reader);
+        assert_eq!(jobs.len(), 6, "every log, none removed by a liar");
+        assert!(forged_listed(&reader).is_empty());
     }
 
     /// Eight small publishes merge into one segment; the merged-away
