@@ -12,7 +12,7 @@
 //! - a client (an address, `clients::Client`) has at most
 //!   [`PER_CLIENT`] requests of such routes under way or waiting, the
 //!   server [`WAITING`] (past them, 429 and 503): the layer
-//!   [`one_share`] in front of the routes that do such work;
+//!   `one_share` in front of the routes that do such work;
 //! - what a piece computes is kept by the identity of the logs it read
 //!   (`LogRef::identity`: a path with its size and modification time, an
 //!   object with its length) and the question: the same question about
