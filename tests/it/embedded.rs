@@ -6,21 +6,9 @@ use crate::harness::*;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-/// The example's executable, built beside this test binary (`cargo test`
-/// builds examples; built here when it is not).
+/// The example's executable.
 fn example() -> PathBuf {
-    let deps = std::env::current_exe().unwrap();
-    let debug = deps.parent().unwrap().parent().unwrap();
-    let path = debug.join("examples").join("embedded");
-    if !path.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--example", "embedded"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "the example builds");
-    }
-    path
+    example_binary("embedded")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -350,6 +350,24 @@ pub async fn get_json(url: &str) -> serde_json::Value {
     serde_json::from_slice(&body).unwrap()
 }
 
+/// The executable of the example `name` (`examples/<name>.rs`), built
+/// beside this test binary (`cargo test` builds examples; built here
+/// when it is not).
+pub fn example_binary(name: &str) -> PathBuf {
+    let deps = std::env::current_exe().unwrap();
+    let debug = deps.parent().unwrap().parent().unwrap();
+    let path = debug.join("examples").join(name);
+    if !path.exists() {
+        let status = std::process::Command::new(env!("CARGO"))
+            .args(["build", "--example", name])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "the example builds");
+    }
+    path
+}
+
 /// Starts an executor of the `ballista-executor` crate in this process,
 /// registered with the scheduler on `port`, with 2 task slots.
 pub async fn start_executor(port: u16) {

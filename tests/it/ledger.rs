@@ -320,23 +320,6 @@ async fn each_clusters_idle_time_is_shared_among_its_own_jobs_only() {
     server.terminate();
 }
 
-/// The example executor's executable (upstream's executor process),
-/// built beside this test binary.
-fn executor_example() -> std::path::PathBuf {
-    let deps = std::env::current_exe().unwrap();
-    let debug = deps.parent().unwrap().parent().unwrap();
-    let path = debug.join("examples").join("executor");
-    if !path.exists() {
-        let status = std::process::Command::new(env!("CARGO"))
-            .args(["build", "--example", "executor"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "the example builds");
-    }
-    path
-}
-
 /// A regression test: an executor stopped with SIGINT (upstream's
 /// executor says in a heartbeat that it is terminating, then exits) stayed
 /// capacity until the scheduler expired it: on a 22-second window with
@@ -349,7 +332,7 @@ async fn an_executor_stopped_by_its_operator_stops_counting_as_capacity_at_once(
     let mut sched = Proc::scheduler(&logs, &[]);
     sched.wait_healthy().await;
     start_executor_with(sched.port, 2).await;
-    let mut stopped = std::process::Command::new(executor_example())
+    let mut stopped = std::process::Command::new(example_binary("executor"))
         .args([
             sched.port.to_string(),
             "2".into(),

@@ -378,32 +378,13 @@ pub fn combined(
     let hours = Hours::new(from, to.max(from));
     let mut out = usage(&[], &[], 0, (from, to), price);
     let mut utilised = 0f64;
-    let add = |a: &mut u64, b: u64| *a = a.saturating_add(b);
     for (key, u) in parts {
         let shares = u
             .groups
             .iter()
             .fold(0u64, |a, g| a.saturating_add(g.idle_share_slot_ms));
-        add(&mut out.capacity_slot_ms, u.capacity_slot_ms);
-        add(
-            &mut out.estimated_capacity_slot_ms,
-            u.estimated_capacity_slot_ms,
-        );
-        add(&mut out.busy_slot_ms, u.busy_slot_ms);
-        add(&mut out.over_capacity_slot_ms, u.over_capacity_slot_ms);
-        add(&mut out.idle_slot_ms, u.idle_slot_ms);
-        add(
-            &mut out.unattributed_idle_slot_ms,
-            u.unattributed_idle_slot_ms,
-        );
+        add_totals(&mut out, &u, &mut utilised);
         out.jobs_without_usage = out.jobs_without_usage.max(u.jobs_without_usage);
-        utilised += u.busy_slot_ms.saturating_sub(u.over_capacity_slot_ms) as f64;
-        for (mine, theirs) in out.hours.iter_mut().zip(&u.hours) {
-            add(&mut mine.capacity_slot_ms, theirs.capacity_slot_ms);
-            add(&mut mine.busy_slot_ms, theirs.busy_slot_ms);
-            add(&mut mine.idle_slot_ms, theirs.idle_slot_ms);
-            add(&mut mine.peak_slots, theirs.peak_slots);
-        }
         let total = u.busy_slot_ms.saturating_add(shares);
         out.groups.push(GroupUsage {
             key,
@@ -417,12 +398,7 @@ pub fn combined(
     }
     debug_assert_eq!(out.hours.len(), hours.n);
     out.groups = capped(std::mem::take(&mut out.groups), price);
-    out.utilisation = (out.capacity_slot_ms > 0)
-        .then(|| (utilised / out.capacity_slot_ms as f64).clamp(0.0, 1.0));
-    let priced = out
-        .capacity_slot_ms
-        .saturating_add(out.over_capacity_slot_ms);
-    out.cost = price.map(|p| cost(priced as f64, p));
+    settle(&mut out, utilised, price);
     out
 }
 
@@ -442,28 +418,10 @@ pub fn merged(
     let mut groups: HashMap<String, GroupUsage> = HashMap::new();
     let add = |a: &mut u64, b: u64| *a = a.saturating_add(b);
     for u in parts {
-        add(&mut out.capacity_slot_ms, u.capacity_slot_ms);
-        add(
-            &mut out.estimated_capacity_slot_ms,
-            u.estimated_capacity_slot_ms,
-        );
-        add(&mut out.busy_slot_ms, u.busy_slot_ms);
-        add(&mut out.over_capacity_slot_ms, u.over_capacity_slot_ms);
-        add(&mut out.idle_slot_ms, u.idle_slot_ms);
-        add(
-            &mut out.unattributed_idle_slot_ms,
-            u.unattributed_idle_slot_ms,
-        );
+        add_totals(&mut out, &u, &mut utilised);
         add(&mut out.jobs, u.jobs);
         add(&mut out.waited_ms, u.waited_ms);
         add(&mut out.jobs_without_usage, u.jobs_without_usage);
-        utilised += u.busy_slot_ms.saturating_sub(u.over_capacity_slot_ms) as f64;
-        for (mine, theirs) in out.hours.iter_mut().zip(&u.hours) {
-            add(&mut mine.capacity_slot_ms, theirs.capacity_slot_ms);
-            add(&mut mine.busy_slot_ms, theirs.busy_slot_ms);
-            add(&mut mine.idle_slot_ms, theirs.idle_slot_ms);
-            add(&mut mine.peak_slots, theirs.peak_slots);
-        }
         for g in u.groups {
             match groups.entry(g.key.clone()) {
                 std::collections::hash_map::Entry::Vacant(e) => {
@@ -482,13 +440,43 @@ pub fn merged(
         }
     }
     out.groups = capped(groups.into_values().collect(), price);
+    settle(&mut out, utilised, price);
+    out
+}
+
+/// Adds `u`'s totals and hours to `out` (saturating), and the slot time
+/// it used within capacity to `utilised`.
+fn add_totals(out: &mut Usage, u: &Usage, utilised: &mut f64) {
+    let add = |a: &mut u64, b: u64| *a = a.saturating_add(b);
+    add(&mut out.capacity_slot_ms, u.capacity_slot_ms);
+    add(
+        &mut out.estimated_capacity_slot_ms,
+        u.estimated_capacity_slot_ms,
+    );
+    add(&mut out.busy_slot_ms, u.busy_slot_ms);
+    add(&mut out.over_capacity_slot_ms, u.over_capacity_slot_ms);
+    add(&mut out.idle_slot_ms, u.idle_slot_ms);
+    add(
+        &mut out.unattributed_idle_slot_ms,
+        u.unattributed_idle_slot_ms,
+    );
+    *utilised += u.busy_slot_ms.saturating_sub(u.over_capacity_slot_ms) as f64;
+    for (mine, theirs) in out.hours.iter_mut().zip(&u.hours) {
+        add(&mut mine.capacity_slot_ms, theirs.capacity_slot_ms);
+        add(&mut mine.busy_slot_ms, theirs.busy_slot_ms);
+        add(&mut mine.idle_slot_ms, theirs.idle_slot_ms);
+        add(&mut mine.peak_slots, theirs.peak_slots);
+    }
+}
+
+/// `out`'s utilisation and cost, from its summed totals.
+fn settle(out: &mut Usage, utilised: f64, price: Option<f64>) {
     out.utilisation = (out.capacity_slot_ms > 0)
         .then(|| (utilised / out.capacity_slot_ms as f64).clamp(0.0, 1.0));
     let priced = out
         .capacity_slot_ms
         .saturating_add(out.over_capacity_slot_ms);
     out.cost = price.map(|p| cost(priced as f64, p));
-    out
 }
 
 /// The most slots up at once, from `(time, +slots | -slots)` edges (an end

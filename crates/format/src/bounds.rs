@@ -60,6 +60,17 @@ impl Clock {
             (at, false)
         }
     }
+
+    /// Each of `times` cut to [`Clock::ceiling`]; whether any was.
+    pub fn times<const N: usize>(self, times: [&mut u64; N]) -> bool {
+        let mut cut = false;
+        for at in times {
+            let (t, c) = self.time(*at);
+            *at = t;
+            cut |= c;
+        }
+        cut
+    }
 }
 
 /// The most slot time a job that ran from `start` to `end` can have used.
@@ -73,16 +84,11 @@ impl JobEndSummary {
     /// This summary with its times cut to `clock` and its slot time to
     /// its span; `true` when anything was cut.
     pub fn bounded(mut self, clock: Clock) -> (Self, bool) {
-        let mut cut = false;
-        for at in [
+        let mut cut = clock.times([
             &mut self.queued_at,
             &mut self.index.start_time,
             &mut self.index.end_time,
-        ] {
-            let (t, c) = clock.time(*at);
-            *at = t;
-            cut |= c;
-        }
+        ]);
         if let Some(u) = &mut self.usage {
             let most = max_slot_ms(self.index.start_time, self.index.end_time);
             cut |= u.busy_slot_ms > most;
@@ -103,16 +109,11 @@ impl Footer {
     /// job's span, each executor's part to the whole and the executors
     /// and tags to their caps; `true` when anything was cut.
     pub fn bounded(mut self, clock: Clock) -> (Self, bool) {
-        let mut cut = false;
-        for at in [
+        let mut cut = clock.times([
             &mut self.queued_at,
             &mut self.index.start_time,
             &mut self.index.end_time,
-        ] {
-            let (t, c) = clock.time(*at);
-            *at = t;
-            cut |= c;
-        }
+        ]);
         let most = max_slot_ms(self.index.start_time, self.index.end_time);
         if let Some(busy) = &mut self.busy_slot_ms {
             cut |= *busy > most;
