@@ -129,10 +129,7 @@ pub(crate) async fn diagnosis_of(
     let id = job_id.to_string();
     let diagnosis = heavy
         .run(Keep::Answer, key, "the diagnosis", move || {
-            let records = JobRecords::read(&log).map_err(|e| {
-                log::warn!("history: job {id}: {e}");
-                format!("the event log of job {id} cannot be served: {e}")
-            })?;
+            let records = crate::source::read_records(&id, &log)?;
             let operators = metrics.map_or_else(Vec::new, |body| operator_memory(&body));
             let mut d = diagnose(&header, &records, &operators, &Thresholds::default());
             if let Some(loaded) = &loaded {

@@ -265,6 +265,18 @@ pub(crate) async fn read_log<T: Send + 'static>(
         })
 }
 
+/// Job `job_id`'s records read from `log` on the calling (blocking)
+/// thread, a failure logged and said as [`read_log`] says it.
+pub(crate) fn read_records(
+    job_id: &str,
+    log: &bjh_store::LogRef,
+) -> Result<bjh_store::records::JobRecords, String> {
+    bjh_store::records::JobRecords::read(log).map_err(|e| {
+        log::warn!("history: job {job_id}: {e}");
+        format!("the event log of job {job_id} cannot be served: {e}")
+    })
+}
+
 /// A log directory.
 #[derive(Clone)]
 pub struct DiskSource {

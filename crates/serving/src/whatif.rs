@@ -16,7 +16,6 @@ use bjh_analysis::whatif::{Layout, MAX_EXECUTORS, MAX_SLOTS, Point, Shape, Work,
 use bjh_format::query_hash::{hash_text, parse_hash};
 use bjh_format::stages::{StagesAnswer, stage_edges, task_slots};
 use bjh_store::LogStore;
-use bjh_store::records::JobRecords;
 use http::StatusCode;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -264,10 +263,7 @@ pub(crate) async fn load(source: &dyn JobSource, job_id: &str) -> Result<Arc<Loa
     let id = job_id.to_string();
     let loaded = heavy
         .run(Keep::Work, key, "reading the job's tasks", move || {
-            let records = JobRecords::read(&log).map_err(|e| {
-                log::warn!("history: job {id}: {e}");
-                format!("the event log of job {id} cannot be served: {e}")
-            })?;
+            let records = crate::source::read_records(&id, &log)?;
             let layout = layout_of(stages.as_deref());
             let work = Work::of(&records, &layout, header.start_time, header.end_time);
             Ok::<_, String>(Arc::new(Loaded {
